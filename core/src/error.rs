@@ -1,0 +1,79 @@
+//! Errors as values: a SQLSTATE, a message, and the DETAIL and HINT a person reads.
+//!
+//! The core builds every user-facing error; the pgrx edge only raises it. That
+//! keeps the wording unit-testable and in one place.
+
+use std::fmt;
+
+/// The SQLSTATEs idgen raises. Each is documented in the README's SQL reference.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SqlState {
+    /// 22004: a required argument is NULL.
+    NullValueNotAllowed,
+    /// 22001: a text argument is longer than its column.
+    StringDataRightTruncation,
+    /// 22023: an argument or setting has a value idgen cannot use.
+    InvalidParameterValue,
+    /// 53000: every machine id of a service is held and none may be taken back.
+    InsufficientResources,
+    /// 55000: the caller no longer owns the machine id (heartbeat fencing).
+    ObjectNotInPrerequisiteState,
+    /// 55P03: another session holds the caller's own registry row right now.
+    LockNotAvailable,
+    /// 01000: a WARNING, not an error (for example a release of what is not held).
+    Warning,
+}
+
+impl SqlState {
+    pub fn code(self) -> &'static str {
+        match self {
+            SqlState::NullValueNotAllowed => "22004",
+            SqlState::StringDataRightTruncation => "22001",
+            SqlState::InvalidParameterValue => "22023",
+            SqlState::InsufficientResources => "53000",
+            SqlState::ObjectNotInPrerequisiteState => "55000",
+            SqlState::LockNotAvailable => "55P03",
+            SqlState::Warning => "01000",
+        }
+    }
+}
+
+/// An error ready to be raised: nothing about it is decided at the edge.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdgenError {
+    pub sqlstate: SqlState,
+    pub message: String,
+    pub detail: Option<String>,
+    pub hint: Option<String>,
+}
+
+impl IdgenError {
+    pub fn new(sqlstate: SqlState, message: impl Into<String>) -> Self {
+        IdgenError { sqlstate, message: message.into(), detail: None, hint: None }
+    }
+
+    pub fn detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(detail.into());
+        self
+    }
+
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+}
+
+impl fmt::Display for IdgenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.message, self.sqlstate.code())?;
+        if let Some(d) = &self.detail {
+            write!(f, "; DETAIL: {d}")?;
+        }
+        if let Some(h) = &self.hint {
+            write!(f, "; HINT: {h}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for IdgenError {}

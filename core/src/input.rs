@@ -1,0 +1,206 @@
+//! Validation of the registry functions' arguments.
+//!
+//! Arguments are checked in the order the function declares them, before any
+//! row is read or written, so a refused call leaves the registry untouched.
+
+use crate::error::{IdgenError, SqlState};
+use crate::layout::Layout;
+
+/// `system_nodes.service` is VARCHAR(64).
+pub const SERVICE_MAX_CHARS: usize = 64;
+
+/// Who a service node is: its service name and the address it serves on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeIdentity {
+    pub service: String,
+    /// The host address in the text form of `inet`, without a mask.
+    pub host: String,
+    pub port: i32,
+}
+
+/// What a node claims to hold: its identity, its machine id and the version of its claim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holding {
+    pub node: NodeIdentity,
+    pub machine_id: i16,
+    pub version: i32,
+}
+
+/// Checks `(service, host, port)`. `host` is the text form of an `inet` value.
+pub fn node_identity(
+    function: &str,
+    service: Option<&str>,
+    host: Option<&str>,
+    port: Option<i32>,
+) -> Result<NodeIdentity, IdgenError> {
+    let service = service_name(function, service)?;
+    let host = host_address(function, host)?;
+    let port = port_number(function, port)?;
+    Ok(NodeIdentity { service, host, port })
+}
+
+/// Checks `(service, machine_id, host, port, version)` as heartbeat and release take them.
+pub fn holding(
+    function: &str,
+    layout: &Layout,
+    service: Option<&str>,
+    machine_id: Option<i16>,
+    host: Option<&str>,
+    port: Option<i32>,
+    version: Option<i32>,
+) -> Result<Holding, IdgenError> {
+    let service = service_name(function, service)?;
+    let machine_id = machine_id_in_layout(function, layout, machine_id)?;
+    let host = host_address(function, host)?;
+    let port = port_number(function, port)?;
+    let version = positive_version(function, version)?;
+    Ok(Holding { node: NodeIdentity { service, host, port }, machine_id, version })
+}
+
+pub fn service_name(function: &str, service: Option<&str>) -> Result<String, IdgenError> {
+    let service = required(function, "service", service)?;
+    if service.is_empty() {
+        return Err(bad_value(function, "service", "must not be empty")
+            .hint("Pass the name under which the service's nodes share machine ids, e.g. 'orders'."));
+    }
+    let chars = service.chars().count();
+    if chars > SERVICE_MAX_CHARS {
+        return Err(IdgenError::new(
+            SqlState::StringDataRightTruncation,
+            format!("{function}: argument \"service\" is too long"),
+        )
+        .detail(format!("It has {chars} characters; system_nodes.service holds at most {SERVICE_MAX_CHARS}.")));
+    }
+    if service.chars().any(char::is_control) {
+        return Err(bad_value(function, "service", "must not contain control characters")
+            .detail(format!("Got {service:?}.")));
+    }
+    if service.trim() != service {
+        // "orders" and "orders " would silently be two services with separate id spaces.
+        return Err(bad_value(function, "service", "must not begin or end with white space")
+            .detail(format!("Got {service:?}.")));
+    }
+    Ok(service.to_owned())
+}
+
+/// `host` arrives as the text form of `inet`, which shows a mask only when it is not a single address.
+pub fn host_address(function: &str, host: Option<&str>) -> Result<String, IdgenError> {
+    let host = required(function, "host", host)?;
+    if host.contains('/') {
+        // 10.0.0.5/24 and 10.0.0.5 are different inet values: the same node would get two identities.
+        return Err(bad_value(function, "host", "must be a single address without a netmask")
+            .detail(format!("Got {host}."))
+            .hint("Pass the node's own address, e.g. '10.0.0.5' or '2001:db8::5'."));
+    }
+    Ok(host.to_owned())
+}
+
+pub fn port_number(function: &str, port: Option<i32>) -> Result<i32, IdgenError> {
+    let port = required(function, "port", port)?;
+    if !(1..=65535).contains(&port) {
+        return Err(bad_value(function, "port", "is out of range")
+            .detail(format!("Got {port}; a port is between 1 and 65535.")));
+    }
+    Ok(port)
+}
+
+pub fn machine_id_in_layout(function: &str, layout: &Layout, machine_id: Option<i16>) -> Result<i16, IdgenError> {
+    let machine_id = required(function, "machine_id", machine_id)?;
+    let max = layout.max_machine_id();
+    if machine_id < 0 || machine_id as u16 > max {
+        return Err(bad_value(function, "machine_id", "is out of range")
+            .detail(format!("Got {machine_id}; machine ids run from 0 to {max}.")));
+    }
+    Ok(machine_id)
+}
+
+pub fn positive_version(function: &str, version: Option<i32>) -> Result<i32, IdgenError> {
+    let version = required(function, "version", version)?;
+    if version <= 0 {
+        return Err(bad_value(function, "version", "must be positive")
+            .detail(format!("Got {version}; versions start at 1 and only grow."))
+            .hint("Pass the version that idgen_claim returned."));
+    }
+    Ok(version)
+}
+
+fn required<T>(function: &str, argument: &str, value: Option<T>) -> Result<T, IdgenError> {
+    value.ok_or_else(|| {
+        IdgenError::new(
+            SqlState::NullValueNotAllowed,
+            format!("{function}: argument \"{argument}\" must not be NULL"),
+        )
+    })
+}
+
+fn bad_value(function: &str, argument: &str, reason: &str) -> IdgenError {
+    IdgenError::new(SqlState::InvalidParameterValue, format!("{function}: argument \"{argument}\" {reason}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const F: &str = "idgen_claim";
+
+    #[test]
+    fn a_valid_identity_passes_unchanged() {
+        let id = node_identity(F, Some("orders"), Some("10.0.0.5"), Some(8080)).unwrap();
+        assert_eq!(id, NodeIdentity { service: "orders".into(), host: "10.0.0.5".into(), port: 8080 });
+        assert!(node_identity(F, Some("x"), Some("2001:db8::5"), Some(1)).is_ok());
+        assert!(node_identity(F, Some(&"é".repeat(64)), Some("::1"), Some(65535)).is_ok());
+    }
+
+    /// The table of refused inputs: (service, host, port, SQLSTATE, message fragment).
+    #[test]
+    fn bad_identities_are_refused_with_the_argument_named() {
+        let long = "s".repeat(65);
+        let cases: Vec<(Option<&str>, Option<&str>, Option<i32>, &str, &str)> = vec![
+            (None, Some("10.0.0.5"), Some(1), "22004", "\"service\" must not be NULL"),
+            (Some(""), Some("10.0.0.5"), Some(1), "22023", "\"service\" must not be empty"),
+            (Some(&long), Some("10.0.0.5"), Some(1), "22001", "\"service\" is too long"),
+            (Some(" orders"), Some("10.0.0.5"), Some(1), "22023", "white space"),
+            (Some("orders\n"), Some("10.0.0.5"), Some(1), "22023", "control characters"),
+            (Some("orders"), None, Some(1), "22004", "\"host\" must not be NULL"),
+            (Some("orders"), Some("10.0.0.0/8"), Some(1), "22023", "\"host\" must be a single address"),
+            (Some("orders"), Some("10.0.0.5"), None, "22004", "\"port\" must not be NULL"),
+            (Some("orders"), Some("10.0.0.5"), Some(0), "22023", "\"port\" is out of range"),
+            (Some("orders"), Some("10.0.0.5"), Some(65536), "22023", "\"port\" is out of range"),
+            (Some("orders"), Some("10.0.0.5"), Some(-1), "22023", "\"port\" is out of range"),
+        ];
+        for (service, host, port, code, fragment) in cases {
+            let err = node_identity(F, service, host, port).unwrap_err();
+            assert_eq!(err.sqlstate.code(), code, "{service:?} {host:?} {port:?}: {err}");
+            assert!(err.message.contains(fragment), "{err}");
+            assert!(err.message.starts_with("idgen_claim: "), "{err}");
+        }
+    }
+
+    #[test]
+    fn holdings_check_machine_id_against_the_layout_and_version_sign() {
+        let l = Layout::DEFAULT;
+        let ok = holding("idgen_heartbeat", &l, Some("o"), Some(1023), Some("::1"), Some(1), Some(1)).unwrap();
+        assert_eq!(ok.machine_id, 1023);
+        for (mid, ver, code, fragment) in [
+            (Some(1024), Some(1), "22023", "\"machine_id\" is out of range"),
+            (Some(-1), Some(1), "22023", "\"machine_id\" is out of range"),
+            (None, Some(1), "22004", "\"machine_id\" must not be NULL"),
+            (Some(3), Some(0), "22023", "\"version\" must be positive"),
+            (Some(3), Some(-7), "22023", "\"version\" must be positive"),
+            (Some(3), None, "22004", "\"version\" must not be NULL"),
+        ] {
+            let err = holding("idgen_heartbeat", &l, Some("o"), mid, Some("::1"), Some(1), ver).unwrap_err();
+            assert_eq!(err.sqlstate.code(), code, "{err}");
+            assert!(err.message.contains(fragment), "{err}");
+        }
+        let small = Layout::new(0, 1, 45, 8, 10).unwrap();
+        assert!(holding("f", &small, Some("o"), Some(256), Some("::1"), Some(1), Some(1)).is_err());
+    }
+
+    #[test]
+    fn service_length_counts_characters_not_bytes() {
+        assert!(service_name(F, Some(&"ü".repeat(64))).is_ok());
+        let err = service_name(F, Some(&"ü".repeat(65))).unwrap_err();
+        assert_eq!(err.detail.as_deref(), Some("It has 65 characters; system_nodes.service holds at most 64."));
+    }
+}

@@ -1,0 +1,19 @@
+//! idgen's pure core. No pgrx here: everything in this crate is plain Rust,
+//! unit-tested with `cargo test -p idgen-core`, and used by the extension's
+//! thin SQL edge.
+//!
+//! - [`layout`]: how a 64-bit ID is cut into time, machine id and sequence.
+//! - [`policy`]: the claim tiers, their order and thresholds, and the lease.
+//! - [`input`]: validation of the registry functions' arguments.
+//! - [`messages`]: the errors, warnings and alerts people read.
+//! - [`error`]: errors as values with their SQLSTATE.
+
+pub mod error;
+pub mod input;
+pub mod layout;
+pub mod messages;
+pub mod policy;
+
+pub use error::{IdgenError, SqlState};
+pub use layout::Layout;
+pub use policy::{ClaimPolicy, ClaimStep, Outcome};

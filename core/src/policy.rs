@@ -1,0 +1,235 @@
+//! The claim policy: which machine id a claim takes, in which order, and how
+//! long a lease lasts. This is the one place the tier order is written down;
+//! `idgen_claim` and (later) each backend's own claim both execute
+//! [`ClaimPolicy::steps`].
+
+use crate::error::{IdgenError, SqlState};
+use std::fmt;
+
+/// How a claim got its machine id. The label is part of the SQL API (`outcome`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The caller's own row (same service, host and port).
+    Reused,
+    /// The lowest machine id never registered for the service.
+    New,
+    /// A machine id released by its holder, whose cooldown has passed.
+    Released,
+    /// Taken back from a holder idle longer than the 7-day tier.
+    Idle7d,
+    /// Taken back from a holder idle longer than the 1-day tier.
+    Idle1d,
+    /// Taken back from a holder idle longer than the 1-hour tier (raises an alert).
+    Idle1h,
+}
+
+impl Outcome {
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::Reused => "reused",
+            Outcome::New => "new",
+            Outcome::Released => "released",
+            Outcome::Idle7d => "idle_7d",
+            Outcome::Idle1d => "idle_1d",
+            Outcome::Idle1h => "idle_1h",
+        }
+    }
+
+    /// Whether the claim takes a row another node held.
+    pub fn is_takeover(self) -> bool {
+        matches!(self, Outcome::Released | Outcome::Idle7d | Outcome::Idle1d | Outcome::Idle1h)
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// One attempt of a claim. A claim runs the steps in order and stops at the first that yields a row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClaimStep {
+    /// The caller's own row: same machine id, next version.
+    ReuseOwnRow,
+    /// The lowest machine id in the layout's range that has no row yet.
+    NeverRegistered,
+    /// A released row whose cooldown has passed.
+    ReleasedPastCooldown { cooldown_secs: i64 },
+    /// The least recently seen row idle for longer than `min_idle_secs`.
+    IdleTakeover { outcome: Outcome, min_idle_secs: i64, alert: bool },
+}
+
+/// The settings the registry runs by, in seconds. Defaults follow the design:
+/// take back after 7 days, then 1 day, then (with an alert) 1 hour idle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClaimPolicy {
+    pub takeover_idle_7d_secs: i64,
+    pub takeover_idle_1d_secs: i64,
+    pub takeover_idle_1h_secs: i64,
+    /// How long a released machine id waits before another node may take it.
+    pub release_cooldown_secs: i64,
+    /// How often a holder must heartbeat.
+    pub heartbeat_interval_secs: i64,
+    /// How much sooner than the shortest take-back age a holder stops issuing.
+    pub lease_safety_margin_secs: i64,
+}
+
+pub const MINUTE: i64 = 60;
+pub const HOUR: i64 = 60 * MINUTE;
+pub const DAY: i64 = 24 * HOUR;
+
+impl ClaimPolicy {
+    pub const DEFAULT: ClaimPolicy = ClaimPolicy {
+        takeover_idle_7d_secs: 7 * DAY,
+        takeover_idle_1d_secs: DAY,
+        takeover_idle_1h_secs: HOUR,
+        release_cooldown_secs: MINUTE,
+        heartbeat_interval_secs: 5 * MINUTE,
+        lease_safety_margin_secs: 5 * MINUTE,
+    };
+
+    /// The tier order, once. Reuse first, then never-registered ids, then
+    /// released ones, then ever shorter idle ages; only the last alerts.
+    pub fn steps(&self) -> [ClaimStep; 6] {
+        [
+            ClaimStep::ReuseOwnRow,
+            ClaimStep::NeverRegistered,
+            ClaimStep::ReleasedPastCooldown { cooldown_secs: self.release_cooldown_secs },
+            ClaimStep::IdleTakeover { outcome: Outcome::Idle7d, min_idle_secs: self.takeover_idle_7d_secs, alert: false },
+            ClaimStep::IdleTakeover { outcome: Outcome::Idle1d, min_idle_secs: self.takeover_idle_1d_secs, alert: false },
+            ClaimStep::IdleTakeover { outcome: Outcome::Idle1h, min_idle_secs: self.takeover_idle_1h_secs, alert: true },
+        ]
+    }
+
+    /// How long after its last heartbeat a holder may issue IDs:
+    /// the shortest take-back age minus the safety margin.
+    pub fn lease_secs(&self) -> i64 {
+        self.takeover_idle_1h_secs - self.lease_safety_margin_secs
+    }
+
+    /// Checks that the settings together keep the lease safe. Each setting's
+    /// own range is enforced when it is set; this checks how they relate.
+    pub fn validate(&self) -> Result<(), IdgenError> {
+        let p = self;
+        let rules: [(bool, String); 6] = [
+            (
+                p.takeover_idle_1h_secs > 0 && p.release_cooldown_secs >= 0 && p.lease_safety_margin_secs >= 0,
+                "idle ages must be positive, cooldown and margin not negative".to_owned(),
+            ),
+            (
+                p.takeover_idle_1d_secs > p.takeover_idle_1h_secs,
+                format!("idgen.takeover_idle_1d ({}) must be longer than idgen.takeover_idle_1h ({})",
+                    human_duration(p.takeover_idle_1d_secs), human_duration(p.takeover_idle_1h_secs)),
+            ),
+            (
+                p.takeover_idle_7d_secs > p.takeover_idle_1d_secs,
+                format!("idgen.takeover_idle_7d ({}) must be longer than idgen.takeover_idle_1d ({})",
+                    human_duration(p.takeover_idle_7d_secs), human_duration(p.takeover_idle_1d_secs)),
+            ),
+            (
+                p.lease_safety_margin_secs < p.takeover_idle_1h_secs,
+                format!("idgen.lease_safety_margin ({}) must be shorter than idgen.takeover_idle_1h ({})",
+                    human_duration(p.lease_safety_margin_secs), human_duration(p.takeover_idle_1h_secs)),
+            ),
+            (
+                p.heartbeat_interval_secs > 0 && p.heartbeat_interval_secs < p.lease_secs(),
+                format!("idgen.heartbeat_interval ({}) must be shorter than the lease, idgen.takeover_idle_1h minus idgen.lease_safety_margin ({})",
+                    human_duration(p.heartbeat_interval_secs), human_duration(p.lease_secs().max(0))),
+            ),
+            (
+                // A released id must not become idle-eligible while still cooling down.
+                p.release_cooldown_secs < p.takeover_idle_1h_secs,
+                format!("idgen.release_cooldown ({}) must be shorter than idgen.takeover_idle_1h ({})",
+                    human_duration(p.release_cooldown_secs), human_duration(p.takeover_idle_1h_secs)),
+            ),
+        ];
+        match rules.into_iter().find(|(ok, _)| !ok) {
+            None => Ok(()),
+            Some((_, why)) => Err(IdgenError::new(SqlState::InvalidParameterValue, "idgen settings are inconsistent")
+                .detail(format!("{why}."))
+                .hint("A superuser must correct the idgen.* settings (SHOW idgen.takeover_idle_1h; ALTER SYSTEM SET ...). No machine id is handed out or renewed until then.")),
+        }
+    }
+}
+
+impl Default for ClaimPolicy {
+    fn default() -> Self {
+        ClaimPolicy::DEFAULT
+    }
+}
+
+/// "3d 4h 5m 6s", leaving out zero parts; "0s" for zero. Negative values read as 0s.
+pub fn human_duration(secs: i64) -> String {
+    let secs = secs.max(0);
+    let parts = [(secs / DAY, "d"), (secs % DAY / HOUR, "h"), (secs % HOUR / MINUTE, "m"), (secs % MINUTE, "s")];
+    let text: Vec<String> = parts.iter().filter(|(n, _)| *n > 0).map(|(n, u)| format!("{n}{u}")).collect();
+    if text.is_empty() { "0s".to_owned() } else { text.join(" ") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiers_run_reuse_new_released_then_7d_1d_1h_and_only_1h_alerts() {
+        let steps = ClaimPolicy::DEFAULT.steps();
+        assert_eq!(steps[0], ClaimStep::ReuseOwnRow);
+        assert_eq!(steps[1], ClaimStep::NeverRegistered);
+        assert_eq!(steps[2], ClaimStep::ReleasedPastCooldown { cooldown_secs: 60 });
+        assert_eq!(steps[3], ClaimStep::IdleTakeover { outcome: Outcome::Idle7d, min_idle_secs: 7 * DAY, alert: false });
+        assert_eq!(steps[4], ClaimStep::IdleTakeover { outcome: Outcome::Idle1d, min_idle_secs: DAY, alert: false });
+        assert_eq!(steps[5], ClaimStep::IdleTakeover { outcome: Outcome::Idle1h, min_idle_secs: HOUR, alert: true });
+    }
+
+    #[test]
+    fn steps_follow_the_settings() {
+        let p = ClaimPolicy { takeover_idle_7d_secs: 300, takeover_idle_1d_secs: 200, takeover_idle_1h_secs: 100, ..ClaimPolicy::DEFAULT };
+        let idle: Vec<i64> = p.steps().iter().filter_map(|s| match s {
+            ClaimStep::IdleTakeover { min_idle_secs, .. } => Some(*min_idle_secs),
+            _ => None,
+        }).collect();
+        assert_eq!(idle, vec![300, 200, 100]);
+    }
+
+    #[test]
+    fn outcome_labels_are_the_documented_ones() {
+        let labels: Vec<&str> = [Outcome::Reused, Outcome::New, Outcome::Released, Outcome::Idle7d, Outcome::Idle1d, Outcome::Idle1h]
+            .iter().map(|o| o.label()).collect();
+        assert_eq!(labels, ["reused", "new", "released", "idle_7d", "idle_1d", "idle_1h"]);
+        assert!(!Outcome::New.is_takeover() && !Outcome::Reused.is_takeover());
+        assert!(Outcome::Released.is_takeover() && Outcome::Idle1h.is_takeover());
+    }
+
+    #[test]
+    fn default_lease_is_55_minutes_and_defaults_are_consistent() {
+        assert_eq!(ClaimPolicy::DEFAULT.lease_secs(), 55 * MINUTE);
+        assert_eq!(ClaimPolicy::DEFAULT.validate(), Ok(()));
+    }
+
+    #[test]
+    fn inconsistent_settings_are_refused_with_the_reason() {
+        let cases = [
+            (ClaimPolicy { takeover_idle_1d_secs: HOUR, ..ClaimPolicy::DEFAULT }, "idgen.takeover_idle_1d (1h) must be longer than idgen.takeover_idle_1h (1h)"),
+            (ClaimPolicy { takeover_idle_7d_secs: DAY, ..ClaimPolicy::DEFAULT }, "idgen.takeover_idle_7d (1d) must be longer"),
+            (ClaimPolicy { lease_safety_margin_secs: HOUR, ..ClaimPolicy::DEFAULT }, "idgen.lease_safety_margin (1h) must be shorter"),
+            (ClaimPolicy { heartbeat_interval_secs: 55 * MINUTE, ..ClaimPolicy::DEFAULT }, "idgen.heartbeat_interval (55m) must be shorter than the lease"),
+            (ClaimPolicy { release_cooldown_secs: 2 * HOUR, ..ClaimPolicy::DEFAULT }, "idgen.release_cooldown (2h) must be shorter"),
+        ];
+        for (policy, fragment) in cases {
+            let err = policy.validate().unwrap_err();
+            assert_eq!(err.sqlstate, SqlState::InvalidParameterValue);
+            assert!(err.detail.as_deref().unwrap().contains(fragment), "{err}");
+            assert!(err.hint.is_some());
+        }
+    }
+
+    #[test]
+    fn human_durations_read_naturally() {
+        assert_eq!(human_duration(0), "0s");
+        assert_eq!(human_duration(-5), "0s");
+        assert_eq!(human_duration(59), "59s");
+        assert_eq!(human_duration(3600), "1h");
+        assert_eq!(human_duration(7 * DAY + 2 * HOUR + 3 * MINUTE + 4), "7d 2h 3m 4s");
+    }
+}
