@@ -1,0 +1,115 @@
+# Shared by scripts/demo.sh and scripts/test.sh: installs what is missing and
+# manages the scratch PostgreSQL 15 cluster. Works as root or not (with sudo).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PGRX_VERSION=0.18.1
+PG_MAJOR=15
+PG_CONFIG=/usr/bin/pg_config
+PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
+SCRATCH_PORT=${IDGEN_PORT:-28815}
+APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 libclang-dev clang pkg-config libssl-dev sudo)
+export USER=${USER:-$(id -un)}
+export PATH="$HOME/.cargo/bin:$PATH"
+
+say() { printf '\n==> %s\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+is_root() { [ "$(id -u)" = 0 ]; }
+
+as_root() {
+    if is_root; then "$@"
+    elif command -v sudo >/dev/null; then sudo "$@"
+    else die "need root for: $* (install sudo or run as root)"; fi
+}
+
+# The operating-system user that runs Postgres: initdb and postgres refuse root.
+PG_OS_USER=$(if is_root; then echo postgres; else id -un; fi)
+as_pg() {
+    if is_root; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+ensure_packages() {
+    local missing=()
+    for p in "${APT_PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        say "installing ${missing[*]}"
+        as_root apt-get update -qq
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+    # Debian's package starts a "main" cluster on 5432; ours runs apart from it and needs nothing of it.
+}
+
+ensure_cargo_pgrx() {
+    if [ "$(cargo pgrx --version 2>/dev/null || true)" != "cargo-pgrx $PGRX_VERSION" ]; then
+        say "installing cargo-pgrx $PGRX_VERSION (once, a few minutes)"
+        cargo install cargo-pgrx --version "=$PGRX_VERSION" --locked
+    fi
+    if ! grep -qs "^pg$PG_MAJOR = \"$PG_CONFIG\"" "${PGRX_HOME:-$HOME/.pgrx}/config.toml"; then
+        say "cargo pgrx init --pg$PG_MAJOR $PG_CONFIG"
+        cargo pgrx init --pg$PG_MAJOR "$PG_CONFIG"
+    fi
+}
+
+setup() {
+    ensure_packages
+    ensure_cargo_pgrx
+}
+
+# Builds idgen and installs it into the system PostgreSQL 15.
+install_extension() {
+    say "building and installing idgen into PostgreSQL $PG_MAJOR"
+    local sudo_flag=()
+    is_root || sudo_flag=(--sudo)
+    (cd "$ROOT" && cargo pgrx install --pg-config "$PG_CONFIG" "${sudo_flag[@]}")
+}
+
+# A directory the Postgres user can reach: target/ normally; elsewhere when the
+# checkout sits under a directory that user cannot traverse (e.g. /root).
+pg_work_dir() {
+    local name=$1 dir="$ROOT/target/$1"
+    mkdir -p "$dir"
+    if is_root; then
+        chown postgres: "$dir"
+        if ! runuser -u postgres -- test -w "$dir"; then
+            dir="/var/tmp/idgen-$(printf '%s' "$ROOT" | md5sum | cut -c1-8)/$name"
+            mkdir -p "$dir" && chown postgres: "$dir" "$(dirname "$dir")"
+        fi
+    fi
+    printf '%s\n' "$dir"
+}
+
+SCRATCH_DIR=
+scratch_paths() {
+    [ -n "$SCRATCH_DIR" ] || SCRATCH_DIR=$(pg_work_dir scratch)
+    PGDATA_DIR=$SCRATCH_DIR/data
+    SCRATCH_LOG=$SCRATCH_DIR/postgres.log
+}
+
+# Starts (or restarts, to load a new build) the scratch cluster on 127.0.0.1:$SCRATCH_PORT.
+start_scratch_cluster() {
+    scratch_paths
+    if [ ! -f "$PGDATA_DIR/PG_VERSION" ]; then
+        say "creating the scratch cluster in $PGDATA_DIR"
+        as_pg "$PG_BIN/initdb" -D "$PGDATA_DIR" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
+        as_pg tee -a "$PGDATA_DIR/postgresql.conf" >/dev/null <<CONF
+# idgen scratch cluster: local only, trust auth, room for the concurrency tests.
+listen_addresses = '127.0.0.1'
+port = $SCRATCH_PORT
+unix_socket_directories = '$SCRATCH_DIR'
+max_connections = 400
+shared_buffers = 256MB
+fsync = off
+log_line_prefix = '%m [%p] %q%u@%d '
+CONF
+    fi
+    if as_pg "$PG_BIN/pg_ctl" -D "$PGDATA_DIR" status >/dev/null 2>&1; then
+        as_pg "$PG_BIN/pg_ctl" -D "$PGDATA_DIR" -l "$SCRATCH_LOG" -w -m fast restart >/dev/null
+    else
+        as_pg "$PG_BIN/pg_ctl" -D "$PGDATA_DIR" -l "$SCRATCH_LOG" -w start >/dev/null
+    fi
+}
+
+SCRATCH_DSN="host=127.0.0.1 port=$SCRATCH_PORT user=postgres"
+scratch_psql() { psql "$SCRATCH_DSN dbname=${1:-postgres}" -X -v ON_ERROR_STOP=1 -q "${@:2}"; }

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The main job: installs what is missing, builds and installs idgen, starts a
+# scratch PostgreSQL 15 on 127.0.0.1:28815 (data under target/scratch), runs a
+# short demo and prints the psql line to connect. Safe to run again.
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+setup
+install_extension
+start_scratch_cluster
+
+say "demo database idgen_demo"
+scratch_psql postgres -c "DROP DATABASE IF EXISTS idgen_demo WITH (FORCE)" -c "CREATE DATABASE idgen_demo"
+scratch_psql idgen_demo -v q=- <<'SQL'
+\set QUIET off
+\echo
+CREATE EXTENSION idgen;
+\echo '-- two nodes of the "orders" service boot and claim machine ids'
+SELECT * FROM idgen_claim('orders', '10.0.0.5', 8080);
+SELECT * FROM idgen_claim('orders', '10.0.0.6', 8080);
+\echo '-- the first restarts on the same address: same machine id, next version'
+SELECT * FROM idgen_claim('orders', '10.0.0.5', 8080);
+\echo '-- it heartbeats with its version; the registry renews its lease'
+SELECT idgen_heartbeat('orders', 0::smallint, '10.0.0.5', 8080, 2) AS lease_until;
+\echo '-- the registry'
+SELECT service, machine_id, host, port, version, last_seen, released_at FROM system_nodes ORDER BY service, machine_id;
+SQL
+
+cat <<MSG
+
+idgen is installed in the scratch cluster (log: $SCRATCH_LOG). Connect with:
+
+    psql "host=127.0.0.1 port=$SCRATCH_PORT user=postgres dbname=idgen_demo"
+
+Stop it with: $(is_root && echo "runuser -u postgres -- ")$PG_BIN/pg_ctl -D $PGDATA_DIR stop
+MSG

@@ -1,0 +1,77 @@
+//! The registry's SQL functions. Each validates its arguments, reads the
+//! settings, and hands over to `claim` or `store`. They run as the extension
+//! owner (SECURITY DEFINER, search_path pinned), so callers need EXECUTE on
+//! them and no right at all on `system_nodes`.
+
+use super::claim::claim;
+use super::store;
+use crate::errors::{or_raise, raise, report};
+use crate::settings::claim_policy;
+use idgen_core::{input, messages, Layout};
+use pgrx::datum::{Inet, TimestampWithTimeZone};
+use pgrx::prelude::*;
+use pgrx::spi::Spi;
+use pgrx::PgLogLevel;
+
+
+/// Claims a machine id for a service node; see the README's client contract.
+#[pg_extern(volatile, parallel_unsafe, security_definer)]
+#[search_path(pg_catalog, @extschema@, pg_temp)]
+fn idgen_claim(
+    service: Option<&str>,
+    host: Option<Inet>,
+    port: Option<i32>,
+) -> TableIterator<
+    'static,
+    (name!(machine_id, i16), name!(version, i32), name!(outcome, String), name!(lease_until, TimestampWithTimeZone)),
+> {
+    const F: &str = "idgen_claim";
+    let node = or_raise(input::node_identity(F, service, host.as_deref(), port));
+    let policy = or_raise(claim_policy());
+    let claimed = or_raise(claim(F, &node, &policy, &Layout::DEFAULT));
+    TableIterator::once((claimed.machine_id, claimed.version, claimed.outcome.label().to_owned(), claimed.lease_until))
+}
+
+/// Renews a claim; raises 55000 when the caller no longer owns the machine id.
+#[pg_extern(volatile, parallel_unsafe, security_definer)]
+#[search_path(pg_catalog, @extschema@, pg_temp)]
+fn idgen_heartbeat(
+    service: Option<&str>,
+    machine_id: Option<i16>,
+    host: Option<Inet>,
+    port: Option<i32>,
+    version: Option<i32>,
+) -> TimestampWithTimeZone {
+    const F: &str = "idgen_heartbeat";
+    let held = or_raise(input::holding(F, &Layout::DEFAULT, service, machine_id, host.as_deref(), port, version));
+    let policy = or_raise(claim_policy());
+    Spi::connect_mut(|client| match store::heartbeat(client, &held, policy.lease_secs()) {
+        Some(lease_until) => lease_until,
+        None => {
+            let now = store::current_row(client, &held.node.service, held.machine_id);
+            raise(messages::ownership_lost(F, &held, now.as_ref()))
+        }
+    })
+}
+
+/// Releases a machine id on graceful shutdown; false (with a WARNING) when not held.
+#[pg_extern(volatile, parallel_unsafe, security_definer)]
+#[search_path(pg_catalog, @extschema@, pg_temp)]
+fn idgen_release(
+    service: Option<&str>,
+    machine_id: Option<i16>,
+    host: Option<Inet>,
+    port: Option<i32>,
+    version: Option<i32>,
+) -> bool {
+    const F: &str = "idgen_release";
+    let held = or_raise(input::holding(F, &Layout::DEFAULT, service, machine_id, host.as_deref(), port, version));
+    Spi::connect_mut(|client| {
+        if store::release(client, &held) {
+            return true;
+        }
+        let now = store::current_row(client, &held.node.service, held.machine_id);
+        report(messages::release_not_held(&held, now.as_ref()), PgLogLevel::WARNING);
+        false
+    })
+}
