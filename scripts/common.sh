@@ -84,7 +84,7 @@ SCRATCH_DIR=
 scratch_paths() {
     [ -n "$SCRATCH_DIR" ] || SCRATCH_DIR=$(pg_work_dir scratch)
     PGDATA_DIR=$SCRATCH_DIR/data
-    SCRATCH_LOG=$SCRATCH_DIR/postgres.log
+    SCRATCH_LOG=$PGDATA_DIR/log/postgresql.log
 }
 
 # Starts (or restarts, to load a new build) the scratch cluster on 127.0.0.1:$SCRATCH_PORT.
@@ -93,7 +93,10 @@ start_scratch_cluster() {
     if [ ! -f "$PGDATA_DIR/PG_VERSION" ]; then
         say "creating the scratch cluster in $PGDATA_DIR"
         as_pg "$PG_BIN/initdb" -D "$PGDATA_DIR" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
-        as_pg tee -a "$PGDATA_DIR/postgresql.conf" >/dev/null <<CONF
+        echo "include 'idgen_scratch.conf'" | as_pg tee -a "$PGDATA_DIR/postgresql.conf" >/dev/null
+    fi
+    # Rewritten at every start, so an existing scratch cluster follows changes here.
+    as_pg tee "$PGDATA_DIR/idgen_scratch.conf" >/dev/null <<CONF
 # idgen scratch cluster: local only, trust auth, room for the concurrency tests.
 listen_addresses = '127.0.0.1'
 port = $SCRATCH_PORT
@@ -101,13 +104,18 @@ unix_socket_directories = '$SCRATCH_DIR'
 max_connections = 400
 shared_buffers = 256MB
 fsync = off
+# One log file that tests read through pg_current_logfile().
+logging_collector = on
+log_directory = 'log'
+log_filename = 'postgresql.log'
+log_rotation_age = 0
+log_rotation_size = 0
 log_line_prefix = '%m [%p] %q%u@%d '
 CONF
-    fi
     if as_pg "$PG_BIN/pg_ctl" -D "$PGDATA_DIR" status >/dev/null 2>&1; then
-        as_pg "$PG_BIN/pg_ctl" -D "$PGDATA_DIR" -l "$SCRATCH_LOG" -w -m fast restart >/dev/null
+        as_pg "$PG_BIN/pg_ctl" -D "$PGDATA_DIR" -l "$SCRATCH_DIR/pg_ctl.log" -w -m fast restart >/dev/null
     else
-        as_pg "$PG_BIN/pg_ctl" -D "$PGDATA_DIR" -l "$SCRATCH_LOG" -w start >/dev/null
+        as_pg "$PG_BIN/pg_ctl" -D "$PGDATA_DIR" -l "$SCRATCH_DIR/pg_ctl.log" -w start >/dev/null
     fi
 }
 

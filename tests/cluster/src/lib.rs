@@ -1,1 +1,117 @@
-//! Shared helpers live in tests/common; this crate only hosts integration tests.
+//! Helpers for the client-driven suites in `tests/`: each test gets its own
+//! database with idgen installed in the scratch cluster that `scripts/test.sh`
+//! starts (`IDGEN_TEST_DSN`, default `host=127.0.0.1 port=28815 user=postgres`).
+
+use postgres::error::DbError;
+use postgres::{Client, Config, NoTls};
+use std::sync::{Arc, Mutex};
+
+pub fn base_dsn() -> String {
+    std::env::var("IDGEN_TEST_DSN").unwrap_or_else(|_| "host=127.0.0.1 port=28815 user=postgres".to_owned())
+}
+
+/// A database of its own for one test, created afresh with idgen installed.
+pub struct TestDb {
+    pub name: String,
+}
+
+impl TestDb {
+    pub fn create(name: &str) -> TestDb {
+        let name = format!("idgen_t_{name}");
+        let mut admin = Client::connect(&format!("{} dbname=postgres", base_dsn()), NoTls).expect("connect to the scratch cluster (is it running? see scripts/test.sh)");
+        admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).unwrap();
+        admin.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
+        let db = TestDb { name };
+        db.connect().batch_execute("CREATE EXTENSION idgen").unwrap();
+        db
+    }
+
+    pub fn dsn(&self) -> String {
+        format!("{} dbname={}", base_dsn(), self.name)
+    }
+
+    pub fn connect(&self) -> Client {
+        Client::connect(&self.dsn(), NoTls).unwrap()
+    }
+
+    /// A connection that records the WARNINGs and NOTICEs the server sends it.
+    pub fn connect_recording(&self) -> (Client, Notices) {
+        let notices = Notices::default();
+        let sink = notices.0.clone();
+        let client = self
+            .dsn()
+            .parse::<Config>()
+            .unwrap()
+            .notice_callback(move |n: DbError| sink.lock().unwrap().push(n))
+            .connect(NoTls)
+            .unwrap();
+        (client, notices)
+    }
+}
+
+#[derive(Clone, Default)]
+pub struct Notices(Arc<Mutex<Vec<DbError>>>);
+
+impl Notices {
+    pub fn take(&self) -> Vec<DbError> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+/// One row of `idgen_claim`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    pub machine_id: i16,
+    pub version: i32,
+    pub outcome: String,
+}
+
+pub fn claim(client: &mut Client, service: &str, host: &str, port: i32) -> Result<Claimed, postgres::Error> {
+    let row = client.query_one("SELECT machine_id, version, outcome FROM idgen_claim($1, $2::text::inet, $3)", &[&service as &(dyn postgres::types::ToSql + Sync), &host, &port])?;
+    Ok(Claimed { machine_id: row.get(0), version: row.get(1), outcome: row.get(2) })
+}
+
+pub fn heartbeat(client: &mut Client, service: &str, machine_id: i16, host: &str, port: i32, version: i32) -> Result<(), postgres::Error> {
+    client
+        .query_one("SELECT idgen_heartbeat($1, $2, $3::text::inet, $4, $5)", &[&service as &(dyn postgres::types::ToSql + Sync), &machine_id, &host, &port, &version])
+        .map(|_| ())
+}
+
+pub fn release(client: &mut Client, service: &str, machine_id: i16, host: &str, port: i32, version: i32) -> Result<bool, postgres::Error> {
+    client
+        .query_one("SELECT idgen_release($1, $2, $3::text::inet, $4, $5)", &[&service as &(dyn postgres::types::ToSql + Sync), &machine_id, &host, &port, &version])
+        .map(|row| row.get(0))
+}
+
+/// The SQLSTATE of a failed call.
+pub fn sqlstate(err: &postgres::Error) -> &str {
+    err.code().map(|c| c.code()).unwrap_or("(no SQLSTATE)")
+}
+
+pub fn db_error(err: &postgres::Error) -> &DbError {
+    err.as_db_error().unwrap_or_else(|| panic!("not a server error: {err}"))
+}
+
+/// Fills every machine id 0..=1023 of `service` that has no row with a fresh,
+/// busy holder at 192.0.2.x, so that only take-back tiers remain.
+pub fn fill_registry(client: &mut Client, service: &str) {
+    client
+        .execute(
+            "INSERT INTO system_nodes (service, machine_id, host, port, version) \
+             SELECT $1, m, ('192.0.2.' || (m % 250))::inet, 10000 + m, 1 FROM generate_series(0, 1023) m \
+             ON CONFLICT DO NOTHING",
+            &[&service],
+        )
+        .unwrap();
+}
+
+/// The registry's rows as text, to compare before and after a call.
+pub fn registry_snapshot(client: &mut Client) -> String {
+    client
+        .query_one(
+            "SELECT coalesce(string_agg(format('%s|%s|%s|%s|%s|%s|%s', service, machine_id, host, port, version, last_seen, released_at), E'\\n' ORDER BY service, machine_id), '') FROM system_nodes",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+}

@@ -1,0 +1,108 @@
+//! Concurrent claims: distinct ids, no waiting on open transactions, rollback.
+
+use idgen_cluster_tests::*;
+use std::sync::{Arc, Barrier};
+use std::thread;
+
+#[test]
+fn two_hundred_concurrent_claims_get_two_hundred_distinct_ids() {
+    let db = Arc::new(TestDb::create("crowd"));
+    let start = Arc::new(Barrier::new(200));
+    let workers: Vec<_> = (0..200)
+        .map(|i| {
+            let (db, start) = (db.clone(), start.clone());
+            thread::spawn(move || {
+                let mut client = db.connect();
+                start.wait();
+                claim(&mut client, "crowd", &format!("10.2.{}.{}", i / 100, i % 100), 7000 + i).unwrap()
+            })
+        })
+        .collect();
+    let mut claims: Vec<Claimed> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    claims.sort_by_key(|c| c.machine_id);
+    let ids: Vec<i16> = claims.iter().map(|c| c.machine_id).collect();
+    assert_eq!(ids, (0..200).collect::<Vec<i16>>(), "200 distinct ids, the lowest ones");
+    assert!(claims.iter().all(|c| c.outcome == "new" && c.version == 1), "{claims:?}");
+
+    // The same identity claiming again gets its id back with the next version.
+    let mut client = db.connect();
+    let first = client.query_one("SELECT machine_id FROM system_nodes WHERE host = '10.2.1.37' AND port = 7137", &[]).unwrap();
+    let again = claim(&mut client, "crowd", "10.2.1.37", 7137).unwrap();
+    assert_eq!(again, Claimed { machine_id: first.get(0), version: 2, outcome: "reused".into() });
+}
+
+#[test]
+fn an_uncommitted_claim_does_not_block_other_claims() {
+    let db = TestDb::create("open_claim");
+    let mut holder = db.connect();
+    holder.batch_execute("BEGIN").unwrap();
+    assert_eq!(claim(&mut holder, "svc", "10.0.0.1", 1).unwrap().machine_id, 0);
+
+    // statement_timeout turns a wait into a failure (57014) instead of a hang.
+    let mut other = db.connect();
+    other.batch_execute("SET statement_timeout = '5s'").unwrap();
+    let b = claim(&mut other, "svc", "10.0.0.2", 2).unwrap();
+    assert_eq!((b.machine_id, b.outcome.as_str()), (1, "new"), "skips the id being claimed, without waiting");
+
+    // The same identity as the open claim is refused at once, not queued.
+    let err = claim(&mut other, "svc", "10.0.0.1", 1).unwrap_err();
+    assert_eq!(sqlstate(&err), "55P03", "{err:?}");
+    assert!(db_error(&err).hint().unwrap().starts_with("Retry in a moment"));
+
+    holder.batch_execute("COMMIT").unwrap();
+    assert_eq!(claim(&mut other, "svc", "10.0.0.3", 3).unwrap().machine_id, 2);
+    let rows: i64 = other.query_one("SELECT count(*) FROM system_nodes", &[]).unwrap().get(0);
+    assert_eq!(rows, 3);
+}
+
+#[test]
+fn an_uncommitted_takeover_neither_blocks_nor_is_doubled() {
+    let db = TestDb::create("open_takeover");
+    let mut admin = db.connect();
+    fill_registry(&mut admin, "svc");
+    admin
+        .batch_execute("UPDATE system_nodes SET last_seen = now() - interval '2 hours' WHERE machine_id = 9")
+        .unwrap();
+
+    let mut taker = db.connect();
+    taker.batch_execute("BEGIN").unwrap();
+    let took = claim(&mut taker, "svc", "10.0.0.1", 1).unwrap();
+    assert_eq!((took.machine_id, took.outcome.as_str()), (9, "idle_1h"));
+
+    let mut other = db.connect();
+    other.batch_execute("SET statement_timeout = '5s'").unwrap();
+    // The only idle row is locked by the open take-over: skipped, so nothing is left.
+    let err = claim(&mut other, "svc", "10.0.0.2", 2).unwrap_err();
+    assert_eq!(sqlstate(&err), "53000", "{err:?}");
+    // The row's previous holder re-claiming finds its row locked: refused at once.
+    let err = claim(&mut other, "svc", "192.0.2.9", 10009).unwrap_err();
+    assert_eq!(sqlstate(&err), "55P03", "{err:?}");
+
+    taker.batch_execute("ROLLBACK").unwrap();
+    let back = claim(&mut other, "svc", "192.0.2.9", 10009).unwrap();
+    assert_eq!((back.machine_id, back.version, back.outcome.as_str()), (9, 2, "reused"));
+}
+
+#[test]
+fn a_rolled_back_claim_leaves_nothing_behind() {
+    let db = TestDb::create("rollback");
+    let mut client = db.connect();
+    client.batch_execute("BEGIN").unwrap();
+    claim(&mut client, "svc", "10.0.0.1", 1).unwrap();
+    client.batch_execute("ROLLBACK").unwrap();
+    assert_eq!(registry_snapshot(&mut client), "");
+    let c = claim(&mut client, "svc", "10.0.0.2", 2).unwrap();
+    assert_eq!((c.machine_id, c.version), (0, 1));
+}
+
+#[test]
+fn claims_work_at_every_isolation_level() {
+    let db = TestDb::create("isolation");
+    let mut client = db.connect();
+    for (i, level) in ["READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"].iter().enumerate() {
+        client.batch_execute(&format!("BEGIN ISOLATION LEVEL {level}")).unwrap();
+        let c = claim(&mut client, "svc", "10.0.0.1", 1 + i as i32).unwrap();
+        client.batch_execute("COMMIT").unwrap();
+        assert_eq!((c.machine_id, c.outcome.as_str()), (i as i16, "new"), "{level}");
+    }
+}

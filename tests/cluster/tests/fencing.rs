@@ -1,0 +1,102 @@
+//! Heartbeat fencing, release and cooldown: a holder learns at once that ownership moved.
+
+use idgen_cluster_tests::*;
+
+#[test]
+fn after_a_takeover_the_old_holders_heartbeat_fails_with_55000() {
+    let db = TestDb::create("fence");
+    let mut admin = db.connect();
+    fill_registry(&mut admin, "svc");
+    admin.batch_execute("DELETE FROM system_nodes WHERE machine_id = 7").unwrap();
+
+    let mut old = db.connect();
+    let a = claim(&mut old, "svc", "10.0.0.1", 1).unwrap();
+    assert_eq!((a.machine_id, a.version), (7, 1));
+    heartbeat(&mut old, "svc", 7, "10.0.0.1", 1, 1).unwrap();
+
+    admin.batch_execute("UPDATE system_nodes SET last_seen = now() - interval '2 hours' WHERE machine_id = 7").unwrap();
+    let mut new = db.connect();
+    let b = claim(&mut new, "svc", "10.0.0.2", 2).unwrap();
+    assert_eq!((b.machine_id, b.version, b.outcome.as_str()), (7, 2, "idle_1h"));
+
+    let err = heartbeat(&mut old, "svc", 7, "10.0.0.1", 1, 1).unwrap_err();
+    let e = db_error(&err);
+    assert_eq!(e.code().code(), "55000");
+    assert_eq!(e.message(), "idgen_heartbeat: machine id 7 of service \"svc\" is no longer held by 10.0.0.1:1 at version 1");
+    assert!(e.detail().unwrap().starts_with("It is now held by 10.0.0.2:2 at version 2, last seen "), "{:?}", e.detail());
+    assert!(e.hint().unwrap().contains("exit"));
+
+    heartbeat(&mut new, "svc", 7, "10.0.0.2", 2, 2).unwrap();
+    // The old holder cannot release what it lost either.
+    assert!(!release(&mut old, "svc", 7, "10.0.0.1", 1, 1).unwrap());
+    let row = admin.query_one("SELECT host::text, version, released_at IS NULL FROM system_nodes WHERE machine_id = 7", &[]).unwrap();
+    assert_eq!((row.get::<_, String>(0), row.get::<_, i32>(1), row.get::<_, bool>(2)), ("10.0.0.2/32".into(), 2, true));
+}
+
+#[test]
+fn a_restart_on_the_same_address_fences_the_stale_process() {
+    let db = TestDb::create("twin");
+    let mut stale = db.connect();
+    let first = claim(&mut stale, "svc", "10.0.0.1", 1).unwrap();
+    let mut fresh = db.connect();
+    let second = claim(&mut fresh, "svc", "10.0.0.1", 1).unwrap();
+    assert_eq!((second.machine_id, second.version, second.outcome.as_str()), (first.machine_id, 2, "reused"));
+    let err = heartbeat(&mut stale, "svc", first.machine_id, "10.0.0.1", 1, 1).unwrap_err();
+    assert_eq!(sqlstate(&err), "55000");
+    assert!(db_error(&err).detail().unwrap().starts_with("It is now held by 10.0.0.1:1 at version 2"));
+}
+
+#[test]
+fn heartbeat_moves_last_seen_and_returns_the_lease() {
+    let db = TestDb::create("heartbeat");
+    let mut client = db.connect();
+    let c = claim(&mut client, "svc", "10.0.0.1", 1).unwrap();
+    client.batch_execute("UPDATE system_nodes SET last_seen = now() - interval '50 minutes'").unwrap();
+    let row = client
+        .query_one(
+            "SELECT (lease - now())::text FROM idgen_heartbeat('svc', $1, '10.0.0.1', 1, $2) AS lease",
+            &[&c.machine_id, &c.version],
+        )
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "00:55:00", "lease = last heartbeat + 1h - 5min margin");
+    let seen: f64 = client.query_one("SELECT extract(epoch FROM now() - last_seen)::float8 FROM system_nodes", &[]).unwrap().get(0);
+    assert!(seen < 60.0, "last_seen moved to the heartbeat, {seen}s ago");
+}
+
+#[test]
+fn a_released_id_cools_down_for_others_but_not_for_its_holder() {
+    let db = TestDb::create("cooldown");
+    let mut admin = db.connect();
+    fill_registry(&mut admin, "svc");
+    admin.batch_execute("DELETE FROM system_nodes WHERE machine_id = 5").unwrap();
+    let mut a = db.connect();
+    let mut b = db.connect();
+
+    let first = claim(&mut a, "svc", "10.0.0.1", 1).unwrap();
+    assert_eq!((first.machine_id, first.version), (5, 1));
+    assert!(release(&mut a, "svc", 5, "10.0.0.1", 1, 1).unwrap());
+    let err = heartbeat(&mut a, "svc", 5, "10.0.0.1", 1, 1).unwrap_err();
+    assert_eq!(sqlstate(&err), "55000", "a released lease is over");
+    assert!(db_error(&err).detail().unwrap().starts_with("It was released at "));
+
+    // Within the cooldown nobody else may take it...
+    assert_eq!(sqlstate(&claim(&mut b, "svc", "10.0.0.2", 2).unwrap_err()), "53000");
+    // ...but its holder may claim it straight back.
+    let back = claim(&mut a, "svc", "10.0.0.1", 1).unwrap();
+    assert_eq!((back.machine_id, back.version, back.outcome.as_str()), (5, 3, "reused"));
+    assert!(release(&mut a, "svc", 5, "10.0.0.1", 1, 3).unwrap());
+
+    admin.batch_execute("UPDATE system_nodes SET released_at = now() - interval '61 seconds' WHERE machine_id = 5").unwrap();
+    let taken = claim(&mut b, "svc", "10.0.0.2", 2).unwrap();
+    assert_eq!((taken.machine_id, taken.version, taken.outcome.as_str()), (5, 5, "released"));
+
+    // Releasing what you no longer hold changes nothing and warns.
+    let (mut a2, notices) = db.connect_recording();
+    let before = registry_snapshot(&mut admin);
+    assert!(!release(&mut a2, "svc", 5, "10.0.0.1", 1, 4).unwrap());
+    assert_eq!(registry_snapshot(&mut admin), before);
+    let warnings = notices.take();
+    assert_eq!(warnings.len(), 1);
+    assert_eq!(warnings[0].severity(), "WARNING");
+    assert!(warnings[0].message().starts_with("idgen_release: machine id 5 of service \"svc\""), "{}", warnings[0].message());
+}

@@ -1,0 +1,104 @@
+//! Privileges: nothing for PUBLIC, EXECUTE by grant, the registry only through the functions.
+
+use idgen_cluster_tests::*;
+
+const SERVICE_ROLE: &str = "idgen_t_service_role";
+
+fn as_service_role(client: &mut postgres::Client, sql: &str) -> Result<(), postgres::Error> {
+    client.batch_execute(&format!("SET ROLE {SERVICE_ROLE}"))?;
+    let result = client.batch_execute(sql);
+    client.batch_execute("RESET ROLE").unwrap();
+    result
+}
+
+#[test]
+fn a_service_role_needs_a_grant_and_never_writes_the_table_directly() {
+    let db = TestDb::create("privileges");
+    let mut admin = db.connect();
+    admin
+        .batch_execute(&format!(
+            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{SERVICE_ROLE}') THEN CREATE ROLE {SERVICE_ROLE}; END IF; END $$"
+        ))
+        .unwrap();
+
+    let denied = [
+        "SELECT * FROM idgen_claim('svc', '10.0.0.1', 1)",
+        "SELECT idgen_heartbeat('svc', 0::smallint, '10.0.0.1', 1, 1)",
+        "SELECT idgen_release('svc', 0::smallint, '10.0.0.1', 1, 1)",
+        "SELECT * FROM system_nodes",
+        "INSERT INTO system_nodes (service, machine_id, host, port, version) VALUES ('svc', 9, '10.0.0.9', 9, 1)",
+        "ALTER SYSTEM SET idgen.takeover_idle_1h = '1min'",
+    ];
+    for sql in denied {
+        let err = as_service_role(&mut admin, sql).expect_err(sql);
+        assert_eq!(sqlstate(&err), "42501", "{sql}: {err:?}");
+    }
+
+    // The grant the README tells a DBA to give.
+    admin
+        .batch_execute(&format!(
+            "GRANT EXECUTE ON FUNCTION idgen_claim(text, inet, integer), \
+                 idgen_heartbeat(text, smallint, inet, integer, integer), \
+                 idgen_release(text, smallint, inet, integer, integer) TO {SERVICE_ROLE}"
+        ))
+        .unwrap();
+    as_service_role(
+        &mut admin,
+        "SELECT * FROM idgen_claim('svc', '10.0.0.1', 1);
+         SELECT idgen_heartbeat('svc', 0::smallint, '10.0.0.1', 1, 1);
+         SELECT idgen_release('svc', 0::smallint, '10.0.0.1', 1, 1);",
+    )
+    .unwrap();
+    for sql in ["SELECT * FROM system_nodes", "UPDATE system_nodes SET version = 99", "DELETE FROM system_nodes"] {
+        assert_eq!(sqlstate(&as_service_role(&mut admin, sql).expect_err(sql)), "42501", "{sql}");
+    }
+    let version: i32 = admin.query_one("SELECT version FROM system_nodes", &[]).unwrap().get(0);
+    assert_eq!(version, 2, "claimed at 1, released to 2, through the functions only");
+    settings_are_for_superusers_only(&db);
+    admin.batch_execute(&format!("REVOKE ALL ON FUNCTION idgen_claim(text, inet, integer), idgen_heartbeat(text, smallint, inet, integer, integer), idgen_release(text, smallint, inet, integer, integer) FROM {SERVICE_ROLE}")).unwrap();
+}
+
+#[test]
+fn a_callers_search_path_cannot_redirect_the_registry_functions() {
+    let db = TestDb::create("search_path");
+    let mut admin = db.connect();
+    // A decoy table in a schema first on the caller's path, and one in pg_temp.
+    admin
+        .batch_execute(
+            "CREATE SCHEMA decoy; CREATE TABLE decoy.system_nodes (LIKE public.system_nodes INCLUDING ALL);
+             CREATE TEMP TABLE system_nodes (LIKE public.system_nodes INCLUDING ALL);
+             SET search_path = decoy, public;",
+        )
+        .unwrap();
+    let c = claim(&mut admin, "svc", "10.0.0.1", 1).unwrap();
+    assert_eq!(c.outcome, "new");
+    let counts: (i64, i64, i64) = {
+        let r = admin
+            .query_one("SELECT (SELECT count(*) FROM public.system_nodes), (SELECT count(*) FROM decoy.system_nodes), (SELECT count(*) FROM pg_temp.system_nodes)", &[])
+            .unwrap();
+        (r.get(0), r.get(1), r.get(2))
+    };
+    assert_eq!(counts, (1, 0, 0));
+    let pinned: i64 = admin
+        .query_one("SELECT count(*) FROM pg_proc WHERE proname LIKE 'idgen\\_%' AND prosecdef AND proconfig::text LIKE '%search_path=pg_catalog, public, pg_temp%'", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(pinned, 3, "claim, heartbeat and release are SECURITY DEFINER with a pinned search_path");
+}
+
+/// Before idgen is loaded in a session, SET of an idgen.* name only makes a
+/// placeholder; Postgres drops it (with a WARNING) when idgen loads. After that
+/// a non-superuser's SET is refused.
+fn settings_are_for_superusers_only(db: &TestDb) {
+    let mut fresh = db.connect();
+    fresh.batch_execute(&format!("SET ROLE {SERVICE_ROLE}; SET idgen.takeover_idle_1h = '20min'")).unwrap();
+    let lease: String = fresh
+        .query_one("SELECT (lease_until - now())::text FROM idgen_claim('svc', '10.0.0.2', 2)", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(lease, "00:55:00", "the placeholder did not shorten the lease");
+    let shown: String = fresh.query_one("SHOW idgen.takeover_idle_1h", &[]).unwrap().get(0);
+    assert_eq!(shown, "1h");
+    let err = fresh.batch_execute("SET idgen.takeover_idle_1h = '20min'").unwrap_err();
+    assert_eq!(sqlstate(&err), "42501");
+}

@@ -1,0 +1,146 @@
+//! The claim tiers in order, the 1-hour alert, exhaustion and what listeners get.
+
+use idgen_cluster_tests::*;
+use postgres::fallible_iterator::FallibleIterator;
+use serde_json::Value;
+use std::time::Duration;
+
+#[test]
+fn tiers_are_taken_in_order_then_a_full_registry_fails() {
+    let db = TestDb::create("tiers");
+    let mut admin = db.connect();
+    fill_registry(&mut admin, "tiers");
+    admin
+        .batch_execute(
+            "DELETE FROM system_nodes WHERE machine_id = 1000;  -- one id never registered
+             UPDATE system_nodes SET released_at = now() - interval '2 minutes' WHERE machine_id = 10;
+             -- released 30 s ago: still cooling down, even though long idle
+             UPDATE system_nodes SET released_at = now() - interval '30 seconds', last_seen = now() - interval '3 days' WHERE machine_id = 11;
+             UPDATE system_nodes SET last_seen = now() - interval '8 days' WHERE machine_id = 20;
+             UPDATE system_nodes SET last_seen = now() - interval '9 days' WHERE machine_id = 21;
+             UPDATE system_nodes SET last_seen = now() - interval '2 days' WHERE machine_id = 30;
+             UPDATE system_nodes SET last_seen = now() - interval '2 hours' WHERE machine_id = 40;
+             UPDATE system_nodes SET last_seen = now() - interval '59 minutes' WHERE machine_id = 50;",
+        )
+        .unwrap();
+
+    let mut listener = db.connect();
+    listener.batch_execute("LISTEN idgen_alert").unwrap();
+    let (mut claimant, notices) = db.connect_recording();
+
+    let mut outcomes = vec![];
+    for k in 1..=6 {
+        let c = claim(&mut claimant, "tiers", &format!("10.9.0.{k}"), 1).unwrap();
+        outcomes.push((c.outcome.clone(), c.machine_id));
+        let warnings: Vec<_> = notices.take().into_iter().filter(|n| n.severity() == "WARNING").collect();
+        if c.outcome == "idle_1h" {
+            assert_eq!(warnings.len(), 1, "the 1-hour tier warns");
+            assert!(
+                warnings[0].message().starts_with("idgen_claim: took back machine id 40 of service \"tiers\" from 192.0.2.40:10040, idle only 2h"),
+                "{}", warnings[0].message()
+            );
+        } else {
+            assert!(warnings.is_empty(), "{} must not warn: {warnings:?}", c.outcome);
+        }
+    }
+    let expected = [("new", 1000), ("released", 10), ("idle_7d", 21), ("idle_7d", 20), ("idle_1d", 30), ("idle_1h", 40)];
+    assert_eq!(outcomes, expected.map(|(o, m)| (o.to_owned(), m)));
+
+    // Nothing is left: 11 is cooling down, 50 is not idle for an hour.
+    let err = claim(&mut claimant, "tiers", "10.9.0.7", 1).unwrap_err();
+    let e = db_error(&err);
+    assert_eq!(e.code().code(), "53000");
+    assert_eq!(e.message(), "idgen_claim: no machine id is free for service \"tiers\"");
+    let detail = e.detail().unwrap();
+    assert!(detail.starts_with("1024 of 1024 machine ids (0 to 1023) are held"), "{detail}");
+    assert!(detail.contains("The least recently seen holder is machine id 11 at 192.0.2.11:10011, idle 3d"), "{detail}");
+    assert!(e.hint().unwrap().starts_with("Someone must look"));
+    let warned = notices.take();
+    assert!(warned.iter().any(|n| n.severity() == "WARNING" && n.message().contains("are exhausted")), "{warned:?}");
+
+    // Listeners hear the 1-hour take-back. The exhaustion's NOTIFY would die
+    // with its failed transaction, so it is not sent: the server log has it.
+    let mut heard: Vec<Value> = vec![];
+    {
+        let mut notifications = listener.notifications();
+        let mut pending = notifications.timeout_iter(Duration::from_secs(2));
+        while let Some(n) = pending.next().unwrap() {
+            heard.push(serde_json::from_str(n.payload()).unwrap());
+        }
+    }
+    assert_eq!(heard.len(), 1, "{heard:?}");
+    let alert = &heard[0];
+    assert_eq!(alert["event"], "idle_1h_takeover");
+    assert_eq!(alert["service"], "tiers");
+    assert_eq!(alert["machine_id"], 40);
+    assert_eq!(alert["holder"], serde_json::json!({"host": "10.9.0.6", "port": 1, "version": 2}));
+    assert_eq!(alert["previous_holder"]["host"], "192.0.2.40");
+    assert_eq!(alert["previous_holder"]["port"], 10040);
+    assert_eq!(alert["previous_holder"]["version"], 1);
+    let idle = alert["idle_seconds"].as_i64().unwrap();
+    assert!((7200..7260).contains(&idle), "idle {idle}");
+
+    let log: String = admin.query_one("SELECT pg_read_file(pg_current_logfile())", &[]).unwrap().get(0);
+    let line = log
+        .lines()
+        .find(|l| l.contains("idgen_alert {") && l.contains("\"event\":\"exhausted\"") && l.contains("\"service\":\"tiers\""))
+        .unwrap_or_else(|| panic!("no exhaustion alert in the server log"));
+    assert!(line.contains("\"held\":1024") && line.contains("\"host\":\"10.9.0.7\""), "{line}");
+}
+
+#[test]
+fn the_least_recently_seen_row_goes_first_within_a_tier() {
+    let db = TestDb::create("tier_order");
+    let mut admin = db.connect();
+    fill_registry(&mut admin, "svc");
+    admin
+        .batch_execute(
+            "UPDATE system_nodes SET last_seen = now() - interval '3 hours' WHERE machine_id = 700;
+             UPDATE system_nodes SET last_seen = now() - interval '5 hours' WHERE machine_id = 800;
+             UPDATE system_nodes SET last_seen = now() - interval '4 hours' WHERE machine_id = 5;",
+        )
+        .unwrap();
+    let ids: Vec<i16> = (1..=3).map(|k| claim(&mut admin, "svc", &format!("10.0.0.{k}"), 1).unwrap().machine_id).collect();
+    assert_eq!(ids, vec![800, 5, 700]);
+}
+
+#[test]
+fn thresholds_follow_the_settings() {
+    let db = TestDb::create("thresholds");
+    let mut admin = db.connect();
+    fill_registry(&mut admin, "svc");
+    admin.batch_execute("UPDATE system_nodes SET last_seen = now() - interval '20 minutes' WHERE machine_id = 3").unwrap();
+    let err = claim(&mut admin, "svc", "10.0.0.1", 1).unwrap_err();
+    assert_eq!(sqlstate(&err), "53000");
+    admin
+        .batch_execute("SET idgen.takeover_idle_1h = '15min'; SET idgen.lease_safety_margin = '1min'")
+        .unwrap();
+    let c = claim(&mut admin, "svc", "10.0.0.1", 1).unwrap();
+    assert_eq!((c.machine_id, c.outcome.as_str()), (3, "idle_1h"));
+    // The lease follows too: last heartbeat + 15 min - 1 min.
+    let lease: String = admin
+        .query_one(
+            // heartbeat sets last_seen = now(), the statement's start in autocommit
+            "SELECT (idgen_heartbeat('svc', 3::smallint, '10.0.0.1', 1, 2) - now())::text",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(lease, "00:14:00");
+}
+
+#[test]
+fn inconsistent_settings_stop_claims_and_heartbeats() {
+    let db = TestDb::create("bad_settings");
+    let mut admin = db.connect();
+    let c = claim(&mut admin, "svc", "10.0.0.1", 1).unwrap();
+    admin.batch_execute("SET idgen.heartbeat_interval = '1h'").unwrap();
+    for err in [
+        claim(&mut admin, "svc", "10.0.0.2", 1).unwrap_err(),
+        heartbeat(&mut admin, "svc", c.machine_id, "10.0.0.1", 1, c.version).unwrap_err(),
+    ] {
+        let e = db_error(&err);
+        assert_eq!((e.code().code(), e.message()), ("22023", "idgen settings are inconsistent"));
+        assert!(e.detail().unwrap().starts_with("idgen.heartbeat_interval (1h) must be shorter than the lease"), "{:?}", e.detail());
+    }
+}
