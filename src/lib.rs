@@ -22,7 +22,9 @@ pub extern "C-unwind" fn _PG_init() {
 
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]
-mod tests;
+mod tests {
+    include!("tests.rs");
+}
 
 /// Required by `cargo pgrx test`.
 #[cfg(test)]

@@ -1,3 +1,95 @@
-//! `#[pg_test]`s: each runs inside a transaction that is rolled back, so these
-//! check single-session behaviour. Commit, concurrency and privileges are
-//! tested from real clients in tests/cluster.
+// `#[pg_test]`s: each runs inside a transaction that is rolled back, so these
+// check single-session behaviour and the installed schema. pgrx runs them
+// concurrently in one database, so each uses a service name of its own. Commit,
+// concurrency, notifications and privileges are tested from real clients in
+// tests/cluster.
+
+use pgrx::prelude::*;
+
+fn one<T: pgrx::FromDatum + pgrx::IntoDatum>(sql: &str) -> T {
+    Spi::get_one::<T>(sql).expect("query failed").expect("query returned NULL")
+}
+
+#[pg_test]
+fn claim_then_reclaim_keeps_the_id_and_bumps_the_version() {
+    let first = one::<String>("SELECT format('%s/%s/%s', machine_id, version, outcome) FROM idgen_claim('svc', '10.0.0.5', 8080)");
+    assert_eq!(first, "0/1/new");
+    let other = one::<String>("SELECT format('%s/%s/%s', machine_id, version, outcome) FROM idgen_claim('svc', '10.0.0.6', 8080)");
+    assert_eq!(other, "1/1/new");
+    let again = one::<String>("SELECT format('%s/%s/%s', machine_id, version, outcome) FROM idgen_claim('svc', '10.0.0.5', 8080)");
+    assert_eq!(again, "0/2/reused");
+    // Services have separate id spaces.
+    let elsewhere = one::<String>("SELECT format('%s/%s', machine_id, outcome) FROM idgen_claim('billing', '10.0.0.5', 8080)");
+    assert_eq!(elsewhere, "0/new");
+}
+
+#[pg_test]
+fn lease_until_is_last_seen_plus_the_1h_tier_minus_the_margin() {
+    let lease = one::<String>("SELECT (lease_until - now())::text FROM idgen_claim('lease', '10.0.0.5', 8080)");
+    assert_eq!(lease, "00:55:00");
+    let renewed = one::<String>("SELECT (idgen_heartbeat('lease', 0::smallint, '10.0.0.5', 8080, 1) - now())::text");
+    assert_eq!(renewed, "00:55:00");
+}
+
+#[pg_test]
+fn a_stale_version_cannot_heartbeat() {
+    Spi::run("SELECT idgen_claim('stale', '10.0.0.5', 8080)").unwrap();
+    Spi::run("SELECT idgen_claim('stale', '10.0.0.5', 8080)").unwrap();
+    let result = PgTryBuilder::new(|| {
+        Spi::run("SELECT idgen_heartbeat('stale', 0::smallint, '10.0.0.5', 8080, 1)").map(|_| "renewed".to_owned())
+    })
+    .catch_when(PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, |_| Ok("55000".to_owned()))
+    .execute()
+    .unwrap();
+    assert_eq!(result, "55000");
+}
+
+#[pg_test]
+fn settings_have_the_documented_defaults() {
+    let shown = one::<String>(
+        "SELECT string_agg(name || '=' || setting || coalesce(unit, ''), ', ' ORDER BY name) FROM pg_settings WHERE name LIKE 'idgen.%'",
+    );
+    assert_eq!(
+        shown,
+        "idgen.heartbeat_interval=300s, idgen.lease_safety_margin=300s, idgen.release_cooldown=60s, \
+         idgen.takeover_idle_1d=86400s, idgen.takeover_idle_1h=3600s, idgen.takeover_idle_7d=604800s"
+    );
+    let contexts = one::<String>("SELECT string_agg(DISTINCT context, ',') FROM pg_settings WHERE name LIKE 'idgen.%'");
+    assert_eq!(contexts, "superuser");
+}
+
+#[pg_test(error = "idgen settings are inconsistent")]
+fn inconsistent_settings_refuse_claims() {
+    Spi::run("SET LOCAL idgen.takeover_idle_1h = '2d'").unwrap();
+    Spi::run("SELECT idgen_claim('inconsistent', '10.0.0.5', 8080)").unwrap();
+}
+
+#[pg_test]
+fn every_registry_object_explains_itself() {
+    let uncommented_columns = one::<i64>(
+        "SELECT count(*) FROM pg_attribute a WHERE a.attrelid = 'system_nodes'::regclass AND a.attnum > 0 \
+         AND NOT a.attisdropped AND col_description(a.attrelid, a.attnum) IS NULL",
+    );
+    assert_eq!(uncommented_columns, 0);
+    assert!(one::<bool>("SELECT obj_description('system_nodes'::regclass, 'pg_class') IS NOT NULL"));
+    let uncommented_functions = one::<i64>(
+        "SELECT count(*) FROM pg_proc WHERE proname IN ('idgen_claim', 'idgen_heartbeat', 'idgen_release') \
+         AND obj_description(oid, 'pg_proc') IS NULL",
+    );
+    assert_eq!(uncommented_functions, 0);
+}
+
+#[pg_test]
+fn the_registry_is_dumped_and_closed_to_public() {
+    assert!(one::<bool>(
+        "SELECT 'system_nodes'::regclass = ANY (extconfig) FROM pg_extension WHERE extname = 'idgen'"
+    ));
+    let public_can = one::<String>(
+        "SELECT format('%s %s %s %s', \
+           has_function_privilege('public', 'idgen_claim(text, inet, integer)', 'EXECUTE'), \
+           has_function_privilege('public', 'idgen_heartbeat(text, smallint, inet, integer, integer)', 'EXECUTE'), \
+           has_function_privilege('public', 'idgen_release(text, smallint, inet, integer, integer)', 'EXECUTE'), \
+           has_table_privilege('public', 'system_nodes', 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE'))",
+    );
+    assert_eq!(public_can, "f f f f");
+}
