@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Registry benchmark: idgen_heartbeat and idgen_claim (reuse) against a plain
+# UPDATE of the same shape, with pgbench on the scratch cluster. The machine
+# is shared and noisy: read the ratios, which compare runs made side by side.
+# Usage: bash scripts/bench.sh [seconds per run, default 10] [clients, default 1]
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+SECONDS_PER_RUN=${1:-10}
+CLIENTS=${2:-1}
+
+setup
+say "building a release build"
+sudo_flag=(); is_root || sudo_flag=(--sudo)
+(cd "$ROOT" && cargo pgrx install --release --pg-config "$PG_CONFIG" "${sudo_flag[@]}" >/dev/null)
+start_scratch_cluster
+
+scratch_psql postgres -c "DROP DATABASE IF EXISTS idgen_bench WITH (FORCE)" -c "CREATE DATABASE idgen_bench"
+scratch_psql idgen_bench <<'SQL'
+CREATE EXTENSION idgen;
+-- One node per pgbench client, and a copy of the registry without idgen for the baseline.
+SELECT idgen_claim('bench', ('10.0.0.' || c)::inet, 1) FROM generate_series(1, 64) c;
+CREATE TABLE baseline AS SELECT * FROM system_nodes;
+ALTER TABLE baseline ADD PRIMARY KEY (service, machine_id);
+SQL
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cat > "$work/heartbeat.sql" <<'SQL'
+\set c (:client_id % 64) + 1
+SELECT idgen_heartbeat('bench', (:c - 1)::smallint, ('10.0.0.' || :c)::inet, 1, 1);
+SQL
+cat > "$work/baseline_heartbeat.sql" <<'SQL'
+\set c (:client_id % 64) + 1
+UPDATE baseline SET last_seen = now() WHERE service = 'bench' AND machine_id = :c - 1 AND host = ('10.0.0.' || :c)::inet AND port = 1 AND version = 1 RETURNING last_seen + interval '55 minutes';
+SQL
+cat > "$work/claim.sql" <<'SQL'
+\set c (:client_id % 64) + 1
+SELECT * FROM idgen_claim('bench', ('10.0.0.' || :c)::inet, 2);
+SQL
+
+tps() {
+    pgbench -h 127.0.0.1 -p "$SCRATCH_PORT" -U postgres -n -M prepared -c "$CLIENTS" -j "$CLIENTS" -T "$SECONDS_PER_RUN" -f "$work/$1" idgen_bench 2>/dev/null \
+        | awk '/^tps = / {printf "%.0f", $3}'
+}
+say "pgbench, $CLIENTS client(s), ${SECONDS_PER_RUN}s per run"
+base=$(tps baseline_heartbeat.sql)
+hb=$(tps heartbeat.sql)
+claim=$(tps claim.sql)
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+cat <<TABLE
+
+| operation ($CLIENTS client(s), ${SECONDS_PER_RUN} s) | calls/s | time per call vs plain UPDATE |
+|---|---:|---:|
+| plain UPDATE of a registry-shaped row (baseline) | $base | 1.00 |
+| idgen_heartbeat | $hb | $(ratio "$base" "$hb") |
+| idgen_claim, reusing the caller's row | $claim | $(ratio "$base" "$claim") |
+TABLE
