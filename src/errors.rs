@@ -12,6 +12,7 @@ fn error_code(state: SqlState) -> PgSqlErrorCode {
         SqlState::InsufficientResources => PgSqlErrorCode::ERRCODE_INSUFFICIENT_RESOURCES,
         SqlState::ObjectNotInPrerequisiteState => PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
         SqlState::LockNotAvailable => PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+        SqlState::ReadOnlySqlTransaction => PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION,
         SqlState::Warning => PgSqlErrorCode::ERRCODE_WARNING,
     }
 }

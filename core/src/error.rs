@@ -20,6 +20,8 @@ pub enum SqlState {
     ObjectNotInPrerequisiteState,
     /// 55P03: another session holds the caller's own registry row right now.
     LockNotAvailable,
+    /// 25006: the registry cannot be written here (read-only transaction or standby).
+    ReadOnlySqlTransaction,
     /// 01000: a WARNING, not an error (for example a release of what is not held).
     Warning,
 }
@@ -33,6 +35,7 @@ impl SqlState {
             SqlState::InsufficientResources => "53000",
             SqlState::ObjectNotInPrerequisiteState => "55000",
             SqlState::LockNotAvailable => "55P03",
+            SqlState::ReadOnlySqlTransaction => "25006",
             SqlState::Warning => "01000",
         }
     }

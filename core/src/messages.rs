@@ -26,7 +26,6 @@ pub struct RowFacts {
 /// and a `NOTIFY idgen_alert` with `payload` as JSON.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Alert {
-    pub event: &'static str,
     pub message: String,
     pub payload: serde_json::Value,
 }
@@ -81,6 +80,18 @@ pub fn identity_busy(function: &str, node: &NodeIdentity, machine_id: Option<i16
     .hint("Retry in a moment. If it keeps failing, look for an old transaction in pg_stat_activity, or for two processes started with the same host and port.")
 }
 
+/// The registry cannot be written: a read-only transaction, or a standby.
+pub fn read_only(function: &str, on_standby: bool) -> IdgenError {
+    let (where_, hint) = if on_standby {
+        ("on a standby server", "Call it on the primary.")
+    } else {
+        ("in a read-only transaction", "Call it outside the read-only transaction (SET TRANSACTION READ WRITE, or default_transaction_read_only = off).")
+    };
+    IdgenError::new(SqlState::ReadOnlySqlTransaction, format!("{function}: cannot write the registry {where_}"))
+        .detail("Claims, heartbeats and releases update system_nodes.")
+        .hint(hint)
+}
+
 /// Every machine id of the service is held and none may be taken back.
 pub fn exhausted(
     function: &str,
@@ -112,7 +123,6 @@ pub fn exhausted(
         service.replace('\'', "''")
     ));
     let alert = Alert {
-        event: "exhausted",
         message: format!(
             "{function}: machine ids of service \"{service}\" are exhausted; {} could not start",
             endpoint(&claimant.host, claimant.port)
@@ -130,7 +140,8 @@ pub fn exhausted(
     (error, alert)
 }
 
-/// A take-back that a person should hear about (the 1-hour tier).
+/// A take-back that a person should hear about (the policy alerts on the 1-hour tier):
+/// event `<outcome>_takeover`, e.g. `idle_1h_takeover`.
 pub fn takeover_alert(
     function: &str,
     outcome: Outcome,
@@ -139,21 +150,13 @@ pub fn takeover_alert(
     new_version: i32,
     previous: &RowFacts,
 ) -> Alert {
-    let event = match outcome {
-        Outcome::Idle1h => "idle_1h_takeover",
-        Outcome::Idle1d => "idle_1d_takeover",
-        Outcome::Idle7d => "idle_7d_takeover",
-        Outcome::Released => "released_takeover",
-        Outcome::New | Outcome::Reused => "claim",
-    };
     Alert {
-        event,
         message: format!(
             "{function}: took back machine id {machine_id} of service \"{}\" from {}, idle only {}",
             claimant.service, endpoint(&previous.host, previous.port), human_duration(previous.idle_secs)
         ),
         payload: json!({
-            "event": event,
+            "event": format!("{}_takeover", outcome.label()),
             "service": claimant.service,
             "machine_id": machine_id,
             "holder": { "host": claimant.host, "port": claimant.port, "version": new_version },
@@ -255,13 +258,21 @@ mod tests {
     #[test]
     fn idle_1h_alert_carries_new_and_previous_holder() {
         let alert = takeover_alert("idgen_claim", Outcome::Idle1h, &node("2001:db8::9", 9090), 5, 8, &row("10.0.0.7", 8080, 7, None));
-        assert_eq!(alert.event, "idle_1h_takeover");
+        assert_eq!(alert.payload["event"], "idle_1h_takeover");
         assert_eq!(alert.message, "idgen_claim: took back machine id 5 of service \"orders\" from 10.0.0.7:8080, idle only 1h 3m");
         let p = &alert.payload;
         assert_eq!((p["service"].as_str(), p["machine_id"].as_i64()), (Some("orders"), Some(5)));
         assert_eq!(p["holder"], json!({"host": "2001:db8::9", "port": 9090, "version": 8}));
         assert_eq!(p["previous_holder"]["version"], 7);
         assert_eq!(p["idle_seconds"], 3780);
+    }
+
+    #[test]
+    fn read_only_errors_say_where_and_what_to_do() {
+        let standby = read_only("idgen_heartbeat", true);
+        assert_eq!((standby.sqlstate.code(), standby.message.as_str()), ("25006", "idgen_heartbeat: cannot write the registry on a standby server"));
+        assert_eq!(standby.hint.as_deref(), Some("Call it on the primary."));
+        assert!(read_only("idgen_claim", false).message.ends_with("in a read-only transaction"));
     }
 
     #[test]

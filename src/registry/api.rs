@@ -11,7 +11,17 @@ use idgen_core::{input, messages, Layout};
 use pgrx::datum::{Inet, TimestampWithTimeZone};
 use pgrx::prelude::*;
 use pgrx::spi::Spi;
-use pgrx::PgLogLevel;
+use pgrx::{pg_sys, PgLogLevel};
+
+/// Refuses before any work when the registry cannot be written here, with a
+/// clearer message than the UPDATE's own.
+fn ensure_registry_writable(function: &str) {
+    // SAFETY: plain reads of backend-local state.
+    let (on_standby, read_only) = unsafe { (pg_sys::RecoveryInProgress(), pg_sys::XactReadOnly) };
+    if on_standby || read_only {
+        raise(messages::read_only(function, on_standby));
+    }
+}
 
 
 /// Claims a machine id for a service node; see the README's client contract.
@@ -26,6 +36,7 @@ fn idgen_claim(
     (name!(machine_id, i16), name!(version, i32), name!(outcome, String), name!(lease_until, TimestampWithTimeZone)),
 > {
     const F: &str = "idgen_claim";
+    ensure_registry_writable(F);
     let node = or_raise(input::node_identity(F, service, host.as_deref(), port));
     let policy = or_raise(claim_policy());
     let claimed = or_raise(claim(F, &node, &policy, &Layout::DEFAULT));
@@ -43,6 +54,7 @@ fn idgen_heartbeat(
     version: Option<i32>,
 ) -> TimestampWithTimeZone {
     const F: &str = "idgen_heartbeat";
+    ensure_registry_writable(F);
     let held = or_raise(input::holding(F, &Layout::DEFAULT, service, machine_id, host.as_deref(), port, version));
     let policy = or_raise(claim_policy());
     Spi::connect_mut(|client| match store::heartbeat(client, &held, policy.lease_secs()) {
@@ -65,6 +77,7 @@ fn idgen_release(
     version: Option<i32>,
 ) -> bool {
     const F: &str = "idgen_release";
+    ensure_registry_writable(F);
     let held = or_raise(input::holding(F, &Layout::DEFAULT, service, machine_id, host.as_deref(), port, version));
     Spi::connect_mut(|client| {
         if store::release(client, &held) {
