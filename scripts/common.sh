@@ -112,10 +112,11 @@ log_rotation_age = 0
 log_rotation_size = 0
 log_line_prefix = '%m [%p] %q%u@%d '
 CONF
-    if as_pg "$PG_BIN/pg_ctl" -D "$PGDATA_DIR" status >/dev/null 2>&1; then
-        as_pg "$PG_BIN/pg_ctl" -D "$PGDATA_DIR" -l "$SCRATCH_DIR/pg_ctl.log" -w -m fast restart >/dev/null
-    else
-        as_pg "$PG_BIN/pg_ctl" -D "$PGDATA_DIR" -l "$SCRATCH_DIR/pg_ctl.log" -w start >/dev/null
+    local action=start
+    as_pg "$PG_BIN/pg_ctl" -D "$PGDATA_DIR" status >/dev/null 2>&1 && action=restart
+    if ! as_pg "$PG_BIN/pg_ctl" -D "$PGDATA_DIR" -l "$SCRATCH_DIR/pg_ctl.log" -w -m fast "$action" >/dev/null; then
+        tail -n 20 "$SCRATCH_DIR/pg_ctl.log" "$SCRATCH_LOG" 2>/dev/null >&2 || true
+        die "the scratch cluster did not $action (is port $SCRATCH_PORT taken? set IDGEN_PORT to use another)"
     fi
 }
 
