@@ -17,7 +17,16 @@ pub static LEASE_SAFETY_MARGIN: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT
 /// Registers the settings; called from `_PG_init`.
 pub fn register() {
     let seconds = |name, short, long, setting, min: i64, max: i64| {
-        GucRegistry::define_int_guc(name, short, long, setting, min as i32, max as i32, GucContext::Suset, GucFlags::UNIT_S);
+        GucRegistry::define_int_guc(
+            name,
+            short,
+            long,
+            setting,
+            min as i32,
+            max as i32,
+            GucContext::Suset,
+            GucFlags::UNIT_S,
+        );
     };
     seconds(
         c"idgen.takeover_idle_7d",
@@ -29,7 +38,9 @@ pub fn register() {
         c"idgen.takeover_idle_1d",
         c"Idle age for the second take-back tier (idle_1d).",
         c"Used when no machine id is idle longer than idgen.takeover_idle_7d. Must be shorter than it.",
-        &TAKEOVER_IDLE_1D, 2, 365 * DAY,
+        &TAKEOVER_IDLE_1D,
+        2,
+        365 * DAY,
     );
     seconds(
         c"idgen.takeover_idle_1h",
@@ -47,7 +58,9 @@ pub fn register() {
         c"idgen.heartbeat_interval",
         c"How often a holder must heartbeat its machine id.",
         c"Must be shorter than the lease (idgen.takeover_idle_1h minus idgen.lease_safety_margin).",
-        &HEARTBEAT_INTERVAL, 1, DAY,
+        &HEARTBEAT_INTERVAL,
+        1,
+        DAY,
     );
     seconds(
         c"idgen.lease_safety_margin",

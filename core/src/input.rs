@@ -72,8 +72,9 @@ pub fn service_name(function: &str, service: Option<&str>) -> Result<String, Idg
         .detail(format!("It has {chars} characters; system_nodes.service holds at most {SERVICE_MAX_CHARS}.")));
     }
     if service.chars().any(char::is_control) {
-        return Err(bad_value(function, "service", "must not contain control characters")
-            .detail(format!("Got {service:?}.")));
+        return Err(
+            bad_value(function, "service", "must not contain control characters").detail(format!("Got {service:?}."))
+        );
     }
     if service.trim() != service {
         // "orders" and "orders " would silently be two services with separate id spaces.
@@ -126,10 +127,7 @@ pub fn positive_version(function: &str, version: Option<i32>) -> Result<i32, Idg
 
 fn required<T>(function: &str, argument: &str, value: Option<T>) -> Result<T, IdgenError> {
     value.ok_or_else(|| {
-        IdgenError::new(
-            SqlState::NullValueNotAllowed,
-            format!("{function}: argument \"{argument}\" must not be NULL"),
-        )
+        IdgenError::new(SqlState::NullValueNotAllowed, format!("{function}: argument \"{argument}\" must not be NULL"))
     })
 }
 
@@ -155,7 +153,8 @@ mod tests {
     #[test]
     fn bad_identities_are_refused_with_the_argument_named() {
         let long = "s".repeat(65);
-        let cases: Vec<(Option<&str>, Option<&str>, Option<i32>, &str, &str)> = vec![
+        type Case<'a> = (Option<&'a str>, Option<&'a str>, Option<i32>, &'a str, &'a str);
+        let cases: Vec<Case> = vec![
             (None, Some("10.0.0.5"), Some(1), "22004", "\"service\" must not be NULL"),
             (Some(""), Some("10.0.0.5"), Some(1), "22023", "\"service\" must not be empty"),
             (Some(&long), Some("10.0.0.5"), Some(1), "22001", "\"service\" is too long"),

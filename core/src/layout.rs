@@ -83,9 +83,8 @@ impl Layout {
         machine_bits: u32,
         sequence_bits: u32,
     ) -> Result<Layout, LayoutError> {
-        let widths_ok = time_bits >= 1
-            && (1..=15).contains(&machine_bits)
-            && time_bits + machine_bits + sequence_bits == 63;
+        let widths_ok =
+            time_bits >= 1 && (1..=15).contains(&machine_bits) && time_bits + machine_bits + sequence_bits == 63;
         if !widths_ok {
             return Err(LayoutError::BadWidths { time: time_bits, machine: machine_bits, sequence: sequence_bits });
         }

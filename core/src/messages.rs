@@ -35,7 +35,10 @@ pub fn ownership_lost(function: &str, held: &Holding, now: Option<&RowFacts>) ->
     let n = &held.node;
     let message = format!(
         "{function}: machine id {} of service \"{}\" is no longer held by {} at version {}",
-        held.machine_id, n.service, endpoint(&n.host, n.port), held.version
+        held.machine_id,
+        n.service,
+        endpoint(&n.host, n.port),
+        held.version
     );
     let detail = match now {
         None => format!("The registry has no row for machine id {} of service \"{}\".", held.machine_id, n.service),
@@ -45,7 +48,9 @@ pub fn ownership_lost(function: &str, held: &Holding, now: Option<&RowFacts>) ->
             }
             _ => format!(
                 "It is now held by {} at version {}, last seen {}.",
-                endpoint(&row.host, row.port), row.version, row.last_seen
+                endpoint(&row.host, row.port),
+                row.version,
+                row.last_seen
             ),
         },
     };
@@ -105,7 +110,10 @@ pub fn exhausted(
     let oldest_text = match oldest {
         Some(row) => format!(
             " The least recently seen holder is machine id {} at {}, idle {} (last seen {}).",
-            row.machine_id, endpoint(&row.host, row.port), human_duration(row.idle_secs), row.last_seen
+            row.machine_id,
+            endpoint(&row.host, row.port),
+            human_duration(row.idle_secs),
+            row.last_seen
         ),
         None => String::new(),
     };
@@ -153,7 +161,9 @@ pub fn takeover_alert(
     Alert {
         message: format!(
             "{function}: took back machine id {machine_id} of service \"{}\" from {}, idle only {}",
-            claimant.service, endpoint(&previous.host, previous.port), human_duration(previous.idle_secs)
+            claimant.service,
+            endpoint(&previous.host, previous.port),
+            human_duration(previous.idle_secs)
         ),
         payload: json!({
             "event": format!("{}_takeover", outcome.label()),
@@ -178,7 +188,11 @@ fn row_json(row: &RowFacts) -> serde_json::Value {
 
 /// `10.0.0.5:8080`, or `[2001:db8::5]:8080` for IPv6.
 pub fn endpoint(host: &str, port: i32) -> String {
-    if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") }
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
 }
 
 #[cfg(test)]
@@ -209,8 +223,14 @@ mod tests {
     fn ownership_lost_names_the_new_holder() {
         let err = ownership_lost("idgen_heartbeat", &holding(), Some(&row("10.0.0.9", 9090, 4, None)));
         assert_eq!(err.sqlstate.code(), "55000");
-        assert_eq!(err.message, "idgen_heartbeat: machine id 5 of service \"orders\" is no longer held by 10.0.0.5:8080 at version 3");
-        assert_eq!(err.detail.as_deref(), Some("It is now held by 10.0.0.9:9090 at version 4, last seen 2026-11-29T08:00:00.000000Z."));
+        assert_eq!(
+            err.message,
+            "idgen_heartbeat: machine id 5 of service \"orders\" is no longer held by 10.0.0.5:8080 at version 3"
+        );
+        assert_eq!(
+            err.detail.as_deref(),
+            Some("It is now held by 10.0.0.9:9090 at version 4, last seen 2026-11-29T08:00:00.000000Z.")
+        );
         assert!(err.hint.unwrap().contains("exit"));
     }
 
@@ -218,8 +238,15 @@ mod tests {
     fn ownership_lost_says_when_the_row_is_gone_or_released() {
         let gone = ownership_lost("idgen_heartbeat", &holding(), None);
         assert_eq!(gone.detail.as_deref(), Some("The registry has no row for machine id 5 of service \"orders\"."));
-        let released = ownership_lost("idgen_heartbeat", &holding(), Some(&row("10.0.0.5", 8080, 4, Some("2026-11-29T08:01:00Z"))));
-        assert_eq!(released.detail.as_deref(), Some("It was released at 2026-11-29T08:01:00Z and is at version 4 now."));
+        let released = ownership_lost(
+            "idgen_heartbeat",
+            &holding(),
+            Some(&row("10.0.0.5", 8080, 4, Some("2026-11-29T08:01:00Z"))),
+        );
+        assert_eq!(
+            released.detail.as_deref(),
+            Some("It was released at 2026-11-29T08:01:00Z and is at version 4 now.")
+        );
         // Same identity, a newer version and not released: a newer claim by the same host and port.
         let reclaimed = ownership_lost("idgen_heartbeat", &holding(), Some(&row("10.0.0.5", 8080, 4, None)));
         assert!(reclaimed.detail.unwrap().starts_with("It is now held by 10.0.0.5:8080 at version 4"));
@@ -235,7 +262,8 @@ mod tests {
 
     #[test]
     fn exhaustion_names_service_count_and_least_recently_seen_holder() {
-        let (err, alert) = exhausted("idgen_claim", &node("10.0.0.1", 1), 1024, 1023, 3600, Some(&row("10.0.0.7", 8080, 2, None)));
+        let (err, alert) =
+            exhausted("idgen_claim", &node("10.0.0.1", 1), 1024, 1023, 3600, Some(&row("10.0.0.7", 8080, 2, None)));
         assert_eq!(err.sqlstate.code(), "53000");
         assert_eq!(err.message, "idgen_claim: no machine id is free for service \"orders\"");
         let detail = err.detail.unwrap();
@@ -257,9 +285,19 @@ mod tests {
 
     #[test]
     fn idle_1h_alert_carries_new_and_previous_holder() {
-        let alert = takeover_alert("idgen_claim", Outcome::Idle1h, &node("2001:db8::9", 9090), 5, 8, &row("10.0.0.7", 8080, 7, None));
+        let alert = takeover_alert(
+            "idgen_claim",
+            Outcome::Idle1h,
+            &node("2001:db8::9", 9090),
+            5,
+            8,
+            &row("10.0.0.7", 8080, 7, None),
+        );
         assert_eq!(alert.payload["event"], "idle_1h_takeover");
-        assert_eq!(alert.message, "idgen_claim: took back machine id 5 of service \"orders\" from 10.0.0.7:8080, idle only 1h 3m");
+        assert_eq!(
+            alert.message,
+            "idgen_claim: took back machine id 5 of service \"orders\" from 10.0.0.7:8080, idle only 1h 3m"
+        );
         let p = &alert.payload;
         assert_eq!((p["service"].as_str(), p["machine_id"].as_i64()), (Some("orders"), Some(5)));
         assert_eq!(p["holder"], json!({"host": "2001:db8::9", "port": 9090, "version": 8}));
@@ -270,7 +308,10 @@ mod tests {
     #[test]
     fn read_only_errors_say_where_and_what_to_do() {
         let standby = read_only("idgen_heartbeat", true);
-        assert_eq!((standby.sqlstate.code(), standby.message.as_str()), ("25006", "idgen_heartbeat: cannot write the registry on a standby server"));
+        assert_eq!(
+            (standby.sqlstate.code(), standby.message.as_str()),
+            ("25006", "idgen_heartbeat: cannot write the registry on a standby server")
+        );
         assert_eq!(standby.hint.as_deref(), Some("Call it on the primary."));
         assert!(read_only("idgen_claim", false).message.ends_with("in a read-only transaction"));
     }

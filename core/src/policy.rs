@@ -96,9 +96,21 @@ impl ClaimPolicy {
             ClaimStep::ReuseOwnRow,
             ClaimStep::NeverRegistered,
             ClaimStep::ReleasedPastCooldown { cooldown_secs: self.release_cooldown_secs },
-            ClaimStep::IdleTakeover { outcome: Outcome::Idle7d, min_idle_secs: self.takeover_idle_7d_secs, alert: false },
-            ClaimStep::IdleTakeover { outcome: Outcome::Idle1d, min_idle_secs: self.takeover_idle_1d_secs, alert: false },
-            ClaimStep::IdleTakeover { outcome: Outcome::Idle1h, min_idle_secs: self.takeover_idle_1h_secs, alert: true },
+            ClaimStep::IdleTakeover {
+                outcome: Outcome::Idle7d,
+                min_idle_secs: self.takeover_idle_7d_secs,
+                alert: false,
+            },
+            ClaimStep::IdleTakeover {
+                outcome: Outcome::Idle1d,
+                min_idle_secs: self.takeover_idle_1d_secs,
+                alert: false,
+            },
+            ClaimStep::IdleTakeover {
+                outcome: Outcome::Idle1h,
+                min_idle_secs: self.takeover_idle_1h_secs,
+                alert: true,
+            },
         ]
     }
 
@@ -164,7 +176,11 @@ pub fn human_duration(secs: i64) -> String {
     let secs = secs.max(0);
     let parts = [(secs / DAY, "d"), (secs % DAY / HOUR, "h"), (secs % HOUR / MINUTE, "m"), (secs % MINUTE, "s")];
     let text: Vec<String> = parts.iter().filter(|(n, _)| *n > 0).map(|(n, u)| format!("{n}{u}")).collect();
-    if text.is_empty() { "0s".to_owned() } else { text.join(" ") }
+    if text.is_empty() {
+        "0s".to_owned()
+    } else {
+        text.join(" ")
+    }
 }
 
 #[cfg(test)]
@@ -177,25 +193,40 @@ mod tests {
         assert_eq!(steps[0], ClaimStep::ReuseOwnRow);
         assert_eq!(steps[1], ClaimStep::NeverRegistered);
         assert_eq!(steps[2], ClaimStep::ReleasedPastCooldown { cooldown_secs: 60 });
-        assert_eq!(steps[3], ClaimStep::IdleTakeover { outcome: Outcome::Idle7d, min_idle_secs: 7 * DAY, alert: false });
+        assert_eq!(
+            steps[3],
+            ClaimStep::IdleTakeover { outcome: Outcome::Idle7d, min_idle_secs: 7 * DAY, alert: false }
+        );
         assert_eq!(steps[4], ClaimStep::IdleTakeover { outcome: Outcome::Idle1d, min_idle_secs: DAY, alert: false });
         assert_eq!(steps[5], ClaimStep::IdleTakeover { outcome: Outcome::Idle1h, min_idle_secs: HOUR, alert: true });
     }
 
     #[test]
     fn steps_follow_the_settings() {
-        let p = ClaimPolicy { takeover_idle_7d_secs: 300, takeover_idle_1d_secs: 200, takeover_idle_1h_secs: 100, ..ClaimPolicy::DEFAULT };
-        let idle: Vec<i64> = p.steps().iter().filter_map(|s| match s {
-            ClaimStep::IdleTakeover { min_idle_secs, .. } => Some(*min_idle_secs),
-            _ => None,
-        }).collect();
+        let p = ClaimPolicy {
+            takeover_idle_7d_secs: 300,
+            takeover_idle_1d_secs: 200,
+            takeover_idle_1h_secs: 100,
+            ..ClaimPolicy::DEFAULT
+        };
+        let idle: Vec<i64> = p
+            .steps()
+            .iter()
+            .filter_map(|s| match s {
+                ClaimStep::IdleTakeover { min_idle_secs, .. } => Some(*min_idle_secs),
+                _ => None,
+            })
+            .collect();
         assert_eq!(idle, vec![300, 200, 100]);
     }
 
     #[test]
     fn outcome_labels_are_the_documented_ones() {
-        let labels: Vec<&str> = [Outcome::Reused, Outcome::New, Outcome::Released, Outcome::Idle7d, Outcome::Idle1d, Outcome::Idle1h]
-            .iter().map(|o| o.label()).collect();
+        let labels: Vec<&str> =
+            [Outcome::Reused, Outcome::New, Outcome::Released, Outcome::Idle7d, Outcome::Idle1d, Outcome::Idle1h]
+                .iter()
+                .map(|o| o.label())
+                .collect();
         assert_eq!(labels, ["reused", "new", "released", "idle_7d", "idle_1d", "idle_1h"]);
         assert!(!Outcome::New.is_takeover() && !Outcome::Reused.is_takeover());
         assert!(Outcome::Released.is_takeover() && Outcome::Idle1h.is_takeover());
@@ -210,11 +241,26 @@ mod tests {
     #[test]
     fn inconsistent_settings_are_refused_with_the_reason() {
         let cases = [
-            (ClaimPolicy { takeover_idle_1d_secs: HOUR, ..ClaimPolicy::DEFAULT }, "idgen.takeover_idle_1d (1h) must be longer than idgen.takeover_idle_1h (1h)"),
-            (ClaimPolicy { takeover_idle_7d_secs: DAY, ..ClaimPolicy::DEFAULT }, "idgen.takeover_idle_7d (1d) must be longer"),
-            (ClaimPolicy { lease_safety_margin_secs: HOUR, ..ClaimPolicy::DEFAULT }, "idgen.lease_safety_margin (1h) must be shorter"),
-            (ClaimPolicy { heartbeat_interval_secs: 55 * MINUTE, ..ClaimPolicy::DEFAULT }, "idgen.heartbeat_interval (55m) must be shorter than the lease"),
-            (ClaimPolicy { release_cooldown_secs: 2 * HOUR, ..ClaimPolicy::DEFAULT }, "idgen.release_cooldown (2h) must be shorter"),
+            (
+                ClaimPolicy { takeover_idle_1d_secs: HOUR, ..ClaimPolicy::DEFAULT },
+                "idgen.takeover_idle_1d (1h) must be longer than idgen.takeover_idle_1h (1h)",
+            ),
+            (
+                ClaimPolicy { takeover_idle_7d_secs: DAY, ..ClaimPolicy::DEFAULT },
+                "idgen.takeover_idle_7d (1d) must be longer",
+            ),
+            (
+                ClaimPolicy { lease_safety_margin_secs: HOUR, ..ClaimPolicy::DEFAULT },
+                "idgen.lease_safety_margin (1h) must be shorter",
+            ),
+            (
+                ClaimPolicy { heartbeat_interval_secs: 55 * MINUTE, ..ClaimPolicy::DEFAULT },
+                "idgen.heartbeat_interval (55m) must be shorter than the lease",
+            ),
+            (
+                ClaimPolicy { release_cooldown_secs: 2 * HOUR, ..ClaimPolicy::DEFAULT },
+                "idgen.release_cooldown (2h) must be shorter",
+            ),
         ];
         for (policy, fragment) in cases {
             let err = policy.validate().unwrap_err();

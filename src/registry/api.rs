@@ -23,7 +23,6 @@ fn ensure_registry_writable(function: &str) {
     }
 }
 
-
 /// Claims a machine id for a service node; see the README's client contract.
 #[pg_extern(volatile, parallel_unsafe, security_definer)]
 #[search_path(pg_catalog, @extschema@, pg_temp)]

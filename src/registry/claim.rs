@@ -54,7 +54,12 @@ fn run_step(
 ) -> Result<Option<Claim>, IdgenError> {
     let lease_secs = policy.lease_secs();
     let cooldown_secs = policy.release_cooldown_secs;
-    let claim = |won: Won, outcome| Claim { machine_id: won.machine_id, version: won.version, outcome, lease_until: won.lease_until };
+    let claim = |won: Won, outcome| Claim {
+        machine_id: won.machine_id,
+        version: won.version,
+        outcome,
+        lease_until: won.lease_until,
+    };
     Ok(match step {
         ClaimStep::ReuseOwnRow => match store::reuse_own_row(client, node, lease_secs) {
             OwnRow::Won(won) => Some(claim(won, Outcome::Reused)),
@@ -78,7 +83,8 @@ fn run_step(
             let victims = Victims::Idle { min_idle_secs, cooldown_secs };
             store::take_over(client, node, victims, lease_secs).map(|(won, previous)| {
                 if alert {
-                    let alert = messages::takeover_alert(function, outcome, node, won.machine_id, won.version, &previous);
+                    let alert =
+                        messages::takeover_alert(function, outcome, node, won.machine_id, won.version, &previous);
                     diagnostics::alert(&alert);
                 }
                 claim(won, outcome)

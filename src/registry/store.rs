@@ -35,6 +35,7 @@ pub enum Victims {
 }
 
 /// The columns of [`RowFacts`], for a table or alias `$t`, times as UTC ISO-8601.
+#[rustfmt::skip]
 macro_rules! facts_columns {
     ($t:literal) => {
         concat!(
@@ -61,8 +62,7 @@ macro_rules! take_over_sql {
     };
 }
 
-const TAKE_RELEASED: &str =
-    take_over_sql!("released_at <= now() - $5 * interval '1 second'", "released_at");
+const TAKE_RELEASED: &str = take_over_sql!("released_at <= now() - $5 * interval '1 second'", "released_at");
 const TAKE_IDLE: &str = take_over_sql!(
     "last_seen < now() - $5 * interval '1 second' AND (released_at IS NULL OR released_at <= now() - $6 * interval '1 second')",
     "last_seen"
@@ -106,7 +106,12 @@ pub fn unregistered_machine_ids(client: &mut SpiClient, service: &str, first: u1
 /// Step 2, part 2: insert the row for `machine_id` unless another claimant is
 /// inserting it (try-lock taken) or it was committed meanwhile (no conflict wait:
 /// the try-lock guarantees no uncommitted insert of this id is in flight).
-pub fn insert_unregistered(client: &mut SpiClient, node: &NodeIdentity, machine_id: i16, lease_secs: i64) -> Option<Won> {
+pub fn insert_unregistered(
+    client: &mut SpiClient,
+    node: &NodeIdentity,
+    machine_id: i16,
+    lease_secs: i64,
+) -> Option<Won> {
     let sql = "INSERT INTO system_nodes (service, machine_id, host, port, version) \
                SELECT $1, $2, $3, $4, 1 WHERE pg_try_advisory_xact_lock(hashtext('idgen/machine_id/' || $1), $2) \
                ON CONFLICT DO NOTHING \
@@ -116,7 +121,12 @@ pub fn insert_unregistered(client: &mut SpiClient, node: &NodeIdentity, machine_
 }
 
 /// Steps 3 to 6: take one victim row over for the claimant.
-pub fn take_over(client: &mut SpiClient, node: &NodeIdentity, victims: Victims, lease_secs: i64) -> Option<(Won, RowFacts)> {
+pub fn take_over(
+    client: &mut SpiClient,
+    node: &NodeIdentity,
+    victims: Victims,
+    lease_secs: i64,
+) -> Option<(Won, RowFacts)> {
     let mut args = vec![text(&node.service), inet(&node.host), node.port.into(), lease_secs.into()];
     let sql = match victims {
         Victims::Released { cooldown_secs } => {
@@ -134,7 +144,8 @@ pub fn take_over(client: &mut SpiClient, node: &NodeIdentity, victims: Victims, 
 
 /// The row of `machine_id` as it stands, if any.
 pub fn current_row(client: &mut SpiClient, service: &str, machine_id: i16) -> Option<RowFacts> {
-    let sql = concat!("SELECT ", facts_columns!("n"), " FROM system_nodes n WHERE n.service = $1 AND n.machine_id = $2");
+    let sql =
+        concat!("SELECT ", facts_columns!("n"), " FROM system_nodes n WHERE n.service = $1 AND n.machine_id = $2");
     first_row(client.update(sql, Some(1), &[text(service), machine_id.into()])).map(|row| row_facts(&row, 1))
 }
 
@@ -142,7 +153,11 @@ pub fn current_row(client: &mut SpiClient, service: &str, machine_id: i16) -> Op
 pub fn least_recently_seen(client: &mut SpiClient, service: &str) -> (i64, Option<RowFacts>) {
     let count = "SELECT count(*) FROM system_nodes WHERE service = $1";
     let held = first_value::<i64>(client.update(count, Some(1), &[text(service)])).unwrap_or(0);
-    let sql = concat!("SELECT ", facts_columns!("n"), " FROM system_nodes n WHERE n.service = $1 ORDER BY n.last_seen, n.machine_id LIMIT 1");
+    let sql = concat!(
+        "SELECT ",
+        facts_columns!("n"),
+        " FROM system_nodes n WHERE n.service = $1 ORDER BY n.last_seen, n.machine_id LIMIT 1"
+    );
     (held, first_row(client.update(sql, Some(1), &[text(service)])).map(|row| row_facts(&row, 1)))
 }
 
@@ -172,11 +187,7 @@ fn holding_args(held: &Holding, lease_secs: Option<i64>) -> Vec<DatumWithOid<'st
 }
 
 fn won(row: &SpiHeapTupleData) -> Won {
-    Won {
-        machine_id: column(row, 1),
-        version: column(row, 2),
-        lease_until: column(row, 3),
-    }
+    Won { machine_id: column(row, 1), version: column(row, 2), lease_until: column(row, 3) }
 }
 
 fn row_facts(row: &SpiHeapTupleData, first: usize) -> RowFacts {

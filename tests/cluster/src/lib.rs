@@ -18,7 +18,8 @@ pub struct TestDb {
 impl TestDb {
     pub fn create(name: &str) -> TestDb {
         let name = format!("idgen_t_{name}");
-        let mut admin = Client::connect(&format!("{} dbname=postgres", base_dsn()), NoTls).expect("connect to the scratch cluster (is it running? see scripts/test.sh)");
+        let mut admin = Client::connect(&format!("{} dbname=postgres", base_dsn()), NoTls)
+            .expect("connect to the scratch cluster (is it running? see scripts/test.sh)");
         admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).unwrap();
         admin.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
         let db = TestDb { name };
@@ -67,19 +68,42 @@ pub struct Claimed {
 }
 
 pub fn claim(client: &mut Client, service: &str, host: &str, port: i32) -> Result<Claimed, postgres::Error> {
-    let row = client.query_one("SELECT machine_id, version, outcome FROM idgen_claim($1, $2::text::inet, $3)", &[&service as &(dyn postgres::types::ToSql + Sync), &host, &port])?;
+    let row = client.query_one(
+        "SELECT machine_id, version, outcome FROM idgen_claim($1, $2::text::inet, $3)",
+        &[&service as &(dyn postgres::types::ToSql + Sync), &host, &port],
+    )?;
     Ok(Claimed { machine_id: row.get(0), version: row.get(1), outcome: row.get(2) })
 }
 
-pub fn heartbeat(client: &mut Client, service: &str, machine_id: i16, host: &str, port: i32, version: i32) -> Result<(), postgres::Error> {
+pub fn heartbeat(
+    client: &mut Client,
+    service: &str,
+    machine_id: i16,
+    host: &str,
+    port: i32,
+    version: i32,
+) -> Result<(), postgres::Error> {
     client
-        .query_one("SELECT idgen_heartbeat($1, $2, $3::text::inet, $4, $5)", &[&service as &(dyn postgres::types::ToSql + Sync), &machine_id, &host, &port, &version])
+        .query_one(
+            "SELECT idgen_heartbeat($1, $2, $3::text::inet, $4, $5)",
+            &[&service as &(dyn postgres::types::ToSql + Sync), &machine_id, &host, &port, &version],
+        )
         .map(|_| ())
 }
 
-pub fn release(client: &mut Client, service: &str, machine_id: i16, host: &str, port: i32, version: i32) -> Result<bool, postgres::Error> {
+pub fn release(
+    client: &mut Client,
+    service: &str,
+    machine_id: i16,
+    host: &str,
+    port: i32,
+    version: i32,
+) -> Result<bool, postgres::Error> {
     client
-        .query_one("SELECT idgen_release($1, $2, $3::text::inet, $4, $5)", &[&service as &(dyn postgres::types::ToSql + Sync), &machine_id, &host, &port, &version])
+        .query_one(
+            "SELECT idgen_release($1, $2, $3::text::inet, $4, $5)",
+            &[&service as &(dyn postgres::types::ToSql + Sync), &machine_id, &host, &port, &version],
+        )
         .map(|row| row.get(0))
 }
 

@@ -26,7 +26,8 @@ fn two_hundred_concurrent_claims_get_two_hundred_distinct_ids() {
 
     // The same identity claiming again gets its id back with the next version.
     let mut client = db.connect();
-    let first = client.query_one("SELECT machine_id FROM system_nodes WHERE host = '10.2.1.37' AND port = 7137", &[]).unwrap();
+    let first =
+        client.query_one("SELECT machine_id FROM system_nodes WHERE host = '10.2.1.37' AND port = 7137", &[]).unwrap();
     let again = claim(&mut client, "crowd", "10.2.1.37", 7137).unwrap();
     assert_eq!(again, Claimed { machine_id: first.get(0), version: 2, outcome: "reused".into() });
 }
@@ -60,9 +61,7 @@ fn an_uncommitted_takeover_neither_blocks_nor_is_doubled() {
     let db = TestDb::create("open_takeover");
     let mut admin = db.connect();
     fill_registry(&mut admin, "svc");
-    admin
-        .batch_execute("UPDATE system_nodes SET last_seen = now() - interval '2 hours' WHERE machine_id = 9")
-        .unwrap();
+    admin.batch_execute("UPDATE system_nodes SET last_seen = now() - interval '2 hours' WHERE machine_id = 9").unwrap();
 
     let mut taker = db.connect();
     taker.batch_execute("BEGIN").unwrap();

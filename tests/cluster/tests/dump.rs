@@ -14,7 +14,13 @@ fn registry_rows_survive_pg_dump_and_restore() {
     let before = registry_snapshot(&mut client);
 
     let dump_file = std::env::temp_dir().join(format!("{}-{}.dump", source.name, std::process::id()));
-    let dump = Command::new("pg_dump").args(["--format=custom", "--file"]).arg(&dump_file).arg("--dbname").arg(source.dsn()).output().expect("run pg_dump");
+    let dump = Command::new("pg_dump")
+        .args(["--format=custom", "--file"])
+        .arg(&dump_file)
+        .arg("--dbname")
+        .arg(source.dsn())
+        .output()
+        .expect("run pg_dump");
     assert!(dump.status.success(), "pg_dump: {}", String::from_utf8_lossy(&dump.stderr));
 
     let target = format!("{}_restored", source.name);
@@ -22,7 +28,11 @@ fn registry_rows_survive_pg_dump_and_restore() {
     admin.batch_execute(&format!("DROP DATABASE IF EXISTS {target} WITH (FORCE)")).unwrap();
     admin.batch_execute(&format!("CREATE DATABASE {target}")).unwrap();
     let target_dsn = format!("{} dbname={target}", base_dsn());
-    let restore = Command::new("pg_restore").args(["--exit-on-error", "--dbname", &target_dsn]).arg(&dump_file).output().expect("run pg_restore");
+    let restore = Command::new("pg_restore")
+        .args(["--exit-on-error", "--dbname", &target_dsn])
+        .arg(&dump_file)
+        .output()
+        .expect("run pg_restore");
     assert!(restore.status.success(), "pg_restore: {}", String::from_utf8_lossy(&restore.stderr));
     std::fs::remove_file(&dump_file).ok();
     let mut restored = postgres::Client::connect(&target_dsn, postgres::NoTls).unwrap();

@@ -22,14 +22,23 @@ fn after_a_takeover_the_old_holders_heartbeat_fails_with_55000() {
     let err = heartbeat(&mut old, "svc", 7, "10.0.0.1", 1, 1).unwrap_err();
     let e = db_error(&err);
     assert_eq!(e.code().code(), "55000");
-    assert_eq!(e.message(), "idgen_heartbeat: machine id 7 of service \"svc\" is no longer held by 10.0.0.1:1 at version 1");
-    assert!(e.detail().unwrap().starts_with("It is now held by 10.0.0.2:2 at version 2, last seen "), "{:?}", e.detail());
+    assert_eq!(
+        e.message(),
+        "idgen_heartbeat: machine id 7 of service \"svc\" is no longer held by 10.0.0.1:1 at version 1"
+    );
+    assert!(
+        e.detail().unwrap().starts_with("It is now held by 10.0.0.2:2 at version 2, last seen "),
+        "{:?}",
+        e.detail()
+    );
     assert!(e.hint().unwrap().contains("exit"));
 
     heartbeat(&mut new, "svc", 7, "10.0.0.2", 2, 2).unwrap();
     // The old holder cannot release what it lost either.
     assert!(!release(&mut old, "svc", 7, "10.0.0.1", 1, 1).unwrap());
-    let row = admin.query_one("SELECT host::text, version, released_at IS NULL FROM system_nodes WHERE machine_id = 7", &[]).unwrap();
+    let row = admin
+        .query_one("SELECT host::text, version, released_at IS NULL FROM system_nodes WHERE machine_id = 7", &[])
+        .unwrap();
     assert_eq!((row.get::<_, String>(0), row.get::<_, i32>(1), row.get::<_, bool>(2)), ("10.0.0.2/32".into(), 2, true));
 }
 
@@ -59,7 +68,8 @@ fn heartbeat_moves_last_seen_and_returns_the_lease() {
         )
         .unwrap();
     assert_eq!(row.get::<_, String>(0), "00:55:00", "lease = last heartbeat + 1h - 5min margin");
-    let seen: f64 = client.query_one("SELECT extract(epoch FROM now() - last_seen)::float8 FROM system_nodes", &[]).unwrap().get(0);
+    let seen: f64 =
+        client.query_one("SELECT extract(epoch FROM now() - last_seen)::float8 FROM system_nodes", &[]).unwrap().get(0);
     assert!(seen < 60.0, "last_seen moved to the heartbeat, {seen}s ago");
 }
 
@@ -86,7 +96,9 @@ fn a_released_id_cools_down_for_others_but_not_for_its_holder() {
     assert_eq!((back.machine_id, back.version, back.outcome.as_str()), (5, 3, "reused"));
     assert!(release(&mut a, "svc", 5, "10.0.0.1", 1, 3).unwrap());
 
-    admin.batch_execute("UPDATE system_nodes SET released_at = now() - interval '61 seconds' WHERE machine_id = 5").unwrap();
+    admin
+        .batch_execute("UPDATE system_nodes SET released_at = now() - interval '61 seconds' WHERE machine_id = 5")
+        .unwrap();
     let taken = claim(&mut b, "svc", "10.0.0.2", 2).unwrap();
     assert_eq!((taken.machine_id, taken.version, taken.outcome.as_str()), (5, 5, "released"));
 
@@ -98,5 +110,9 @@ fn a_released_id_cools_down_for_others_but_not_for_its_holder() {
     let warnings = notices.take();
     assert_eq!(warnings.len(), 1);
     assert_eq!(warnings[0].severity(), "WARNING");
-    assert!(warnings[0].message().starts_with("idgen_release: machine id 5 of service \"svc\""), "{}", warnings[0].message());
+    assert!(
+        warnings[0].message().starts_with("idgen_release: machine id 5 of service \"svc\""),
+        "{}",
+        warnings[0].message()
+    );
 }

@@ -6,25 +6,85 @@ use idgen_cluster_tests::*;
 const BAD_CALLS: &[(&str, &str, &str)] = &[
     ("SELECT * FROM idgen_claim(NULL, '10.0.0.1', 1)", "22004", "idgen_claim: argument \"service\" must not be NULL"),
     ("SELECT * FROM idgen_claim('', '10.0.0.1', 1)", "22023", "idgen_claim: argument \"service\" must not be empty"),
-    ("SELECT * FROM idgen_claim(repeat('s', 65), '10.0.0.1', 1)", "22001", "idgen_claim: argument \"service\" is too long"),
-    ("SELECT * FROM idgen_claim(' svc', '10.0.0.1', 1)", "22023", "idgen_claim: argument \"service\" must not begin or end with white space"),
-    ("SELECT * FROM idgen_claim(E'svc\\t', '10.0.0.1', 1)", "22023", "idgen_claim: argument \"service\" must not contain control characters"),
+    (
+        "SELECT * FROM idgen_claim(repeat('s', 65), '10.0.0.1', 1)",
+        "22001",
+        "idgen_claim: argument \"service\" is too long",
+    ),
+    (
+        "SELECT * FROM idgen_claim(' svc', '10.0.0.1', 1)",
+        "22023",
+        "idgen_claim: argument \"service\" must not begin or end with white space",
+    ),
+    (
+        "SELECT * FROM idgen_claim(E'svc\\t', '10.0.0.1', 1)",
+        "22023",
+        "idgen_claim: argument \"service\" must not contain control characters",
+    ),
     ("SELECT * FROM idgen_claim('svc', NULL, 1)", "22004", "idgen_claim: argument \"host\" must not be NULL"),
-    ("SELECT * FROM idgen_claim('svc', '10.0.0.0/8', 1)", "22023", "idgen_claim: argument \"host\" must be a single address"),
-    ("SELECT * FROM idgen_claim('svc', '10.0.0.1/24', 1)", "22023", "idgen_claim: argument \"host\" must be a single address"),
+    (
+        "SELECT * FROM idgen_claim('svc', '10.0.0.0/8', 1)",
+        "22023",
+        "idgen_claim: argument \"host\" must be a single address",
+    ),
+    (
+        "SELECT * FROM idgen_claim('svc', '10.0.0.1/24', 1)",
+        "22023",
+        "idgen_claim: argument \"host\" must be a single address",
+    ),
     ("SELECT * FROM idgen_claim('svc', '10.0.0.1', NULL)", "22004", "idgen_claim: argument \"port\" must not be NULL"),
     ("SELECT * FROM idgen_claim('svc', '10.0.0.1', 0)", "22023", "idgen_claim: argument \"port\" is out of range"),
     ("SELECT * FROM idgen_claim('svc', '10.0.0.1', 65536)", "22023", "idgen_claim: argument \"port\" is out of range"),
-    ("SELECT idgen_heartbeat(NULL, 0::smallint, '10.0.0.1', 1, 1)", "22004", "idgen_heartbeat: argument \"service\" must not be NULL"),
-    ("SELECT idgen_heartbeat('svc', NULL, '10.0.0.1', 1, 1)", "22004", "idgen_heartbeat: argument \"machine_id\" must not be NULL"),
-    ("SELECT idgen_heartbeat('svc', 1024::smallint, '10.0.0.1', 1, 1)", "22023", "idgen_heartbeat: argument \"machine_id\" is out of range"),
-    ("SELECT idgen_heartbeat('svc', (-1)::smallint, '10.0.0.1', 1, 1)", "22023", "idgen_heartbeat: argument \"machine_id\" is out of range"),
-    ("SELECT idgen_heartbeat('svc', 0::smallint, '10.0.0.1', 70000, 1)", "22023", "idgen_heartbeat: argument \"port\" is out of range"),
-    ("SELECT idgen_heartbeat('svc', 0::smallint, '10.0.0.1', 1, 0)", "22023", "idgen_heartbeat: argument \"version\" must be positive"),
-    ("SELECT idgen_heartbeat('svc', 0::smallint, '10.0.0.1', 1, NULL)", "22004", "idgen_heartbeat: argument \"version\" must not be NULL"),
-    ("SELECT idgen_release('svc', 0::smallint, NULL, 1, 1)", "22004", "idgen_release: argument \"host\" must not be NULL"),
-    ("SELECT idgen_release('svc', 0::smallint, '10.0.0.1', 1, -3)", "22023", "idgen_release: argument \"version\" must be positive"),
-    ("SELECT idgen_release('', 0::smallint, '10.0.0.1', 1, 1)", "22023", "idgen_release: argument \"service\" must not be empty"),
+    (
+        "SELECT idgen_heartbeat(NULL, 0::smallint, '10.0.0.1', 1, 1)",
+        "22004",
+        "idgen_heartbeat: argument \"service\" must not be NULL",
+    ),
+    (
+        "SELECT idgen_heartbeat('svc', NULL, '10.0.0.1', 1, 1)",
+        "22004",
+        "idgen_heartbeat: argument \"machine_id\" must not be NULL",
+    ),
+    (
+        "SELECT idgen_heartbeat('svc', 1024::smallint, '10.0.0.1', 1, 1)",
+        "22023",
+        "idgen_heartbeat: argument \"machine_id\" is out of range",
+    ),
+    (
+        "SELECT idgen_heartbeat('svc', (-1)::smallint, '10.0.0.1', 1, 1)",
+        "22023",
+        "idgen_heartbeat: argument \"machine_id\" is out of range",
+    ),
+    (
+        "SELECT idgen_heartbeat('svc', 0::smallint, '10.0.0.1', 70000, 1)",
+        "22023",
+        "idgen_heartbeat: argument \"port\" is out of range",
+    ),
+    (
+        "SELECT idgen_heartbeat('svc', 0::smallint, '10.0.0.1', 1, 0)",
+        "22023",
+        "idgen_heartbeat: argument \"version\" must be positive",
+    ),
+    (
+        "SELECT idgen_heartbeat('svc', 0::smallint, '10.0.0.1', 1, NULL)",
+        "22004",
+        "idgen_heartbeat: argument \"version\" must not be NULL",
+    ),
+    (
+        "SELECT idgen_release('svc', 0::smallint, NULL, 1, 1)",
+        "22004",
+        "idgen_release: argument \"host\" must not be NULL",
+    ),
+    (
+        "SELECT idgen_release('svc', 0::smallint, '10.0.0.1', 1, -3)",
+        "22023",
+        "idgen_release: argument \"version\" must be positive",
+    ),
+    (
+        "SELECT idgen_release('', 0::smallint, '10.0.0.1', 1, 1)",
+        "22023",
+        "idgen_release: argument \"service\" must not be empty",
+    ),
 ];
 
 #[test]

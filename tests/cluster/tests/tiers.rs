@@ -36,14 +36,18 @@ fn tiers_are_taken_in_order_then_a_full_registry_fails() {
         if c.outcome == "idle_1h" {
             assert_eq!(warnings.len(), 1, "the 1-hour tier warns");
             assert!(
-                warnings[0].message().starts_with("idgen_claim: took back machine id 40 of service \"tiers\" from 192.0.2.40:10040, idle only 2h"),
-                "{}", warnings[0].message()
+                warnings[0].message().starts_with(
+                    "idgen_claim: took back machine id 40 of service \"tiers\" from 192.0.2.40:10040, idle only 2h"
+                ),
+                "{}",
+                warnings[0].message()
             );
         } else {
             assert!(warnings.is_empty(), "{} must not warn: {warnings:?}", c.outcome);
         }
     }
-    let expected = [("new", 1000), ("released", 10), ("idle_7d", 21), ("idle_7d", 20), ("idle_1d", 30), ("idle_1h", 40)];
+    let expected =
+        [("new", 1000), ("released", 10), ("idle_7d", 21), ("idle_7d", 20), ("idle_1d", 30), ("idle_1h", 40)];
     assert_eq!(outcomes, expected.map(|(o, m)| (o.to_owned(), m)));
 
     // Nothing is left: 11 is cooling down, 50 is not idle for an hour.
@@ -53,7 +57,10 @@ fn tiers_are_taken_in_order_then_a_full_registry_fails() {
     assert_eq!(e.message(), "idgen_claim: no machine id is free for service \"tiers\"");
     let detail = e.detail().unwrap();
     assert!(detail.starts_with("1024 of 1024 machine ids (0 to 1023) are held"), "{detail}");
-    assert!(detail.contains("The least recently seen holder is machine id 11 at 192.0.2.11:10011, idle 3d"), "{detail}");
+    assert!(
+        detail.contains("The least recently seen holder is machine id 11 at 192.0.2.11:10011, idle 3d"),
+        "{detail}"
+    );
     assert!(e.hint().unwrap().starts_with("Someone must look"));
     let warned = notices.take();
     assert!(warned.iter().any(|n| n.severity() == "WARNING" && n.message().contains("are exhausted")), "{warned:?}");
@@ -83,7 +90,9 @@ fn tiers_are_taken_in_order_then_a_full_registry_fails() {
     let log: String = admin.query_one("SELECT pg_read_file(pg_current_logfile())", &[]).unwrap().get(0);
     let line = log
         .lines()
-        .find(|l| l.contains("idgen_alert {") && l.contains("\"event\":\"exhausted\"") && l.contains("\"service\":\"tiers\""))
+        .find(|l| {
+            l.contains("idgen_alert {") && l.contains("\"event\":\"exhausted\"") && l.contains("\"service\":\"tiers\"")
+        })
         .unwrap_or_else(|| panic!("no exhaustion alert in the server log"));
     assert!(line.contains("\"held\":1024") && line.contains("\"host\":\"10.9.0.7\""), "{line}");
 }
@@ -100,7 +109,8 @@ fn the_least_recently_seen_row_goes_first_within_a_tier() {
              UPDATE system_nodes SET last_seen = now() - interval '4 hours' WHERE machine_id = 5;",
         )
         .unwrap();
-    let ids: Vec<i16> = (1..=3).map(|k| claim(&mut admin, "svc", &format!("10.0.0.{k}"), 1).unwrap().machine_id).collect();
+    let ids: Vec<i16> =
+        (1..=3).map(|k| claim(&mut admin, "svc", &format!("10.0.0.{k}"), 1).unwrap().machine_id).collect();
     assert_eq!(ids, vec![800, 5, 700]);
 }
 
@@ -109,12 +119,12 @@ fn thresholds_follow_the_settings() {
     let db = TestDb::create("thresholds");
     let mut admin = db.connect();
     fill_registry(&mut admin, "svc");
-    admin.batch_execute("UPDATE system_nodes SET last_seen = now() - interval '20 minutes' WHERE machine_id = 3").unwrap();
+    admin
+        .batch_execute("UPDATE system_nodes SET last_seen = now() - interval '20 minutes' WHERE machine_id = 3")
+        .unwrap();
     let err = claim(&mut admin, "svc", "10.0.0.1", 1).unwrap_err();
     assert_eq!(sqlstate(&err), "53000");
-    admin
-        .batch_execute("SET idgen.takeover_idle_1h = '15min'; SET idgen.lease_safety_margin = '1min'")
-        .unwrap();
+    admin.batch_execute("SET idgen.takeover_idle_1h = '15min'; SET idgen.lease_safety_margin = '1min'").unwrap();
     let c = claim(&mut admin, "svc", "10.0.0.1", 1).unwrap();
     assert_eq!((c.machine_id, c.outcome.as_str()), (3, "idle_1h"));
     // The lease follows too: last heartbeat + 15 min - 1 min.
@@ -141,6 +151,10 @@ fn inconsistent_settings_stop_claims_and_heartbeats() {
     ] {
         let e = db_error(&err);
         assert_eq!((e.code().code(), e.message()), ("22023", "idgen settings are inconsistent"));
-        assert!(e.detail().unwrap().starts_with("idgen.heartbeat_interval (1h) must be shorter than the lease"), "{:?}", e.detail());
+        assert!(
+            e.detail().unwrap().starts_with("idgen.heartbeat_interval (1h) must be shorter than the lease"),
+            "{:?}",
+            e.detail()
+        );
     }
 }
