@@ -34,11 +34,6 @@ impl Outcome {
             Outcome::Idle1h => "idle_1h",
         }
     }
-
-    /// Whether the claim takes a row another node held.
-    pub fn is_takeover(self) -> bool {
-        matches!(self, Outcome::Released | Outcome::Idle7d | Outcome::Idle1d | Outcome::Idle1h)
-    }
 }
 
 impl fmt::Display for Outcome {
@@ -56,8 +51,9 @@ pub enum ClaimStep {
     NeverRegistered,
     /// A released row whose cooldown has passed.
     ReleasedPastCooldown { cooldown_secs: i64 },
-    /// The least recently seen row idle for longer than `min_idle_secs`.
-    IdleTakeover { outcome: Outcome, min_idle_secs: i64, alert: bool },
+    /// The least recently seen row idle for longer than `min_idle_secs`, never one
+    /// released less than `cooldown_secs` ago.
+    IdleTakeover { outcome: Outcome, min_idle_secs: i64, cooldown_secs: i64, alert: bool },
 }
 
 /// The settings the registry runs by, in seconds. Defaults follow the design:
@@ -92,23 +88,27 @@ impl ClaimPolicy {
     /// The tier order, once. Reuse first, then never-registered ids, then
     /// released ones, then ever shorter idle ages; only the last alerts.
     pub fn steps(&self) -> [ClaimStep; 6] {
+        let cooldown_secs = self.release_cooldown_secs;
         [
             ClaimStep::ReuseOwnRow,
             ClaimStep::NeverRegistered,
-            ClaimStep::ReleasedPastCooldown { cooldown_secs: self.release_cooldown_secs },
+            ClaimStep::ReleasedPastCooldown { cooldown_secs },
             ClaimStep::IdleTakeover {
                 outcome: Outcome::Idle7d,
                 min_idle_secs: self.takeover_idle_7d_secs,
+                cooldown_secs,
                 alert: false,
             },
             ClaimStep::IdleTakeover {
                 outcome: Outcome::Idle1d,
                 min_idle_secs: self.takeover_idle_1d_secs,
+                cooldown_secs,
                 alert: false,
             },
             ClaimStep::IdleTakeover {
                 outcome: Outcome::Idle1h,
                 min_idle_secs: self.takeover_idle_1h_secs,
+                cooldown_secs,
                 alert: true,
             },
         ]
@@ -195,10 +195,21 @@ mod tests {
         assert_eq!(steps[2], ClaimStep::ReleasedPastCooldown { cooldown_secs: 60 });
         assert_eq!(
             steps[3],
-            ClaimStep::IdleTakeover { outcome: Outcome::Idle7d, min_idle_secs: 7 * DAY, alert: false }
+            ClaimStep::IdleTakeover {
+                outcome: Outcome::Idle7d,
+                min_idle_secs: 7 * DAY,
+                cooldown_secs: 60,
+                alert: false
+            }
         );
-        assert_eq!(steps[4], ClaimStep::IdleTakeover { outcome: Outcome::Idle1d, min_idle_secs: DAY, alert: false });
-        assert_eq!(steps[5], ClaimStep::IdleTakeover { outcome: Outcome::Idle1h, min_idle_secs: HOUR, alert: true });
+        assert_eq!(
+            steps[4],
+            ClaimStep::IdleTakeover { outcome: Outcome::Idle1d, min_idle_secs: DAY, cooldown_secs: 60, alert: false }
+        );
+        assert_eq!(
+            steps[5],
+            ClaimStep::IdleTakeover { outcome: Outcome::Idle1h, min_idle_secs: HOUR, cooldown_secs: 60, alert: true }
+        );
     }
 
     #[test]
@@ -228,8 +239,6 @@ mod tests {
                 .map(|o| o.label())
                 .collect();
         assert_eq!(labels, ["reused", "new", "released", "idle_7d", "idle_1d", "idle_1h"]);
-        assert!(!Outcome::New.is_takeover() && !Outcome::Reused.is_takeover());
-        assert!(Outcome::Released.is_takeover() && Outcome::Idle1h.is_takeover());
     }
 
     #[test]

@@ -53,7 +53,6 @@ fn run_step(
     step: ClaimStep,
 ) -> Result<Option<Claim>, IdgenError> {
     let lease_secs = policy.lease_secs();
-    let cooldown_secs = policy.release_cooldown_secs;
     let claim = |won: Won, outcome| Claim {
         machine_id: won.machine_id,
         version: won.version,
@@ -79,7 +78,7 @@ fn run_step(
             store::take_over(client, node, Victims::Released { cooldown_secs }, lease_secs)
                 .map(|(won, _previous)| claim(won, Outcome::Released))
         }
-        ClaimStep::IdleTakeover { outcome, min_idle_secs, alert } => {
+        ClaimStep::IdleTakeover { outcome, min_idle_secs, cooldown_secs, alert } => {
             let victims = Victims::Idle { min_idle_secs, cooldown_secs };
             store::take_over(client, node, victims, lease_secs).map(|(won, previous)| {
                 if alert {

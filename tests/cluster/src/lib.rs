@@ -83,12 +83,7 @@ pub fn heartbeat(
     port: i32,
     version: i32,
 ) -> Result<(), postgres::Error> {
-    client
-        .query_one(
-            "SELECT idgen_heartbeat($1, $2, $3::text::inet, $4, $5)",
-            &[&service as &(dyn postgres::types::ToSql + Sync), &machine_id, &host, &port, &version],
-        )
-        .map(|_| ())
+    call_with_holding(client, "idgen_heartbeat", service, machine_id, host, port, version).map(|_| ())
 }
 
 pub fn release(
@@ -99,12 +94,23 @@ pub fn release(
     port: i32,
     version: i32,
 ) -> Result<bool, postgres::Error> {
-    client
-        .query_one(
-            "SELECT idgen_release($1, $2, $3::text::inet, $4, $5)",
-            &[&service as &(dyn postgres::types::ToSql + Sync), &machine_id, &host, &port, &version],
-        )
-        .map(|row| row.get(0))
+    call_with_holding(client, "idgen_release", service, machine_id, host, port, version).map(|row| row.get(0))
+}
+
+/// `SELECT function(service, machine_id, host, port, version)`: heartbeat and release take the same arguments.
+fn call_with_holding(
+    client: &mut Client,
+    function: &str,
+    service: &str,
+    machine_id: i16,
+    host: &str,
+    port: i32,
+    version: i32,
+) -> Result<postgres::Row, postgres::Error> {
+    client.query_one(
+        &format!("SELECT {function}($1, $2, $3::text::inet, $4, $5)"),
+        &[&service as &(dyn postgres::types::ToSql + Sync), &machine_id, &host, &port, &version],
+    )
 }
 
 /// The SQLSTATE of a failed call.
