@@ -102,6 +102,8 @@ listen_addresses = '127.0.0.1'
 port = $SCRATCH_PORT
 unix_socket_directories = '$SCRATCH_DIR'
 max_connections = 400
+# Room for the test of PREPARE TRANSACTION after a claim.
+max_prepared_transactions = 10
 shared_buffers = 256MB
 fsync = off
 # One log file that tests read through pg_current_logfile().

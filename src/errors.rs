@@ -13,6 +13,10 @@ fn error_code(state: SqlState) -> PgSqlErrorCode {
         SqlState::ObjectNotInPrerequisiteState => PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
         SqlState::LockNotAvailable => PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
         SqlState::ReadOnlySqlTransaction => PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION,
+        SqlState::NumericValueOutOfRange => PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
+        SqlState::DatetimeFieldOverflow => PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
+        SqlState::SystemError => PgSqlErrorCode::ERRCODE_SYSTEM_ERROR,
+        SqlState::FeatureNotSupported => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
         SqlState::Warning => PgSqlErrorCode::ERRCODE_WARNING,
     }
 }

@@ -1,9 +1,13 @@
-//! The idgen.* settings. Only a superuser may change them (PGC_SUSET); each has
-//! a range here, and the core's `ClaimPolicy::validate` checks how they relate.
+//! The idgen.* settings. Only a superuser may change them (PGC_SUSET), except
+//! `idgen.service`, which any session may set to choose its service. Each has a
+//! range here, and the core's `ClaimPolicy::validate` checks how they relate.
 
 use idgen_core::policy::DAY;
 use idgen_core::{ClaimPolicy, IdgenError};
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
+use pgrx::pg_guard;
+use std::ffi::{c_char, c_void, CString};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 const DEFAULTS: ClaimPolicy = ClaimPolicy::DEFAULT;
 
@@ -14,8 +18,44 @@ pub static RELEASE_COOLDOWN: GucSetting<i32> = GucSetting::<i32>::new(DEFAULTS.r
 pub static HEARTBEAT_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(DEFAULTS.heartbeat_interval_secs as i32);
 pub static LEASE_SAFETY_MARGIN: GucSetting<i32> = GucSetting::<i32>::new(DEFAULTS.lease_safety_margin_secs as i32);
 
+pub static SERVICE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+pub static NODE_HOST: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"127.0.0.1"));
+pub static MAX_CLOCK_BACKWARD: GucSetting<i32> = GucSetting::<i32>::new(2_000);
+
 /// Registers the settings; called from `_PG_init`.
 pub fn register() {
+    // SAFETY: the hook is a plain function that only bumps a counter.
+    unsafe {
+        GucRegistry::define_string_guc_with_hooks(
+            c"idgen.service",
+            c"Service whose machine ids idgen_next_id() uses; empty means the current database's name.",
+            c"Backends and service nodes that share a service name share one id space, so their IDs never collide.",
+            &SERVICE,
+            GucContext::Userset,
+            GucFlags::default(),
+            None,
+            Some(service_assigned),
+            None,
+        );
+    }
+    GucRegistry::define_string_guc(
+        c"idgen.node_host",
+        c"Address under which this server's backends register in system_nodes.",
+        c"A backend's identity is this address, the server's port and its backend slot. Give each server sharing a registry its own address.",
+        &NODE_HOST,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"idgen.max_clock_backward",
+        c"How far the clock may step back before idgen_next_id() refuses instead of waiting.",
+        c"A smaller step back is waited out (interruptibly); IDs never reuse time.",
+        &MAX_CLOCK_BACKWARD,
+        0,
+        60_000,
+        GucContext::Suset,
+        GucFlags::UNIT_MS,
+    );
     let seconds = |name, short, long, setting, min: i64, max: i64| {
         GucRegistry::define_int_guc(
             name,
@@ -82,4 +122,33 @@ pub fn claim_policy() -> Result<ClaimPolicy, IdgenError> {
     };
     policy.validate()?;
     Ok(policy)
+}
+
+/// Bumped whenever `idgen.service` takes a new value (SET, RESET, rollback,
+/// end of a function's SET clause), so the hot path compares one integer.
+static SERVICE_GENERATION: AtomicU64 = AtomicU64::new(0);
+
+#[pg_guard]
+unsafe extern "C-unwind" fn service_assigned(_new_value: *const c_char, _extra: *mut c_void) {
+    SERVICE_GENERATION.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Changes whenever `idgen.service` may have changed.
+#[inline]
+pub fn service_generation() -> u64 {
+    SERVICE_GENERATION.load(Ordering::Relaxed)
+}
+
+/// `idgen.service` as set (empty when unset).
+pub fn service_setting() -> String {
+    SERVICE.get().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// `idgen.node_host` as text.
+pub fn node_host() -> String {
+    NODE_HOST.get().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+pub fn max_clock_backward_ms() -> i64 {
+    MAX_CLOCK_BACKWARD.get().into()
 }

@@ -25,10 +25,17 @@ fn claim_then_reclaim_keeps_the_id_and_bumps_the_version() {
 
 #[pg_test]
 fn lease_until_is_last_seen_plus_the_1h_tier_minus_the_margin() {
-    let lease = one::<String>("SELECT (lease_until - now())::text FROM idgen_claim('lease', '10.0.0.5', 8080)");
-    assert_eq!(lease, "00:55:00");
-    let renewed = one::<String>("SELECT (idgen_heartbeat('lease', 0::smallint, '10.0.0.5', 8080, 1) - now())::text");
-    assert_eq!(renewed, "00:55:00");
+    // last_seen is the moment of the write (clock_timestamp()), so a claim late in a long transaction gets a full lease.
+    // (A statement does not see its own function's writes: read the row in the next one.)
+    let lease_after_last_seen = |until: String| {
+        one::<String>(&format!("SELECT ('{until}'::timestamptz - last_seen)::text FROM system_nodes WHERE service = 'lease'"))
+    };
+    let until = one::<String>("SELECT lease_until::text FROM idgen_claim('lease', '10.0.0.5', 8080)");
+    assert_eq!(lease_after_last_seen(until), "00:55:00");
+    let until = one::<String>("SELECT idgen_heartbeat('lease', 0::smallint, '10.0.0.5', 8080, 1)::text");
+    assert_eq!(lease_after_last_seen(until), "00:55:00");
+    let later = one::<bool>("SELECT last_seen > now() FROM system_nodes WHERE service = 'lease'");
+    assert!(later, "last_seen is the write's own time, after the transaction began");
 }
 
 #[pg_test]
@@ -51,11 +58,15 @@ fn settings_have_the_documented_defaults() {
     );
     assert_eq!(
         shown,
-        "idgen.heartbeat_interval=300s, idgen.lease_safety_margin=300s, idgen.release_cooldown=60s, \
+        "idgen.heartbeat_interval=300s, idgen.lease_safety_margin=300s, idgen.max_clock_backward=2000ms, \
+         idgen.node_host=127.0.0.1, idgen.release_cooldown=60s, idgen.service=, \
          idgen.takeover_idle_1d=86400s, idgen.takeover_idle_1h=3600s, idgen.takeover_idle_7d=604800s"
     );
-    let contexts = one::<String>("SELECT string_agg(DISTINCT context, ',') FROM pg_settings WHERE name LIKE 'idgen.%'");
-    assert_eq!(contexts, "superuser");
+    // Only the choice of service is open to every session.
+    let contexts = one::<String>(
+        "SELECT string_agg(context || ':' || name, ',' ORDER BY name) FROM pg_settings WHERE name LIKE 'idgen.%' AND context <> 'superuser'",
+    );
+    assert_eq!(contexts, "user:idgen.service");
 }
 
 #[pg_test(error = "idgen settings are inconsistent")]
@@ -92,4 +103,25 @@ fn the_registry_is_dumped_and_closed_to_public() {
            has_table_privilege('public', 'system_nodes', 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE'))",
     );
     assert_eq!(public_can, "f f f f");
+}
+
+#[pg_test]
+fn next_ids_decode_to_this_backends_lease() {
+    Spi::run("CREATE TEMP TABLE pgtest_ids AS SELECT idgen_next_id('pgtest') AS id FROM generate_series(1, 5000)").unwrap();
+    let row = one::<String>(
+        "SELECT format('%s/%s/%s', count(DISTINCT id), count(DISTINCT d.machine_id), bool_and(d.machine_id = l.machine_id)) \
+         FROM pgtest_ids, idgen_decode(pgtest_ids.id) d, idgen_backend_leases() l WHERE l.service = 'pgtest'",
+    );
+    assert_eq!(row, "5000/1/t");
+    let issued = one::<i64>("SELECT ids_issued FROM idgen_backend_leases() WHERE service = 'pgtest'");
+    assert_eq!(issued, 5000);
+}
+
+#[pg_test]
+fn min_and_max_id_bracket_every_id_of_their_millisecond() {
+    let inside = one::<bool>(
+        "SELECT bool_and(id BETWEEN idgen_min_id(d.ts) AND idgen_max_id(d.ts)) \
+         FROM (SELECT idgen_next_id('pgtest_range') AS id FROM generate_series(1, 100)) i, idgen_decode(i.id) d",
+    );
+    assert!(inside);
 }

@@ -22,6 +22,14 @@ pub enum SqlState {
     LockNotAvailable,
     /// 25006: the registry cannot be written here (read-only transaction or standby).
     ReadOnlySqlTransaction,
+    /// 22003: an ID argument is negative; idgen IDs never are.
+    NumericValueOutOfRange,
+    /// 22008: a time the ID layout cannot stamp (before its epoch or past its end).
+    DatetimeFieldOverflow,
+    /// 58000: the server's clock stepped back further than idgen.max_clock_backward.
+    SystemError,
+    /// 0A000: PREPARE TRANSACTION after idgen wrote this backend's lease.
+    FeatureNotSupported,
     /// 01000: a WARNING, not an error (for example a release of what is not held).
     Warning,
 }
@@ -36,6 +44,10 @@ impl SqlState {
             SqlState::ObjectNotInPrerequisiteState => "55000",
             SqlState::LockNotAvailable => "55P03",
             SqlState::ReadOnlySqlTransaction => "25006",
+            SqlState::NumericValueOutOfRange => "22003",
+            SqlState::DatetimeFieldOverflow => "22008",
+            SqlState::SystemError => "58000",
+            SqlState::FeatureNotSupported => "0A000",
             SqlState::Warning => "01000",
         }
     }

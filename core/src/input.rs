@@ -9,13 +9,32 @@ use crate::layout::Layout;
 /// `system_nodes.service` is VARCHAR(64).
 pub const SERVICE_MAX_CHARS: usize = 64;
 
-/// Who a service node is: its service name and the address it serves on.
+/// Who a node is: its service name and the address it serves on; for a
+/// database backend, also its slot on that server.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeIdentity {
     pub service: String,
     /// The host address in the text form of `inet`, without a mask.
     pub host: String,
     pub port: i32,
+    /// The backend's slot number (MyBackendId / MyProcNumber); `None` for service nodes.
+    pub backend_slot: Option<i32>,
+}
+
+impl NodeIdentity {
+    /// How messages name the node: `10.0.0.5:8080`, or `backend slot 7 of 127.0.0.1:5432`.
+    pub fn name(&self) -> String {
+        node_name(&self.host, self.port, self.backend_slot)
+    }
+}
+
+/// `10.0.0.5:8080` (`[2001:db8::5]:8080` for IPv6), prefixed with the backend slot if any.
+pub fn node_name(host: &str, port: i32, backend_slot: Option<i32>) -> String {
+    let endpoint = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+    match backend_slot {
+        Some(slot) => format!("backend slot {slot} of {endpoint}"),
+        None => endpoint,
+    }
 }
 
 /// What a node claims to hold: its identity, its machine id and the version of its claim.
@@ -36,7 +55,18 @@ pub fn node_identity(
     let service = service_name(function, service)?;
     let host = host_address(function, host)?;
     let port = port_number(function, port)?;
-    Ok(NodeIdentity { service, host, port })
+    Ok(NodeIdentity { service, host, port, backend_slot: None })
+}
+
+/// The identity of this database backend: `host` is the setting
+/// `idgen.node_host`, checked here because no SQL cast has parsed it.
+pub fn backend_identity(service: String, host: &str, port: i32, backend_slot: i32) -> Result<NodeIdentity, IdgenError> {
+    let address: std::net::IpAddr = host.trim().parse().map_err(|_| {
+        IdgenError::new(SqlState::InvalidParameterValue, "setting \"idgen.node_host\" is not an IP address")
+            .detail(format!("It is {host:?}; a backend registers under this address and the server's port."))
+            .hint("SET idgen.node_host to this server's address, e.g. '10.0.0.5' or '2001:db8::5', or RESET it.")
+    })?;
+    Ok(NodeIdentity { service, host: address.to_string(), port, backend_slot: Some(backend_slot) })
 }
 
 /// Checks `(service, machine_id, host, port, version)` as heartbeat and release take them.
@@ -54,32 +84,38 @@ pub fn holding(
     let host = host_address(function, host)?;
     let port = port_number(function, port)?;
     let version = positive_version(function, version)?;
-    Ok(Holding { node: NodeIdentity { service, host, port }, machine_id, version })
+    Ok(Holding { node: NodeIdentity { service, host, port, backend_slot: None }, machine_id, version })
 }
 
 pub fn service_name(function: &str, service: Option<&str>) -> Result<String, IdgenError> {
     let service = required(function, "service", service)?;
+    check_service(&format!("{function}: argument \"service\""), service)
+}
+
+/// Checks the setting `idgen.service`, which names the service of
+/// `idgen_next_id()`. An empty setting means the database's name (not checked here).
+pub fn service_setting(service: &str) -> Result<String, IdgenError> {
+    check_service("setting \"idgen.service\"", service)
+}
+
+/// `subject` names what is checked in messages, e.g. `idgen_claim: argument "service"`.
+fn check_service(subject: &str, service: &str) -> Result<String, IdgenError> {
+    let invalid = |reason: &str| IdgenError::new(SqlState::InvalidParameterValue, format!("{subject} {reason}"));
     if service.is_empty() {
-        return Err(bad_value(function, "service", "must not be empty")
+        return Err(invalid("must not be empty")
             .hint("Pass the name under which the service's nodes share machine ids, e.g. 'orders'."));
     }
     let chars = service.chars().count();
     if chars > SERVICE_MAX_CHARS {
-        return Err(IdgenError::new(
-            SqlState::StringDataRightTruncation,
-            format!("{function}: argument \"service\" is too long"),
-        )
-        .detail(format!("It has {chars} characters; system_nodes.service holds at most {SERVICE_MAX_CHARS}.")));
+        return Err(IdgenError::new(SqlState::StringDataRightTruncation, format!("{subject} is too long"))
+            .detail(format!("It has {chars} characters; system_nodes.service holds at most {SERVICE_MAX_CHARS}.")));
     }
     if service.chars().any(char::is_control) {
-        return Err(
-            bad_value(function, "service", "must not contain control characters").detail(format!("Got {service:?}."))
-        );
+        return Err(invalid("must not contain control characters").detail(format!("Got {service:?}.")));
     }
     if service.trim() != service {
         // "orders" and "orders " would silently be two services with separate id spaces.
-        return Err(bad_value(function, "service", "must not begin or end with white space")
-            .detail(format!("Got {service:?}.")));
+        return Err(invalid("must not begin or end with white space").detail(format!("Got {service:?}.")));
     }
     Ok(service.to_owned())
 }
@@ -144,7 +180,10 @@ mod tests {
     #[test]
     fn a_valid_identity_passes_unchanged() {
         let id = node_identity(F, Some("orders"), Some("10.0.0.5"), Some(8080)).unwrap();
-        assert_eq!(id, NodeIdentity { service: "orders".into(), host: "10.0.0.5".into(), port: 8080 });
+        assert_eq!(
+            id,
+            NodeIdentity { service: "orders".into(), host: "10.0.0.5".into(), port: 8080, backend_slot: None }
+        );
         assert!(node_identity(F, Some("x"), Some("2001:db8::5"), Some(1)).is_ok());
         assert!(node_identity(F, Some(&"é".repeat(64)), Some("::1"), Some(65535)).is_ok());
     }
@@ -194,6 +233,27 @@ mod tests {
         }
         let small = Layout::new(0, 1, 45, 8, 10).unwrap();
         assert!(holding("f", &small, Some("o"), Some(256), Some("::1"), Some(1), Some(1)).is_err());
+    }
+
+    #[test]
+    fn backends_are_named_by_slot_and_need_an_ip_node_host() {
+        let b = backend_identity("orders".into(), " 10.0.0.9 ", 5432, 7).unwrap();
+        assert_eq!((b.host.as_str(), b.port, b.backend_slot), ("10.0.0.9", 5432, Some(7)));
+        assert_eq!(b.name(), "backend slot 7 of 10.0.0.9:5432");
+        assert_eq!(backend_identity("o".into(), "::1", 5432, 1).unwrap().name(), "backend slot 1 of [::1]:5432");
+        for bad in ["", "db.example", "10.0.0.0/8", "300.1.1.1"] {
+            let err = backend_identity("o".into(), bad, 5432, 1).unwrap_err();
+            assert_eq!(err.sqlstate.code(), "22023", "{bad:?}");
+            assert!(err.message.contains("idgen.node_host"), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_service_setting_is_checked_like_the_argument() {
+        assert_eq!(service_setting("orders").unwrap(), "orders");
+        let err = service_setting(" orders").unwrap_err();
+        assert_eq!(err.message, "setting \"idgen.service\" must not begin or end with white space");
+        assert_eq!(service_setting(&"x".repeat(65)).unwrap_err().sqlstate.code(), "22001");
     }
 
     #[test]

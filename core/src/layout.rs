@@ -149,6 +149,12 @@ impl Layout {
         Ok(ticks)
     }
 
+    /// The tick a Unix millisecond falls in, unchecked: negative before the
+    /// epoch, possibly past `max_ticks`.
+    pub fn ticks_floor(&self, unix_ms: i64) -> i64 {
+        (unix_ms - self.epoch_unix_ms).div_euclid(self.time_unit_ms)
+    }
+
     /// The Unix millisecond at which a tick begins.
     pub fn unix_ms_of(&self, ticks: i64) -> i64 {
         self.epoch_unix_ms + ticks * self.time_unit_ms

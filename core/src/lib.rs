@@ -3,14 +3,18 @@
 //! thin SQL edge.
 //!
 //! - [`layout`]: how a 64-bit ID is cut into time, machine id and sequence.
+//! - [`generator`]: one backend's Snowflake generator over an injectable clock.
+//! - [`lease`]: a backend's leases and how they follow its transactions.
 //! - [`policy`]: the claim tiers, their order and thresholds, and the lease.
 //! - [`input`]: validation of the registry functions' arguments.
 //! - [`messages`]: the errors, warnings and alerts people read.
 //! - [`error`]: errors as values with their SQLSTATE.
 
 pub mod error;
+pub mod generator;
 pub mod input;
 pub mod layout;
+pub mod lease;
 pub mod messages;
 pub mod policy;
 

@@ -2,7 +2,8 @@
 //! out of the registry. The edge reads the facts; the words live here.
 
 use crate::error::{IdgenError, SqlState};
-use crate::input::{Holding, NodeIdentity};
+use crate::input::{node_name, Holding, NodeIdentity};
+use crate::layout::Layout;
 use crate::policy::{human_duration, Outcome};
 use serde_json::json;
 
@@ -20,6 +21,19 @@ pub struct RowFacts {
     /// Seconds since `last_seen`, at the time of reading.
     pub idle_secs: i64,
     pub released_at: Option<String>,
+    /// Set when the holder is a database backend.
+    pub backend_slot: Option<i32>,
+}
+
+impl RowFacts {
+    /// How messages name the row's holder.
+    pub fn holder(&self) -> String {
+        node_name(&self.host, self.port, self.backend_slot)
+    }
+
+    fn is_held_by(&self, node: &NodeIdentity) -> bool {
+        self.host == node.host && self.port == node.port && self.backend_slot == node.backend_slot
+    }
 }
 
 /// An event a person should hear about: a WARNING to the client, a LOG line
@@ -37,21 +51,16 @@ pub fn ownership_lost(function: &str, held: &Holding, now: Option<&RowFacts>) ->
         "{function}: machine id {} of service \"{}\" is no longer held by {} at version {}",
         held.machine_id,
         n.service,
-        endpoint(&n.host, n.port),
+        n.name(),
         held.version
     );
     let detail = match now {
         None => format!("The registry has no row for machine id {} of service \"{}\".", held.machine_id, n.service),
         Some(row) => match &row.released_at {
-            Some(at) if row.host == n.host && row.port == n.port => {
+            Some(at) if row.is_held_by(n) => {
                 format!("It was released at {at} and is at version {} now.", row.version)
             }
-            _ => format!(
-                "It is now held by {} at version {}, last seen {}.",
-                endpoint(&row.host, row.port),
-                row.version,
-                row.last_seen
-            ),
+            _ => format!("It is now held by {} at version {}, last seen {}.", row.holder(), row.version, row.last_seen),
         },
     };
     IdgenError::new(SqlState::ObjectNotInPrerequisiteState, message)
@@ -78,7 +87,7 @@ pub fn identity_busy(function: &str, node: &NodeIdentity, machine_id: Option<i16
         SqlState::LockNotAvailable,
         format!(
             "{function}: the registry entry of {} in service \"{}\" is busy",
-            endpoint(&node.host, node.port), node.service
+            node.name(), node.service
         ),
     )
     .detail(format!("{what} A claim never waits for another session."))
@@ -111,7 +120,7 @@ pub fn exhausted(
         Some(row) => format!(
             " The least recently seen holder is machine id {} at {}, idle {} (last seen {}).",
             row.machine_id,
-            endpoint(&row.host, row.port),
+            row.holder(),
             human_duration(row.idle_secs),
             row.last_seen
         ),
@@ -133,14 +142,14 @@ pub fn exhausted(
     let alert = Alert {
         message: format!(
             "{function}: machine ids of service \"{service}\" are exhausted; {} could not start",
-            endpoint(&claimant.host, claimant.port)
+            claimant.name()
         ),
         payload: json!({
             "event": "exhausted",
             "service": service,
             "machine_id": null,
             "held": held,
-            "holder": { "host": claimant.host, "port": claimant.port },
+            "holder": holder_json(claimant, None),
             "previous_holder": oldest.map(row_json),
             "idle_seconds": oldest.map(|r| r.idle_secs),
         }),
@@ -162,36 +171,159 @@ pub fn takeover_alert(
         message: format!(
             "{function}: took back machine id {machine_id} of service \"{}\" from {}, idle only {}",
             claimant.service,
-            endpoint(&previous.host, previous.port),
+            previous.holder(),
             human_duration(previous.idle_secs)
         ),
         payload: json!({
             "event": format!("{}_takeover", outcome.label()),
             "service": claimant.service,
             "machine_id": machine_id,
-            "holder": { "host": claimant.host, "port": claimant.port, "version": new_version },
+            "holder": holder_json(claimant, Some(new_version)),
             "previous_holder": row_json(previous),
             "idle_seconds": previous.idle_secs,
         }),
     }
 }
 
+/// A backend found that its lease moved: a WARNING, then it claims another.
+pub fn backend_lease_lost(function: &str, held: &Holding, now: Option<&RowFacts>) -> IdgenError {
+    let lost = ownership_lost(function, held, now);
+    IdgenError { sqlstate: SqlState::Warning, hint: None, ..lost }.hint(
+        "idgen claims another machine id for this backend before issuing the next ID. If this repeats, look for another server registering with the same idgen.node_host and port.",
+    )
+}
+
+/// A backend with no lease cannot claim one here.
+pub fn no_lease_read_only(function: &str, service: &str, on_standby: bool) -> IdgenError {
+    let (where_, hint) = if on_standby {
+        ("on a standby server", "Generate IDs on the primary.")
+    } else {
+        (
+            "in a read-only transaction",
+            "Call it in a read-write transaction once (e.g. SET TRANSACTION READ WRITE); the lease then serves read-only transactions too, until it needs renewing.",
+        )
+    };
+    IdgenError::new(
+        SqlState::ReadOnlySqlTransaction,
+        format!("{function}: this backend holds no machine id for service \"{service}\" and cannot claim one {where_}"),
+    )
+    .detail("A backend claims its machine id in system_nodes before its first ID.")
+    .hint(hint)
+}
+
+/// A backend's lease ran out and only a write can renew it.
+pub fn lease_expired_read_only(function: &str, held: &Holding, lease_until_unix_ms: i64) -> IdgenError {
+    IdgenError::new(
+        SqlState::ReadOnlySqlTransaction,
+        format!(
+            "{function}: the lease of machine id {} of service \"{}\" ended at {} and cannot be renewed in a read-only transaction",
+            held.machine_id,
+            held.node.service,
+            iso_utc(lease_until_unix_ms)
+        ),
+    )
+    .detail("Past lease_until, another node may take the machine id back, so this backend issues no ID from it before renewing it in system_nodes.")
+    .hint("Call it in a read-write transaction.")
+}
+
+/// The clock is behind the last issued ID by more than the allowed step.
+pub fn clock_behind(function: &str, behind_ms: i64, allowed_ms: i64) -> IdgenError {
+    IdgenError::new(
+        SqlState::SystemError,
+        format!("{function}: the server clock is {behind_ms} ms behind the last ID this backend issued"),
+    )
+    .detail(format!(
+        "idgen waits out a clock that steps back by up to idgen.max_clock_backward ({allowed_ms} ms) and refuses to issue IDs beyond that, so IDs never repeat. No ID was issued."
+    ))
+    .hint("Check the server's time synchronisation (NTP). Retry once the clock has caught up, or reconnect.")
+}
+
+/// The clock reads a time the layout cannot stamp.
+pub fn clock_outside_layout(function: &str, now_unix_ms: i64, layout: &Layout) -> IdgenError {
+    IdgenError::new(
+        SqlState::DatetimeFieldOverflow,
+        format!("{function}: the server clock reads {}, outside the ID layout's time range", iso_utc(now_unix_ms)),
+    )
+    .detail(layout_range_detail(layout))
+    .hint("Check the server's clock. No ID was issued.")
+}
+
+/// `idgen_min_id` / `idgen_max_id` given a time the layout cannot stamp.
+pub fn time_outside_layout(function: &str, argument: &str, unix_ms: Option<i64>, layout: &Layout) -> IdgenError {
+    let shown = unix_ms.map_or_else(|| "infinity".to_owned(), iso_utc);
+    IdgenError::new(
+        SqlState::DatetimeFieldOverflow,
+        format!("{function}: argument \"{argument}\" is outside the ID layout's time range"),
+    )
+    .detail(format!("Got {shown}. {}", layout_range_detail(layout)))
+}
+
+/// `idgen_decode` given a negative number.
+pub fn negative_id(function: &str, id: i64) -> IdgenError {
+    IdgenError::new(SqlState::NumericValueOutOfRange, format!("{function}: argument \"id\" is negative"))
+        .detail(format!("Got {id}; idgen IDs are never negative (their sign bit is always 0)."))
+}
+
+/// PREPARE TRANSACTION after this backend claimed or renewed a lease in it.
+pub fn prepare_with_lease_write(services: &[&str]) -> IdgenError {
+    IdgenError::new(
+        SqlState::FeatureNotSupported,
+        "cannot PREPARE a transaction in which idgen claimed or renewed this backend's machine id",
+    )
+    .detail(format!(
+        "The transaction wrote the backend's lease for service(s) {}; its outcome would be decided by another session, after this backend has issued IDs from it.",
+        services.iter().map(|s| format!("\"{s}\"")).collect::<Vec<_>>().join(", ")
+    ))
+    .hint("Call idgen_next_id() once in an ordinary transaction before using it in a two-phase one.")
+}
+
+fn layout_range_detail(layout: &Layout) -> String {
+    format!("IDs can stamp times from {} to {}.", iso_utc(layout.epoch_unix_ms), iso_utc(layout.last_unix_ms()))
+}
+
+/// Unix milliseconds as `2025-01-01T00:00:00.000Z` (proleptic Gregorian, UTC).
+pub fn iso_utc(unix_ms: i64) -> String {
+    let days = unix_ms.div_euclid(86_400_000);
+    let ms_of_day = unix_ms.rem_euclid(86_400_000);
+    // Civil date from days since 1970-01-01 (era-based algorithm, valid for all i64 days in range).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (h, m, sec, ms) = (ms_of_day / 3_600_000, ms_of_day / 60_000 % 60, ms_of_day / 1_000 % 60, ms_of_day % 1_000);
+    format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{sec:02}.{ms:03}Z")
+}
+
 fn row_json(row: &RowFacts) -> serde_json::Value {
-    json!({
+    let mut value = json!({
         "machine_id": row.machine_id,
         "host": row.host,
         "port": row.port,
         "version": row.version,
         "last_seen": row.last_seen,
-    })
+    });
+    with_backend_slot(&mut value, row.backend_slot);
+    value
 }
 
-/// `10.0.0.5:8080`, or `[2001:db8::5]:8080` for IPv6.
-pub fn endpoint(host: &str, port: i32) -> String {
-    if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
+fn holder_json(node: &NodeIdentity, version: Option<i32>) -> serde_json::Value {
+    let mut value = json!({ "host": node.host, "port": node.port });
+    if let Some(version) = version {
+        value["version"] = json!(version);
+    }
+    with_backend_slot(&mut value, node.backend_slot);
+    value
+}
+
+/// Backend holders carry their slot; service holders have no such key.
+fn with_backend_slot(value: &mut serde_json::Value, backend_slot: Option<i32>) {
+    if let Some(slot) = backend_slot {
+        value["backend_slot"] = json!(slot);
     }
 }
 
@@ -200,7 +332,7 @@ mod tests {
     use super::*;
 
     fn node(host: &str, port: i32) -> NodeIdentity {
-        NodeIdentity { service: "orders".into(), host: host.into(), port }
+        NodeIdentity { service: "orders".into(), host: host.into(), port, backend_slot: None }
     }
 
     fn row(host: &str, port: i32, version: i32, released_at: Option<&str>) -> RowFacts {
@@ -212,6 +344,7 @@ mod tests {
             last_seen: "2026-11-29T08:00:00.000000Z".into(),
             idle_secs: 3_780,
             released_at: released_at.map(Into::into),
+            backend_slot: None,
         }
     }
 
@@ -278,7 +411,7 @@ mod tests {
 
     #[test]
     fn exhaustion_hint_quotes_the_service_literal_safely() {
-        let claimant = NodeIdentity { service: "o'brien".into(), host: "::1".into(), port: 1 };
+        let claimant = NodeIdentity { service: "o'brien".into(), host: "::1".into(), port: 1, backend_slot: None };
         let (err, _) = exhausted("idgen_claim", &claimant, 1, 0, 60, None);
         assert!(err.hint.unwrap().contains("service = 'o''brien'"));
     }
@@ -318,7 +451,49 @@ mod tests {
 
     #[test]
     fn ipv6_endpoints_are_bracketed() {
-        assert_eq!(endpoint("::1", 80), "[::1]:80");
-        assert_eq!(endpoint("10.0.0.1", 80), "10.0.0.1:80");
+        assert_eq!(node_name("::1", 80, None), "[::1]:80");
+        assert_eq!(node_name("10.0.0.1", 80, None), "10.0.0.1:80");
+    }
+
+    #[test]
+    fn iso_dates_match_known_instants() {
+        assert_eq!(iso_utc(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(iso_utc(crate::layout::EPOCH_2025_UNIX_MS), "2025-01-01T00:00:00.000Z");
+        assert_eq!(iso_utc(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(iso_utc(1_796_000_000_123), "2026-11-30T00:53:20.123Z");
+        assert_eq!(iso_utc(-1), "1969-12-31T23:59:59.999Z");
+        assert_eq!(iso_utc(Layout::DEFAULT.last_unix_ms()), "2094-09-07T15:47:35.551Z");
+    }
+
+    #[test]
+    fn generator_errors_name_the_cause_and_carry_their_sqlstate() {
+        let behind = clock_behind("idgen_next_id", 2_500, 2_000);
+        assert_eq!(behind.sqlstate.code(), "58000");
+        assert_eq!(behind.message, "idgen_next_id: the server clock is 2500 ms behind the last ID this backend issued");
+        assert!(behind.detail.unwrap().contains("idgen.max_clock_backward (2000 ms)"));
+        let past = time_outside_layout("idgen_min_id", "ts", Some(0), &Layout::DEFAULT);
+        assert_eq!(past.sqlstate.code(), "22008");
+        assert_eq!(
+            past.detail.as_deref(),
+            Some("Got 1970-01-01T00:00:00.000Z. IDs can stamp times from 2025-01-01T00:00:00.000Z to 2094-09-07T15:47:35.551Z.")
+        );
+        assert_eq!(negative_id("idgen_decode", -1).sqlstate.code(), "22003");
+        let ro = no_lease_read_only("idgen_next_id", "orders", false);
+        assert_eq!(ro.sqlstate.code(), "25006");
+        assert!(ro.message.ends_with("cannot claim one in a read-only transaction"), "{}", ro.message);
+        let prep = prepare_with_lease_write(&["a", "b"]);
+        assert_eq!(prep.sqlstate.code(), "0A000");
+        assert!(prep.detail.unwrap().contains("\"a\", \"b\""));
+    }
+
+    #[test]
+    fn backend_holders_carry_their_slot_in_alerts() {
+        let mut previous = row("127.0.0.1", 5432, 3, None);
+        previous.backend_slot = Some(12);
+        let claimant = NodeIdentity { backend_slot: Some(4), ..node("127.0.0.1", 5432) };
+        let alert = takeover_alert("idgen_next_id", Outcome::Idle1h, &claimant, 5, 4, &previous);
+        assert!(alert.message.contains("from backend slot 12 of 127.0.0.1:5432"), "{}", alert.message);
+        assert_eq!(alert.payload["holder"]["backend_slot"], 4);
+        assert_eq!(alert.payload["previous_holder"]["backend_slot"], 12);
     }
 }

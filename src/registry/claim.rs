@@ -1,6 +1,6 @@
 //! Executes the core's claim policy against the registry, step by step. This
-//! is the only claim path: `idgen_claim` calls it, and so will each backend's
-//! own lease.
+//! is the only claim path: `idgen_claim` calls it for service nodes, and
+//! `backend` for each database backend's own lease.
 
 use super::store::{self, OwnRow, Victims, Won};
 use crate::diagnostics;
@@ -16,6 +16,8 @@ pub struct Claim {
     pub version: i32,
     pub outcome: Outcome,
     pub lease_until: TimestampWithTimeZone,
+    /// The moment of the claim: the row's new `last_seen`.
+    pub claimed_at: TimestampWithTimeZone,
 }
 
 /// Claims a machine id for `node` in the caller's transaction. `function`
@@ -58,6 +60,7 @@ fn run_step(
         version: won.version,
         outcome,
         lease_until: won.lease_until,
+        claimed_at: won.claimed_at,
     };
     Ok(match step {
         ClaimStep::ReuseOwnRow => match store::reuse_own_row(client, node, lease_secs) {

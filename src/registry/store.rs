@@ -1,9 +1,15 @@
-//! The registry's SQL: each statement of the claim, heartbeat and release
-//! paths, with parameters only. Callers run inside a SECURITY DEFINER function
-//! whose search_path is pinned to the extension's schema.
+//! The registry's SQL: each statement of the claim, heartbeat, release and
+//! backend-verification paths, with parameters only. Callers run as the
+//! extension owner with search_path pinned to the extension's schema (SECURITY
+//! DEFINER functions, or `privilege::as_extension_owner` for backends).
 //!
 //! Nothing here waits on another session's claim: candidate machine ids are
 //! guarded by transaction-level try-locks and rows by `FOR UPDATE SKIP LOCKED`.
+//!
+//! Times written are `clock_timestamp()`, not `now()`: a backend may claim or
+//! renew late in a long transaction, and its lease runs from the write.
+//! Comparisons use `now()`, the claimant's transaction start, which can only
+//! make rows look younger than they are.
 
 use idgen_core::input::{Holding, NodeIdentity};
 use idgen_core::messages::RowFacts;
@@ -15,6 +21,8 @@ pub struct Won {
     pub machine_id: i16,
     pub version: i32,
     pub lease_until: TimestampWithTimeZone,
+    /// The row's new `last_seen`: the moment of the claim.
+    pub claimed_at: TimestampWithTimeZone,
 }
 
 /// What the caller's own row looks like to a claim.
@@ -42,52 +50,69 @@ macro_rules! facts_columns {
             $t, ".machine_id, host(", $t, ".host), ", $t, ".port, ", $t, ".version, ",
             "to_char(", $t, ".last_seen AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), ",
             "greatest(0, floor(extract(epoch FROM now() - ", $t, ".last_seen)))::bigint, ",
-            "to_char(", $t, ".released_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+            "to_char(", $t, ".released_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), ",
+            $t, ".backend_slot"
         )
     };
 }
 
 /// A take-over: lock one victim row without waiting, hand it to the claimant.
-/// Returns the won row (columns 1-3) and the previous holder's facts (4-10).
+/// Returns the won row (columns 1-4) and the previous holder's facts (5-12).
 macro_rules! take_over_sql {
     ($filter:literal, $order:literal) => {
         concat!(
-            "WITH victim AS (SELECT * FROM system_nodes WHERE service = $1 AND ", $filter,
-            " ORDER BY ", $order, ", machine_id LIMIT 1 FOR UPDATE SKIP LOCKED) ",
-            "UPDATE system_nodes n SET host = $2, port = $3, version = n.version + 1, last_seen = now(), released_at = NULL ",
+            "WITH victim AS (SELECT * FROM system_nodes WHERE service = $1 AND ",
+            $filter,
+            " ORDER BY ",
+            $order,
+            ", machine_id LIMIT 1 FOR UPDATE SKIP LOCKED) ",
+            "UPDATE system_nodes n SET host = $2, port = $3, backend_slot = $4, version = n.version + 1, ",
+            "last_seen = clock_timestamp(), released_at = NULL ",
             "FROM victim v WHERE n.service = v.service AND n.machine_id = v.machine_id ",
-            "RETURNING n.machine_id, n.version, n.last_seen + $4 * interval '1 second', ",
+            "RETURNING n.machine_id, n.version, n.last_seen + $5 * interval '1 second', n.last_seen, ",
             facts_columns!("v")
         )
     };
 }
 
-const TAKE_RELEASED: &str = take_over_sql!("released_at <= now() - $5 * interval '1 second'", "released_at");
+const TAKE_RELEASED: &str = take_over_sql!("released_at <= now() - $6 * interval '1 second'", "released_at");
 const TAKE_IDLE: &str = take_over_sql!(
-    "last_seen < now() - $5 * interval '1 second' AND (released_at IS NULL OR released_at <= now() - $6 * interval '1 second')",
+    "last_seen < now() - $6 * interval '1 second' AND (released_at IS NULL OR released_at <= now() - $7 * interval '1 second')",
     "last_seen"
 );
 
+/// The row a holding names, still held: `$1..$6` are service, machine_id,
+/// host, port, backend_slot and version.
+macro_rules! holding_matches {
+    () => {
+        "service = $1 AND machine_id = $2 AND host = $3 AND port = $4 AND backend_slot IS NOT DISTINCT FROM $5 \
+         AND version = $6 AND released_at IS NULL"
+    };
+}
+
 /// Serialises claims of one identity without waiting: a second claimant fails at once.
 pub fn try_lock_identity(client: &mut SpiClient, node: &NodeIdentity) -> bool {
-    let sql = "SELECT pg_try_advisory_xact_lock(hashtext('idgen/node/' || $1 || '/' || $2), $3)";
-    let args = [text(&node.service), text(&node.host), node.port.into()];
+    let sql = "SELECT pg_try_advisory_xact_lock(hashtext(concat_ws('/', 'idgen/node', $1, $2, $4)), $3)";
+    let args = [text(&node.service), text(&node.host), node.port.into(), node.backend_slot.into()];
     first_value(client.update(sql, Some(1), &args)).unwrap_or(false)
 }
 
 /// Step 1: bump the caller's own row, unless another transaction has it locked.
 pub fn reuse_own_row(client: &mut SpiClient, node: &NodeIdentity, lease_secs: i64) -> OwnRow {
     let sql = "WITH own AS (SELECT service, machine_id FROM system_nodes \
-                 WHERE service = $1 AND host = $2 AND port = $3 FOR UPDATE SKIP LOCKED) \
-               UPDATE system_nodes n SET version = n.version + 1, last_seen = now(), released_at = NULL \
+                 WHERE service = $1 AND host = $2 AND port = $3 AND backend_slot IS NOT DISTINCT FROM $4 \
+                 FOR UPDATE SKIP LOCKED) \
+               UPDATE system_nodes n SET version = n.version + 1, last_seen = clock_timestamp(), released_at = NULL \
                FROM own WHERE n.service = own.service AND n.machine_id = own.machine_id \
-               RETURNING n.machine_id, n.version, n.last_seen + $4 * interval '1 second'";
-    let args = [text(&node.service), inet(&node.host), node.port.into(), lease_secs.into()];
+               RETURNING n.machine_id, n.version, n.last_seen + $5 * interval '1 second', n.last_seen";
+    let mut args = identity_args(node);
+    args.push(lease_secs.into());
     if let Some(won) = first_row(client.update(sql, Some(1), &args)).map(|row| won(&row)) {
         return OwnRow::Won(won);
     }
-    let sql = "SELECT machine_id FROM system_nodes WHERE service = $1 AND host = $2 AND port = $3";
-    match first_value::<i16>(client.update(sql, Some(1), &args[..3])) {
+    let sql = "SELECT machine_id FROM system_nodes \
+               WHERE service = $1 AND host = $2 AND port = $3 AND backend_slot IS NOT DISTINCT FROM $4";
+    match first_value::<i16>(client.update(sql, Some(1), &args[..4])) {
         Some(machine_id) => OwnRow::Busy(machine_id),
         None => OwnRow::Absent,
     }
@@ -112,11 +137,19 @@ pub fn insert_unregistered(
     machine_id: i16,
     lease_secs: i64,
 ) -> Option<Won> {
-    let sql = "INSERT INTO system_nodes (service, machine_id, host, port, version) \
-               SELECT $1, $2, $3, $4, 1 WHERE pg_try_advisory_xact_lock(hashtext('idgen/machine_id/' || $1), $2) \
+    let sql = "INSERT INTO system_nodes (service, machine_id, host, port, backend_slot, version, last_seen) \
+               SELECT $1, $2, $3, $4, $5, 1, clock_timestamp() \
+               WHERE pg_try_advisory_xact_lock(hashtext('idgen/machine_id/' || $1), $2) \
                ON CONFLICT DO NOTHING \
-               RETURNING machine_id, version, last_seen + $5 * interval '1 second'";
-    let args = [text(&node.service), machine_id.into(), inet(&node.host), node.port.into(), lease_secs.into()];
+               RETURNING machine_id, version, last_seen + $6 * interval '1 second', last_seen";
+    let args = [
+        text(&node.service),
+        machine_id.into(),
+        inet(&node.host),
+        node.port.into(),
+        node.backend_slot.into(),
+        lease_secs.into(),
+    ];
     first_row(client.update(sql, Some(1), &args)).map(|row| won(&row))
 }
 
@@ -127,7 +160,8 @@ pub fn take_over(
     victims: Victims,
     lease_secs: i64,
 ) -> Option<(Won, RowFacts)> {
-    let mut args = vec![text(&node.service), inet(&node.host), node.port.into(), lease_secs.into()];
+    let mut args =
+        vec![text(&node.service), inet(&node.host), node.port.into(), node.backend_slot.into(), lease_secs.into()];
     let sql = match victims {
         Victims::Released { cooldown_secs } => {
             args.push(cooldown_secs.into());
@@ -139,7 +173,7 @@ pub fn take_over(
         }
     };
     let table = client.update(sql, Some(1), &args);
-    first_row(table).map(|row| (won(&row), row_facts(&row, 4)))
+    first_row(table).map(|row| (won(&row), row_facts(&row, 5)))
 }
 
 /// The row of `machine_id` as it stands, if any.
@@ -164,30 +198,89 @@ pub fn least_recently_seen(client: &mut SpiClient, service: &str) -> (i64, Optio
 /// A version-checked heartbeat. Waits for a concurrent take-over of the same
 /// row to finish, because its answer depends on that take-over's outcome.
 pub fn heartbeat(client: &mut SpiClient, held: &Holding, lease_secs: i64) -> Option<TimestampWithTimeZone> {
-    let sql = "UPDATE system_nodes SET last_seen = now() \
-               WHERE service = $1 AND machine_id = $2 AND host = $3 AND port = $4 AND version = $5 AND released_at IS NULL \
-               RETURNING last_seen + $6 * interval '1 second'";
+    let sql = concat!(
+        "UPDATE system_nodes SET last_seen = clock_timestamp() WHERE ",
+        holding_matches!(),
+        " RETURNING last_seen + $7 * interval '1 second'"
+    );
     let args = holding_args(held, Some(lease_secs));
     first_value(client.update(sql, Some(1), &args))
 }
 
 /// A version-checked release: bumps the version and starts the cooldown.
 pub fn release(client: &mut SpiClient, held: &Holding) -> bool {
-    let sql = "UPDATE system_nodes SET version = version + 1, released_at = now() \
-               WHERE service = $1 AND machine_id = $2 AND host = $3 AND port = $4 AND version = $5 AND released_at IS NULL \
-               RETURNING version";
+    let sql = concat!(
+        "UPDATE system_nodes SET version = version + 1, released_at = clock_timestamp() WHERE ",
+        holding_matches!(),
+        " RETURNING version"
+    );
     first_value::<i32>(client.update(sql, Some(1), &holding_args(held, None))).is_some()
 }
 
+/// What a backend's check of its lease found.
+pub enum BackendCheck {
+    /// Still held at this version; the lease now runs until `lease_until`.
+    Held { verified_at: TimestampWithTimeZone, lease_until: TimestampWithTimeZone },
+    /// Held at this version, but another transaction has the row locked (a take-over in flight).
+    Busy,
+    /// The version moved, the row was released, or it is gone.
+    Lost(Option<RowFacts>),
+}
+
+/// A backend's version-checked heartbeat: renews the lease unless another
+/// transaction has the row locked (never waits, unlike a service heartbeat).
+pub fn renew_backend_lease(client: &mut SpiClient, held: &Holding, lease_secs: i64) -> BackendCheck {
+    let sql = concat!(
+        "WITH own AS (SELECT service, machine_id FROM system_nodes WHERE ",
+        holding_matches!(),
+        " FOR UPDATE SKIP LOCKED) ",
+        "UPDATE system_nodes n SET last_seen = clock_timestamp() ",
+        "FROM own WHERE n.service = own.service AND n.machine_id = own.machine_id ",
+        "RETURNING n.last_seen, n.last_seen + $7 * interval '1 second'"
+    );
+    if let Some(row) = first_row(client.update(sql, Some(1), &holding_args(held, Some(lease_secs)))) {
+        return BackendCheck::Held { verified_at: column(&row, 1), lease_until: column(&row, 2) };
+    }
+    match read_backend_lease(client, held, lease_secs) {
+        BackendCheck::Held { .. } => BackendCheck::Busy,
+        other => other,
+    }
+}
+
+/// A backend's version-checked read, for read-only transactions: confirms
+/// ownership without moving `lease_until`.
+pub fn read_backend_lease(client: &mut SpiClient, held: &Holding, lease_secs: i64) -> BackendCheck {
+    let sql = concat!(
+        "SELECT clock_timestamp(), last_seen + $7 * interval '1 second' FROM system_nodes WHERE ",
+        holding_matches!()
+    );
+    match first_row(client.update(sql, Some(1), &holding_args(held, Some(lease_secs)))) {
+        Some(row) => BackendCheck::Held { verified_at: column(&row, 1), lease_until: column(&row, 2) },
+        None => BackendCheck::Lost(current_row(client, &held.node.service, held.machine_id)),
+    }
+}
+
+fn identity_args(node: &NodeIdentity) -> Vec<DatumWithOid<'static>> {
+    vec![text(&node.service), inet(&node.host), node.port.into(), node.backend_slot.into()]
+}
+
+/// Arguments for [`holding_matches`], plus the lease length as `$7` when given.
 fn holding_args(held: &Holding, lease_secs: Option<i64>) -> Vec<DatumWithOid<'static>> {
     let n = &held.node;
-    let mut args = vec![text(&n.service), held.machine_id.into(), inet(&n.host), n.port.into(), held.version.into()];
+    let mut args = vec![
+        text(&n.service),
+        held.machine_id.into(),
+        inet(&n.host),
+        n.port.into(),
+        n.backend_slot.into(),
+        held.version.into(),
+    ];
     args.extend(lease_secs.map(DatumWithOid::from));
     args
 }
 
 fn won(row: &SpiHeapTupleData) -> Won {
-    Won { machine_id: column(row, 1), version: column(row, 2), lease_until: column(row, 3) }
+    Won { machine_id: column(row, 1), version: column(row, 2), lease_until: column(row, 3), claimed_at: column(row, 4) }
 }
 
 fn row_facts(row: &SpiHeapTupleData, first: usize) -> RowFacts {
@@ -199,6 +292,7 @@ fn row_facts(row: &SpiHeapTupleData, first: usize) -> RowFacts {
         last_seen: column(row, first + 4),
         idle_secs: column(row, first + 5),
         released_at: spi(row.get::<String>(first + 6)),
+        backend_slot: spi(row.get::<i32>(first + 7)),
     }
 }
 

@@ -20,6 +20,7 @@ impl TestDb {
         let name = format!("idgen_t_{name}");
         let mut admin = Client::connect(&format!("{} dbname=postgres", base_dsn()), NoTls)
             .expect("connect to the scratch cluster (is it running? see scripts/test.sh)");
+        rollback_prepared_transactions(&name);
         admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).unwrap();
         admin.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
         let db = TestDb { name };
@@ -47,6 +48,20 @@ impl TestDb {
             .connect(NoTls)
             .unwrap();
         (client, notices)
+    }
+}
+
+/// A prepared transaction left by an interrupted run would keep the database from being dropped.
+fn rollback_prepared_transactions(database: &str) {
+    let Ok(mut client) = Client::connect(&format!("{} dbname={database}", base_dsn()), NoTls) else { return };
+    let gids: Vec<String> = client
+        .query("SELECT gid FROM pg_prepared_xacts WHERE database = current_database()", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for gid in gids {
+        client.batch_execute(&format!("ROLLBACK PREPARED '{}'", gid.replace('\'', "''"))).unwrap();
     }
 }
 
@@ -142,6 +157,45 @@ pub fn registry_snapshot(client: &mut Client) -> String {
             "SELECT coalesce(string_agg(format('%s|%s|%s|%s|%s|%s|%s', service, machine_id, host, port, version, last_seen, released_at), E'\\n' ORDER BY service, machine_id), '') FROM system_nodes",
             &[],
         )
+        .unwrap()
+        .get(0)
+}
+
+/// This connection's lease for `service`, from `idgen_backend_leases()`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendLease {
+    pub machine_id: i16,
+    pub version: i32,
+    pub backend_slot: i32,
+    pub ids_issued: i64,
+    pub uncommitted: bool,
+}
+
+pub fn backend_lease(client: &mut Client, service: &str) -> Option<BackendLease> {
+    client
+        .query_opt(
+            "SELECT machine_id, version, backend_slot, ids_issued, uncommitted FROM idgen_backend_leases() WHERE service = $1",
+            &[&service],
+        )
+        .unwrap()
+        .map(|r| BackendLease {
+            machine_id: r.get(0),
+            version: r.get(1),
+            backend_slot: r.get(2),
+            ids_issued: r.get(3),
+            uncommitted: r.get(4),
+        })
+}
+
+/// The machine id an ID carries.
+pub fn machine_id_of(client: &mut Client, id: i64) -> i16 {
+    client.query_one("SELECT machine_id FROM idgen_decode($1)", &[&id]).unwrap().get(0)
+}
+
+/// Backend rows of `service` in the registry.
+pub fn backend_rows(client: &mut Client, service: &str) -> i64 {
+    client
+        .query_one("SELECT count(*) FROM system_nodes WHERE service = $1 AND backend_slot IS NOT NULL", &[&service])
         .unwrap()
         .get(0)
 }

@@ -61,15 +61,18 @@ fn heartbeat_moves_last_seen_and_returns_the_lease() {
     let mut client = db.connect();
     let c = claim(&mut client, "svc", "10.0.0.1", 1).unwrap();
     client.batch_execute("UPDATE system_nodes SET last_seen = now() - interval '50 minutes'").unwrap();
+    let lease_until: String = client
+        .query_one("SELECT idgen_heartbeat('svc', $1, '10.0.0.1', 1, $2)::text", &[&c.machine_id, &c.version])
+        .unwrap()
+        .get(0);
     let row = client
         .query_one(
-            "SELECT (lease - now())::text FROM idgen_heartbeat('svc', $1, '10.0.0.1', 1, $2) AS lease",
-            &[&c.machine_id, &c.version],
+            "SELECT ($1::text::timestamptz - last_seen)::text, extract(epoch FROM now() - last_seen)::float8 FROM system_nodes",
+            &[&lease_until],
         )
         .unwrap();
     assert_eq!(row.get::<_, String>(0), "00:55:00", "lease = last heartbeat + 1h - 5min margin");
-    let seen: f64 =
-        client.query_one("SELECT extract(epoch FROM now() - last_seen)::float8 FROM system_nodes", &[]).unwrap().get(0);
+    let seen: f64 = row.get(1);
     assert!(seen < 60.0, "last_seen moved to the heartbeat, {seen}s ago");
 }
 

@@ -93,7 +93,7 @@ fn settings_are_for_superusers_only(db: &TestDb) {
     let mut fresh = db.connect();
     fresh.batch_execute(&format!("SET ROLE {SERVICE_ROLE}; SET idgen.takeover_idle_1h = '20min'")).unwrap();
     let lease: String = fresh
-        .query_one("SELECT (lease_until - now())::text FROM idgen_claim('svc', '10.0.0.2', 2)", &[])
+        .query_one("SELECT date_trunc('minute', lease_until - now())::text FROM idgen_claim('svc', '10.0.0.2', 2)", &[])
         .unwrap()
         .get(0);
     assert_eq!(lease, "00:55:00", "the placeholder did not shorten the lease");

@@ -130,8 +130,8 @@ fn thresholds_follow_the_settings() {
     // The lease follows too: last heartbeat + 15 min - 1 min.
     let lease: String = admin
         .query_one(
-            // heartbeat sets last_seen = now(), the statement's start in autocommit
-            "SELECT (idgen_heartbeat('svc', 3::smallint, '10.0.0.1', 1, 2) - now())::text",
+            // heartbeat sets last_seen = clock_timestamp(), a moment after the statement's start
+            "SELECT date_trunc('second', idgen_heartbeat('svc', 3::smallint, '10.0.0.1', 1, 2) - now())::text",
             &[],
         )
         .unwrap()

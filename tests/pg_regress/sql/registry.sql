@@ -4,10 +4,10 @@ CREATE EXTENSION idgen;
 \df idgen_*
 
 -- Two nodes boot; the first restarts on the same address.
-SELECT machine_id, version, outcome, lease_until - now() AS lease FROM idgen_claim('orders', '10.0.0.5', 8080);
+SELECT machine_id, version, outcome, date_trunc('second', lease_until - now()) AS lease FROM idgen_claim('orders', '10.0.0.5', 8080);
 SELECT machine_id, version, outcome FROM idgen_claim('orders', '2001:db8::6', 8080);
 SELECT machine_id, version, outcome FROM idgen_claim('orders', '10.0.0.5', 8080);
-SELECT idgen_heartbeat('orders', 0::smallint, '10.0.0.5', 8080, 2) - now() AS lease;
+SELECT date_trunc('second', idgen_heartbeat('orders', 0::smallint, '10.0.0.5', 8080, 2) - now()) AS lease;
 SELECT idgen_release('orders', 1::smallint, '2001:db8::6', 8080, 1);
 SELECT service, machine_id, host, port, version, released_at IS NOT NULL AS released FROM system_nodes ORDER BY machine_id;
 

@@ -1,0 +1,18 @@
+-- Comments and privileges of the ID functions (created by pgrx from src/ids.rs and src/backend.rs).
+
+COMMENT ON FUNCTION idgen_next_id() IS
+    'Next Snowflake ID for the session''s service (setting idgen.service, default the database name): 41 bits of milliseconds since 2025-01-01 | 10-bit machine id | 12-bit sequence. Use as a column default: id bigint PRIMARY KEY DEFAULT idgen_next_id(). The backend claims its own machine id in system_nodes on first use, with the extension owner''s rights.';
+COMMENT ON FUNCTION idgen_next_id(text) IS
+    'Next Snowflake ID for the given service. IDs of one service never collide, whether minted by database backends or by service nodes that claimed their machine ids with idgen_claim.';
+COMMENT ON FUNCTION idgen_decode(bigint) IS
+    'Splits an idgen ID into (ts, machine_id, sequence); ts has millisecond precision.';
+COMMENT ON FUNCTION idgen_min_id(timestamptz) IS
+    'Smallest ID stamped in the millisecond of ts: WHERE id BETWEEN idgen_min_id(a) AND idgen_max_id(b) selects a time range through the primary key.';
+COMMENT ON FUNCTION idgen_max_id(timestamptz) IS
+    'Largest ID stamped in the millisecond of ts: WHERE id BETWEEN idgen_min_id(a) AND idgen_max_id(b) selects a time range through the primary key.';
+COMMENT ON FUNCTION idgen_backend_leases() IS
+    'This backend''s leases on machine ids, one row per service: machine id, version, slot, when claimed, last verified, lease end, IDs issued and the time of the last one. uncommitted is true while the transaction that claimed or renewed the lease is open.';
+
+-- Any role may mint IDs; the registry writes behind it run as the extension owner.
+GRANT EXECUTE ON FUNCTION idgen_next_id() TO PUBLIC;
+GRANT EXECUTE ON FUNCTION idgen_next_id(text) TO PUBLIC;

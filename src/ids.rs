@@ -1,0 +1,73 @@
+//! The ID functions: `idgen_next_id` (the column default) and the helpers that
+//! read IDs back: `idgen_decode`, `idgen_min_id`, `idgen_max_id`.
+
+use crate::backend;
+use crate::clock::{timestamptz, unix_ms};
+use crate::errors::raise;
+use idgen_core::layout::IdParts;
+use idgen_core::{input, messages, Layout};
+use pgrx::datum::TimestampWithTimeZone;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+/// The next ID for the session's service (`idgen.service`, or the database's name).
+#[pg_extern(volatile, parallel_unsafe, name = "idgen_next_id")]
+fn idgen_next_id() -> i64 {
+    backend::next_id_of_session_service("idgen_next_id")
+}
+
+/// The next ID for `service`.
+#[pg_extern(volatile, parallel_unsafe, name = "idgen_next_id")]
+fn idgen_next_id_for_service(service: Option<&str>) -> i64 {
+    const F: &str = "idgen_next_id";
+    match service {
+        Some(service) => backend::next_id(F, service, |name| input::service_name(F, Some(name))),
+        None => raise(input::service_name(F, None).expect_err("a NULL service is refused")),
+    }
+}
+
+/// The parts of an ID: when it was stamped, by which machine id, at which sequence.
+#[pg_extern(immutable, strict, parallel_safe)]
+fn idgen_decode(id: i64, fcinfo: pg_sys::FunctionCallInfo) -> pgrx::composite_type!('static, "idgen_id_parts") {
+    let layout = Layout::DEFAULT;
+    let parts = layout.decompose(id).unwrap_or_else(|_| raise(messages::negative_id("idgen_decode", id)));
+    let ts = timestamptz(layout.unix_ms_of(parts.ticks)).expect("layout times fit timestamptz");
+    // The declared result type, found through this very function: no lookup by name on the search_path.
+    // SAFETY: fcinfo and its flinfo are valid for the duration of the call.
+    let type_oid = unsafe { pg_sys::get_func_rettype((*(*fcinfo).flinfo).fn_oid) };
+    let fill = || -> Result<_, Box<dyn std::error::Error>> {
+        let mut tuple = PgHeapTuple::new_composite_type_by_oid(type_oid)?;
+        tuple.set_by_name("ts", ts)?;
+        tuple.set_by_name("machine_id", parts.machine_id as i16)?;
+        tuple.set_by_name("sequence", parts.sequence as i32)?;
+        Ok(tuple)
+    };
+    fill().unwrap_or_else(|e| panic!("idgen_decode: cannot build idgen_id_parts: {e}"))
+}
+
+/// The smallest ID that can be stamped in the millisecond of `ts`.
+#[pg_extern(immutable, strict, parallel_safe)]
+fn idgen_min_id(ts: TimestampWithTimeZone) -> i64 {
+    let layout = Layout::DEFAULT;
+    let ticks = ticks_of("idgen_min_id", &layout, ts);
+    compose(&layout, IdParts { ticks, machine_id: 0, sequence: 0 })
+}
+
+/// The largest ID that can be stamped in the millisecond of `ts`.
+#[pg_extern(immutable, strict, parallel_safe)]
+fn idgen_max_id(ts: TimestampWithTimeZone) -> i64 {
+    let layout = Layout::DEFAULT;
+    let ticks = ticks_of("idgen_max_id", &layout, ts);
+    compose(&layout, IdParts { ticks, machine_id: layout.max_machine_id(), sequence: layout.max_sequence() })
+}
+
+fn ticks_of(function: &str, layout: &Layout, ts: TimestampWithTimeZone) -> i64 {
+    let unix_ms = (!ts.is_infinity() && !ts.is_neg_infinity()).then(|| unix_ms(ts));
+    unix_ms
+        .and_then(|ms| layout.ticks_at(ms).ok())
+        .unwrap_or_else(|| raise(messages::time_outside_layout(function, "ts", unix_ms, layout)))
+}
+
+fn compose(layout: &Layout, parts: IdParts) -> i64 {
+    layout.compose(parts).expect("fields come from the layout's own ranges")
+}

@@ -1,0 +1,240 @@
+//! A backend's own lease: it follows its transaction, re-claims when it is
+//! taken over, never waits on another session, and refuses clearly where it
+//! cannot write.
+
+use idgen_cluster_tests::*;
+use std::time::{Duration, Instant};
+
+fn next_id(client: &mut postgres::Client) -> Result<i64, postgres::Error> {
+    client.query_one("SELECT idgen_next_id()", &[]).map(|r| r.get(0))
+}
+
+#[test]
+fn a_claim_rolled_back_with_its_transaction_or_savepoint_leaves_no_phantom_lease() {
+    let db = TestDb::create("rollback");
+    let service = db.name.clone();
+    let mut client = db.connect();
+    let mut issued = Vec::new();
+
+    // A whole transaction rolls back.
+    client.batch_execute("BEGIN").unwrap();
+    issued.push(next_id(&mut client).unwrap());
+    assert!(backend_lease(&mut client, &service).unwrap().uncommitted);
+    client.batch_execute("ROLLBACK").unwrap();
+    assert_eq!(backend_lease(&mut client, &service), None, "the lease died with its transaction");
+    assert_eq!(backend_rows(&mut client, &service), 0);
+
+    // A savepoint rolls back inside a transaction that commits.
+    client.batch_execute("BEGIN; SAVEPOINT s").unwrap();
+    issued.push(next_id(&mut client).unwrap());
+    client.batch_execute("ROLLBACK TO SAVEPOINT s").unwrap();
+    assert_eq!(backend_lease(&mut client, &service), None, "the lease died with its savepoint");
+    issued.push(next_id(&mut client).unwrap()); // claims afresh inside the same transaction
+    client.batch_execute("COMMIT").unwrap();
+    let lease = backend_lease(&mut client, &service).unwrap();
+    assert!(!lease.uncommitted);
+    assert_eq!(backend_rows(&mut client, &service), 1);
+
+    // A PL/pgSQL exception block is a savepoint too; a later claim in a new service rolls back with it.
+    client
+        .batch_execute(
+            "DO $$ BEGIN
+                 BEGIN
+                     PERFORM idgen_next_id('scratch_service');
+                     RAISE EXCEPTION 'undo';
+                 EXCEPTION WHEN raise_exception THEN NULL;
+                 END;
+             END $$",
+        )
+        .unwrap();
+    assert_eq!(backend_lease(&mut client, "scratch_service"), None);
+    let rows: i64 =
+        client.query_one("SELECT count(*) FROM system_nodes WHERE service = 'scratch_service'", &[]).unwrap().get(0);
+    assert_eq!(rows, 0);
+
+    // IDs after the rollbacks are new and keep growing.
+    for _ in 0..100 {
+        issued.push(next_id(&mut client).unwrap());
+    }
+    assert!(issued.windows(2).all(|w| w[0] < w[1]), "{issued:?}");
+}
+
+#[test]
+fn a_verification_rolled_back_is_done_again_before_the_next_id() {
+    let db = TestDb::create("verify_rollback");
+    let service = db.name.clone();
+    let mut client = db.connect();
+    client.batch_execute("SET idgen.heartbeat_interval = '1s'").unwrap();
+    next_id(&mut client).unwrap();
+    let seen = |c: &mut postgres::Client| -> String {
+        c.query_one("SELECT last_seen::text FROM system_nodes WHERE service = $1", &[&service]).unwrap().get(0)
+    };
+    let claimed_seen = seen(&mut client);
+    std::thread::sleep(Duration::from_millis(1_100));
+    client.batch_execute("BEGIN").unwrap();
+    next_id(&mut client).unwrap(); // due: a version-checked heartbeat inside this transaction
+    assert!(backend_lease(&mut client, &service).unwrap().uncommitted);
+    client.batch_execute("ROLLBACK").unwrap();
+    assert_eq!(seen(&mut client), claimed_seen, "the heartbeat rolled back");
+    assert!(!backend_lease(&mut client, &service).unwrap().uncommitted);
+    next_id(&mut client).unwrap(); // verifies again, this time for good
+    assert_ne!(seen(&mut client), claimed_seen);
+}
+
+#[test]
+fn a_taken_over_backend_reclaims_before_its_next_id_and_never_overlaps_the_new_holder() {
+    let db = TestDb::create("takeover");
+    let service = db.name.clone();
+    let (mut backend, notices) = db.connect_recording();
+    backend.batch_execute("SET idgen.heartbeat_interval = '1s'").unwrap();
+    let before: Vec<i64> = (0..50).map(|_| next_id(&mut backend).unwrap()).collect();
+    let lease = backend_lease(&mut backend, &service).unwrap();
+
+    // Another node takes the row over: the version moves and the identity changes.
+    let mut admin = db.connect();
+    let taken_at: String = admin
+        .query_one(
+            "UPDATE system_nodes SET version = version + 1, host = '10.7.7.7', port = 7, backend_slot = NULL, \
+                 last_seen = clock_timestamp() \
+             WHERE service = $1 AND machine_id = $2 RETURNING last_seen::text",
+            &[&service, &lease.machine_id],
+        )
+        .unwrap()
+        .get(0);
+    // The new holder issues IDs with the same machine id from now on.
+    std::thread::sleep(Duration::from_millis(1_100)); // the backend's verification is due
+    let after: Vec<i64> = (0..50).map(|_| next_id(&mut backend).unwrap()).collect();
+
+    let warnings = notices.take();
+    assert!(
+        warnings.iter().any(|n| n.code().code() == "01000"
+            && n.message()
+                .contains(&format!("machine id {} of service \"{service}\" is no longer held", lease.machine_id))),
+        "{warnings:?}"
+    );
+    let relet = backend_lease(&mut backend, &service).unwrap();
+    assert_ne!(relet.machine_id, lease.machine_id, "a fresh machine id");
+    assert!(after.iter().all(|&id| machine_id_of(&mut backend, id) == relet.machine_id));
+    // Every ID the backend issued with the lost machine id predates the take-over.
+    let last_old: String = admin
+        .query_one("SELECT max((idgen_decode(id)).ts)::text FROM unnest($1::bigint[]) id", &[&before])
+        .unwrap()
+        .get(0);
+    let ordered: bool = admin
+        .query_one("SELECT $1::text::timestamptz < $2::text::timestamptz", &[&last_old, &taken_at])
+        .unwrap()
+        .get(0);
+    assert!(ordered, "last old ID at {last_old}, taken over at {taken_at}");
+    assert!(after[0] > *before.last().unwrap());
+}
+
+#[test]
+fn a_backend_never_waits_on_another_sessions_uncommitted_claim() {
+    let db = TestDb::create("no_wait");
+    let service = db.name.clone();
+    let mut first = db.connect();
+    first.batch_execute("BEGIN").unwrap();
+    next_id(&mut first).unwrap(); // claims machine id 0, not committed yet
+    let mut second = db.connect();
+    second.batch_execute("SET statement_timeout = '5s'").unwrap();
+    let started = Instant::now();
+    next_id(&mut second).unwrap();
+    assert!(started.elapsed() < Duration::from_secs(3), "waited {:?}", started.elapsed());
+    let (a, b) = (backend_lease(&mut first, &service).unwrap(), backend_lease(&mut second, &service).unwrap());
+    assert_ne!(a.machine_id, b.machine_id);
+    first.batch_execute("COMMIT").unwrap();
+}
+
+#[test]
+fn a_verification_finding_its_row_locked_fails_at_once_with_55p03() {
+    let db = TestDb::create("verify_busy");
+    let service = db.name.clone();
+    let mut backend = db.connect();
+    backend.batch_execute("SET idgen.heartbeat_interval = '1s'; SET statement_timeout = '5s'").unwrap();
+    next_id(&mut backend).unwrap();
+    let mut other = db.connect();
+    other.batch_execute("BEGIN").unwrap();
+    other.execute("SELECT 1 FROM system_nodes WHERE service = $1 FOR UPDATE", &[&service]).unwrap();
+    std::thread::sleep(Duration::from_millis(1_100));
+    let started = Instant::now();
+    let err = next_id(&mut backend).unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert_eq!(sqlstate(&err), "55P03", "{err:?}");
+    assert!(db_error(&err).message().contains("is busy"), "{err:?}");
+    other.batch_execute("COMMIT").unwrap();
+    next_id(&mut backend).unwrap();
+}
+
+#[test]
+fn read_only_transactions_need_a_lease_claimed_before() {
+    let db = TestDb::create("backend_read_only");
+    let service = db.name.clone();
+    let mut client = db.connect();
+    client.batch_execute("BEGIN READ ONLY").unwrap();
+    let err = next_id(&mut client).unwrap_err();
+    client.batch_execute("ROLLBACK").unwrap();
+    assert_eq!(sqlstate(&err), "25006");
+    assert_eq!(
+        db_error(&err).message(),
+        format!(
+            "idgen_next_id: this backend holds no machine id for service \"{service}\" and cannot claim one in a read-only transaction"
+        )
+    );
+    // Claimed once in a read-write transaction, the lease serves read-only ones, verified by a read.
+    next_id(&mut client).unwrap();
+    client.batch_execute("SET idgen.heartbeat_interval = '1s'; SET default_transaction_read_only = on").unwrap();
+    std::thread::sleep(Duration::from_millis(1_100));
+    let a = next_id(&mut client).unwrap();
+    let b = next_id(&mut client).unwrap();
+    assert!(b > a);
+}
+
+#[test]
+fn a_two_phase_transaction_that_claimed_is_refused_and_forgotten() {
+    let db = TestDb::create("prepare");
+    let service = db.name.clone();
+    let mut client = db.connect();
+    client.batch_execute("BEGIN").unwrap();
+    next_id(&mut client).unwrap();
+    let err = client.batch_execute("PREPARE TRANSACTION 'idgen_t_prepare'").unwrap_err();
+    assert_eq!(sqlstate(&err), "0A000", "{err:?}");
+    assert_eq!(backend_lease(&mut client, &service), None);
+    assert_eq!(backend_rows(&mut client, &service), 0);
+    // With the lease committed first, two-phase transactions may use it.
+    next_id(&mut client).unwrap();
+    client.batch_execute("BEGIN").unwrap();
+    next_id(&mut client).unwrap();
+    client.batch_execute("PREPARE TRANSACTION 'idgen_t_prepare'").unwrap();
+    client.batch_execute("ROLLBACK PREPARED 'idgen_t_prepare'").unwrap();
+}
+
+#[test]
+fn settings_choose_the_service_and_the_registered_address() {
+    let db = TestDb::create("backend_settings");
+    let mut client = db.connect();
+    client.batch_execute("SET idgen.service = 'billing'; SET idgen.node_host = '10.20.30.40'").unwrap();
+    next_id(&mut client).unwrap();
+    let row = client
+        .query_one(
+            "SELECT host(host), port = current_setting('port')::int FROM system_nodes WHERE service = 'billing'",
+            &[],
+        )
+        .unwrap();
+    assert_eq!((row.get::<_, String>(0), row.get::<_, bool>(1)), ("10.20.30.40".to_owned(), true));
+    // Services share one id space: a service node claiming 'billing' gets another machine id.
+    let node = claim(&mut client, "billing", "10.0.0.1", 8080).unwrap();
+    assert_ne!(node.machine_id, backend_lease(&mut client, "billing").unwrap().machine_id);
+
+    for (setting, code, fragment) in [
+        ("SET idgen.service = ' billing'", "22023", "setting \"idgen.service\" must not begin or end with white space"),
+        ("SET idgen.service = 'fresh'; SET idgen.node_host = 'db.example'", "22023", "not an IP address"),
+    ] {
+        client.batch_execute(setting).unwrap();
+        let err = next_id(&mut client).unwrap_err();
+        assert_eq!(sqlstate(&err), code, "{setting}");
+        assert!(db_error(&err).message().contains(fragment), "{err:?}");
+        client.batch_execute("RESET idgen.service; RESET idgen.node_host").unwrap();
+    }
+    let err = client.query_one("SELECT idgen_next_id(NULL)", &[]).unwrap_err();
+    assert_eq!(sqlstate(&err), "22004");
+}
