@@ -21,8 +21,15 @@ SELECT * FROM idgen_claim('orders', '10.0.0.6', 8080);
 SELECT * FROM idgen_claim('orders', '10.0.0.5', 8080);
 \echo '-- it heartbeats with its version; the registry renews its lease'
 SELECT idgen_heartbeat('orders', 0::smallint, '10.0.0.5', 8080, 2) AS lease_until;
-\echo '-- the registry'
-SELECT service, machine_id, host, port, version, last_seen, released_at FROM system_nodes ORDER BY service, machine_id;
+\echo '-- a table keyed by the generator; this backend joins the "orders" service with a machine id of its own'
+CREATE TABLE purchases (id bigint PRIMARY KEY DEFAULT idgen_next_id(), item text);
+SET idgen.service = 'orders';
+INSERT INTO purchases (item) VALUES ('book'), ('pen'), ('ink');
+SELECT p.id, d.ts, d.machine_id, d.sequence, p.item FROM purchases p, idgen_decode(p.id) d ORDER BY p.id;
+\echo '-- the lease this backend holds'
+SELECT service, machine_id, version, backend_slot, ids_issued, lease_until FROM idgen_backend_leases();
+\echo '-- the registry: two service nodes and one database backend share the id space of "orders"'
+SELECT service, machine_id, host, port, backend_slot, version, last_seen FROM system_nodes ORDER BY service, machine_id;
 SQL
 
 cat <<MSG

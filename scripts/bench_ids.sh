@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# idgen_next_id() benchmark, two ways:
+#  1. wall clock on the scratch cluster: SELECT count(f) FROM generate_series(1, N) for random(),
+#     nextval() and idgen_next_id(), interleaved, median of RUNS runs each;
+#  2. instructions per call (valgrind callgrind on a single-user backend of a throwaway cluster):
+#     repeatable whatever else the machine does, and too slow to reach the layout's 4,096 IDs per
+#     millisecond, so it shows the generator's own cost.
+# Usage: bash scripts/bench_ids.sh [N, default 10000000] [RUNS, default 3]
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+ROWS=${1:-10000000}
+RUNS=${2:-3}
+FUNCTIONS=("random()" "nextval('bench_seq')" "idgen_next_id()" "idgen_next_id('bench')")
+
+setup
+command -v valgrind >/dev/null || { say "installing valgrind"; as_root apt-get install -y -qq valgrind >/dev/null; }
+say "building a release build"
+sudo_flag=(); is_root || sudo_flag=(--sudo)
+(cd "$ROOT" && cargo pgrx install --release --pg-config "$PG_CONFIG" "${sudo_flag[@]}" >/dev/null)
+start_scratch_cluster
+
+scratch_psql postgres -c "DROP DATABASE IF EXISTS idgen_bench_ids WITH (FORCE)" -c "CREATE DATABASE idgen_bench_ids"
+scratch_psql idgen_bench_ids -c "CREATE EXTENSION idgen" -c "CREATE SEQUENCE bench_seq"
+
+# Milliseconds of one query, in a fresh session whose lease is claimed beforehand.
+time_query() {
+    psql "$SCRATCH_DSN dbname=idgen_bench_ids" -X -q -t -A \
+        -c "SELECT idgen_next_id(), idgen_next_id('bench')" -c '\timing on' \
+        -c "SELECT count($1) FROM generate_series(1, $ROWS)" | awk '/^Time: / {print $2}'
+}
+median() { sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
+
+say "wall clock: $RUNS runs of each, interleaved, $ROWS rows"
+declare -A samples
+for _ in $(seq "$RUNS"); do
+    for f in 1 "${FUNCTIONS[@]}"; do samples[$f]+="$(time_query "$f") "; done
+done
+declare -A wall
+for f in 1 "${FUNCTIONS[@]}"; do wall[$f]=$(tr ' ' '\n' <<<"${samples[$f]}" | grep . | median); done
+
+say "instructions per call (callgrind, single-user backend)"
+cg_dir=$(pg_work_dir callgrind)
+as_pg rm -rf "$cg_dir/data"
+as_pg "$PG_BIN/initdb" -D "$cg_dir/data" -U postgres --auth=trust >/dev/null
+single_user() { as_pg "$PG_BIN/postgres" --single -D "$cg_dir/data" postgres; }
+echo "CREATE EXTENSION idgen; CREATE SEQUENCE bench_seq;" | single_user >/dev/null 2>&1
+# Instructions of a whole single-user run of one query over n rows.
+instructions() {
+    local f=$1 n=$2 log
+    log=$(printf 'SELECT count(%s) FROM generate_series(1, %s);\n' "$f" "$n" |
+        as_pg valgrind --tool=callgrind --callgrind-out-file=/dev/null "$PG_BIN/postgres" --single -D "$cg_dir/data" postgres 2>&1)
+    grep -oE 'Collected : [0-9]+' <<<"$log" | awk '{print $3}'
+}
+# Per row: the difference between 300,000 and 100,000 rows, so start-up and the first claim cancel out.
+declare -A per_row
+for f in 1 "${FUNCTIONS[@]}"; do
+    per_row[$f]=$(awk -v a="$(instructions "$f" 300000)" -v b="$(instructions "$f" 100000)" 'BEGIN {printf "%.0f", (a - b) / 200000}')
+done
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+floor_ms=$(awk -v n="$ROWS" 'BEGIN {printf "%.0f", n / 4096}')
+cat <<TABLE
+
+| \`SELECT count(f) FROM generate_series(1, $ROWS)\` | wall ms (median of $RUNS) | vs random() | vs nextval() | instructions per row | vs random() | vs nextval() | of which f itself |
+|---|---:|---:|---:|---:|---:|---:|---:|
+TABLE
+base=${FUNCTIONS[0]} seq=${FUNCTIONS[1]}
+for f in 1 "${FUNCTIONS[@]}"; do
+    printf '| `%s` | %s | %s | %s | %s | %s | %s | %s |\n' "$f" "${wall[$f]}" \
+        "$(ratio "${wall[$f]}" "${wall[$base]}")" "$(ratio "${wall[$f]}" "${wall[$seq]}")" \
+        "${per_row[$f]}" "$(ratio "${per_row[$f]}" "${per_row[$base]}")" \
+        "$(ratio "${per_row[$f]}" "${per_row[$seq]}")" "$((per_row[$f] - per_row[1]))"
+done
+cat <<NOTE
+
+\`count(1)\` is the query with no function at all: generating and counting the rows.
+The layout allows 4,096 IDs per millisecond per backend: $ROWS IDs from one backend take at least $floor_ms ms of wall clock.
+NOTE
