@@ -8,9 +8,7 @@ SECONDS_PER_RUN=${1:-10}
 CLIENTS=${2:-1}
 
 setup
-say "building a release build"
-sudo_flag=(); is_root || sudo_flag=(--sudo)
-(cd "$ROOT" && cargo pgrx install --release --pg-config "$PG_CONFIG" "${sudo_flag[@]}" >/dev/null)
+install_extension >/dev/null
 start_scratch_cluster
 
 scratch_psql postgres -c "DROP DATABASE IF EXISTS idgen_bench WITH (FORCE)" -c "CREATE DATABASE idgen_bench"

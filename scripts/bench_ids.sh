@@ -13,9 +13,7 @@ FUNCTIONS=("random()" "nextval('bench_seq')" "idgen_next_id()" "idgen_next_id('b
 
 setup
 command -v valgrind >/dev/null || { say "installing valgrind"; as_root apt-get install -y -qq valgrind >/dev/null; }
-say "building a release build"
-sudo_flag=(); is_root || sudo_flag=(--sudo)
-(cd "$ROOT" && cargo pgrx install --release --pg-config "$PG_CONFIG" "${sudo_flag[@]}" >/dev/null)
+install_extension >/dev/null
 start_scratch_cluster
 
 scratch_psql postgres -c "DROP DATABASE IF EXISTS idgen_bench_ids WITH (FORCE)" -c "CREATE DATABASE idgen_bench_ids"

@@ -20,7 +20,7 @@ pgrx_test_dir=$(pg_work_dir pgrx-test-data)
 as_pg rm -rf "$pgrx_test_dir/data"
 stage cargo pgrx test "pg$PG_MAJOR" --runas "$PG_OS_USER" --pgdata "$pgrx_test_dir/data"
 
-# cargo pgrx test installed its test build; install the real one, then restart to load it.
+# cargo pgrx test installed its test build; install the release build, then restart to load it.
 install_extension
 start_scratch_cluster
 

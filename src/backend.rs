@@ -80,7 +80,8 @@ pub fn next_id_of_session_service(function: &str) -> i64 {
         }
     }
     let setting = settings::service_setting();
-    let service = if setting.is_empty() { database_name().to_owned() } else { or_raise(input::service_setting(&setting)) };
+    let service =
+        if setting.is_empty() { database_name().to_owned() } else { or_raise(input::service_setting(&setting)) };
     {
         let mut state = STATE.lock();
         let index = state.leases.index_or_add(&service);

@@ -32,9 +32,7 @@ fn idgen_decode(id: i64, fcinfo: pg_sys::FunctionCallInfo) -> pgrx::composite_ty
     let layout = Layout::DEFAULT;
     let parts = layout.decompose(id).unwrap_or_else(|_| raise(messages::negative_id("idgen_decode", id)));
     let ts = timestamptz(layout.unix_ms_of(parts.ticks)).expect("layout times fit timestamptz");
-    // The declared result type, found through this very function: no lookup by name on the search_path.
-    // SAFETY: fcinfo and its flinfo are valid for the duration of the call.
-    let type_oid = unsafe { pg_sys::get_func_rettype((*(*fcinfo).flinfo).fn_oid) };
+    let type_oid = result_type(fcinfo);
     let fill = || -> Result<_, Box<dyn std::error::Error>> {
         let mut tuple = PgHeapTuple::new_composite_type_by_oid(type_oid)?;
         tuple.set_by_name("ts", ts)?;
@@ -43,6 +41,22 @@ fn idgen_decode(id: i64, fcinfo: pg_sys::FunctionCallInfo) -> pgrx::composite_ty
         Ok(tuple)
     };
     fill().unwrap_or_else(|e| panic!("idgen_decode: cannot build idgen_id_parts: {e}"))
+}
+
+/// The function's declared result type, found through the function itself (no
+/// lookup by name on the search_path) and kept in `fn_extra` for the rest of
+/// the query, as Postgres' own functions do.
+fn result_type(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Oid {
+    // SAFETY: fcinfo and its flinfo are valid for the call; fn_extra lives in fn_mcxt as long as flinfo does.
+    unsafe {
+        let flinfo = (*fcinfo).flinfo;
+        if (*flinfo).fn_extra.is_null() {
+            let cached = pg_sys::MemoryContextAlloc((*flinfo).fn_mcxt, std::mem::size_of::<pg_sys::Oid>()).cast();
+            *cached = pg_sys::get_func_rettype((*flinfo).fn_oid);
+            (*flinfo).fn_extra = cached.cast();
+        }
+        *(*flinfo).fn_extra.cast::<pg_sys::Oid>()
+    }
 }
 
 /// The smallest ID that can be stamped in the millisecond of `ts`.

@@ -4,8 +4,8 @@
 
 use idgen_core::policy::DAY;
 use idgen_core::{ClaimPolicy, IdgenError};
-use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 use pgrx::pg_guard;
+use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 use std::ffi::{c_char, c_void, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
 
