@@ -200,13 +200,10 @@ unsafe extern "C-unwind" fn on_xact_event(event: pg_sys::XactEvent::Type, _arg: 
             }
         }
         XACT_EVENT_PRE_PREPARE => {
-            let written: Vec<String> = match STATE.try_lock() {
-                Some(state) => state.leases.written_in_open_transaction().into_iter().map(str::to_owned).collect(),
-                None => Vec::new(),
-            };
+            // The names are copied out so that the lock is released before raising.
+            let written = STATE.try_lock().map(|state| state.leases.written_in_open_transaction()).unwrap_or_default();
             if !written.is_empty() {
-                let services: Vec<&str> = written.iter().map(String::as_str).collect();
-                raise(messages::prepare_with_lease_write(&services));
+                raise(messages::prepare_with_lease_write(&written));
             }
         }
         _ => {}

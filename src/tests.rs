@@ -88,6 +88,18 @@ fn every_registry_object_explains_itself() {
          AND obj_description(oid, 'pg_proc') IS NULL",
     );
     assert_eq!(uncommented_functions, 0);
+    // Every function and type the extension installs in its schema, the generator's included
+    // (the test build also installs these tests, in schema "tests").
+    let members = one::<String>(
+        "WITH ext AS (SELECT oid, extnamespace FROM pg_extension WHERE extname = 'idgen'), \
+              member AS ( \
+                SELECT p.oid, 'pg_proc' AS catalog FROM pg_proc p, ext WHERE p.pronamespace = ext.extnamespace \
+                UNION ALL \
+                SELECT t.oid, 'pg_type' FROM pg_type t, ext WHERE t.typnamespace = ext.extnamespace AND t.typtype = 'c') \
+         SELECT format('%s/%s', count(*), count(*) FILTER (WHERE obj_description(m.oid, m.catalog) IS NULL)) \
+         FROM member m JOIN pg_depend d ON d.objid = m.oid AND d.deptype = 'e' JOIN ext ON d.refobjid = ext.oid",
+    );
+    assert_eq!(members, "10/0", "9 functions and the idgen_id_parts type, none without a comment");
 }
 
 #[pg_test]
@@ -103,6 +115,11 @@ fn the_registry_is_dumped_and_closed_to_public() {
            has_table_privilege('public', 'system_nodes', 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE'))",
     );
     assert_eq!(public_can, "f f f f");
+    // The column default must work for every role: the generator is open to PUBLIC.
+    assert!(one::<bool>(
+        "SELECT has_function_privilege('public', 'idgen_next_id()', 'EXECUTE') \
+            AND has_function_privilege('public', 'idgen_next_id(text)', 'EXECUTE')"
+    ));
 }
 
 #[pg_test]

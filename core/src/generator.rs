@@ -36,8 +36,6 @@ pub enum Stop {
 #[derive(Clone, Debug)]
 pub struct Generator {
     layout: Layout,
-    /// `machine_id << sequence_bits`, ready to OR in.
-    machine_field: i64,
     machine_id: u16,
     /// Tick of the last ID issued (or the floor below the first one).
     last_ticks: i64,
@@ -51,15 +49,8 @@ impl Generator {
     /// A generator for `machine_id` whose first ID is stamped after `claimed_at_unix_ms`.
     pub fn new(layout: Layout, machine_id: u16, claimed_at_unix_ms: i64, max_backward_ms: i64) -> Generator {
         assert!(machine_id <= layout.max_machine_id(), "machine id {machine_id} outside the layout");
-        let mut generator = Generator {
-            layout,
-            machine_field: 0,
-            machine_id,
-            last_ticks: i64::MIN,
-            last_sequence: 0,
-            max_backward_ms,
-            issued: 0,
-        };
+        let mut generator =
+            Generator { layout, machine_id, last_ticks: i64::MIN, last_sequence: 0, max_backward_ms, issued: 0 };
         generator.start_lease(machine_id, claimed_at_unix_ms);
         generator
     }
@@ -70,7 +61,6 @@ impl Generator {
         assert!(machine_id <= self.layout.max_machine_id(), "machine id {machine_id} outside the layout");
         let claim_ticks = self.layout.ticks_floor(claimed_at_unix_ms);
         self.machine_id = machine_id;
-        self.machine_field = i64::from(machine_id) << self.layout.sequence_bits;
         self.last_ticks = self.last_ticks.max(claim_ticks);
         // Marks the floor tick as used up: the next ID needs a later tick.
         self.last_sequence = self.layout.max_sequence();
@@ -78,10 +68,6 @@ impl Generator {
 
     pub fn set_max_backward_ms(&mut self, max_backward_ms: i64) {
         self.max_backward_ms = max_backward_ms;
-    }
-
-    pub fn machine_id(&self) -> u16 {
-        self.machine_id
     }
 
     /// IDs issued over this generator's life.
@@ -97,11 +83,9 @@ impl Generator {
     /// One attempt at `now_unix_ms`: an ID, a time to wait for, or a refusal.
     #[inline]
     pub fn try_issue(&mut self, now_unix_ms: i64) -> Attempt {
-        let since_epoch = now_unix_ms - self.layout.epoch_unix_ms;
-        let ticks =
-            if self.layout.time_unit_ms == 1 { since_epoch } else { since_epoch.div_euclid(self.layout.time_unit_ms) };
+        let ticks = self.layout.ticks_floor(now_unix_ms);
         if ticks > self.last_ticks {
-            if since_epoch < 0 || ticks > self.layout.max_ticks() {
+            if ticks < 0 || ticks > self.layout.max_ticks() {
                 return Attempt::Refused(Stop::ClockOutsideLayout { now_unix_ms });
             }
             self.last_ticks = ticks;
@@ -122,11 +106,11 @@ impl Generator {
             return Attempt::WaitUntil(self.layout.unix_ms_of(resume_tick));
         }
         self.issued += 1;
-        Attempt::Issued(
-            (self.last_ticks << (self.layout.machine_bits + self.layout.sequence_bits))
-                | self.machine_field
-                | i64::from(self.last_sequence),
-        )
+        Attempt::Issued(self.layout.pack(IdParts {
+            ticks: self.last_ticks,
+            machine_id: self.machine_id,
+            sequence: self.last_sequence,
+        }))
     }
 
     /// The next ID, reading `clock` once per attempt. Stops with
@@ -144,11 +128,6 @@ impl Generator {
                 Attempt::Refused(stop) => return Err(stop),
             }
         }
-    }
-
-    /// The parts of the last ID issued, for diagnostics.
-    pub fn last_parts(&self) -> IdParts {
-        IdParts { ticks: self.last_ticks, machine_id: self.machine_id, sequence: self.last_sequence }
     }
 }
 

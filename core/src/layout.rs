@@ -121,9 +121,23 @@ impl Layout {
         check_field("time", parts.ticks, self.max_ticks())?;
         check_field("machine id", i64::from(parts.machine_id), i64::from(self.max_machine_id()))?;
         check_field("sequence", i64::from(parts.sequence), i64::from(self.max_sequence()))?;
-        Ok((parts.ticks << (self.machine_bits + self.sequence_bits))
+        Ok(self.pack(parts))
+    }
+
+    /// Packs fields the caller has already kept in range (the generator, on its
+    /// hot path); [`Layout::compose`] checks them first.
+    #[inline]
+    pub fn pack(&self, parts: IdParts) -> i64 {
+        debug_assert!(self.compose_checks(parts), "field out of range: {parts:?}");
+        (parts.ticks << (self.machine_bits + self.sequence_bits))
             | (i64::from(parts.machine_id) << self.sequence_bits)
-            | i64::from(parts.sequence))
+            | i64::from(parts.sequence)
+    }
+
+    fn compose_checks(&self, parts: IdParts) -> bool {
+        (0..=self.max_ticks()).contains(&parts.ticks)
+            && parts.machine_id <= self.max_machine_id()
+            && parts.sequence <= self.max_sequence()
     }
 
     /// Splits an ID into its fields.
@@ -151,8 +165,15 @@ impl Layout {
 
     /// The tick a Unix millisecond falls in, unchecked: negative before the
     /// epoch, possibly past `max_ticks`.
+    #[inline]
     pub fn ticks_floor(&self, unix_ms: i64) -> i64 {
-        (unix_ms - self.epoch_unix_ms).div_euclid(self.time_unit_ms)
+        let since_epoch = unix_ms - self.epoch_unix_ms;
+        // Millisecond ticks (the default) need no division on the generator's hot path.
+        if self.time_unit_ms == 1 {
+            since_epoch
+        } else {
+            since_epoch.div_euclid(self.time_unit_ms)
+        }
     }
 
     /// The Unix millisecond at which a tick begins.

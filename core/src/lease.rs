@@ -279,8 +279,8 @@ impl BackendLeases {
     }
 
     /// Services whose lease the open transaction wrote.
-    pub fn written_in_open_transaction(&self) -> Vec<&str> {
-        self.leases.iter().filter(|l| l.written_in_open_transaction()).map(|l| l.service()).collect()
+    pub fn written_in_open_transaction(&self) -> Vec<String> {
+        self.leases.iter().filter(|l| l.written_in_open_transaction()).map(|l| l.service.clone()).collect()
     }
 }
 

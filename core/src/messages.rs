@@ -265,7 +265,7 @@ pub fn negative_id(function: &str, id: i64) -> IdgenError {
 }
 
 /// PREPARE TRANSACTION after this backend claimed or renewed a lease in it.
-pub fn prepare_with_lease_write(services: &[&str]) -> IdgenError {
+pub fn prepare_with_lease_write(services: &[String]) -> IdgenError {
     IdgenError::new(
         SqlState::FeatureNotSupported,
         "cannot PREPARE a transaction in which idgen claimed or renewed this backend's machine id",
@@ -481,7 +481,7 @@ mod tests {
         let ro = no_lease_read_only("idgen_next_id", "orders", false);
         assert_eq!(ro.sqlstate.code(), "25006");
         assert!(ro.message.ends_with("cannot claim one in a read-only transaction"), "{}", ro.message);
-        let prep = prepare_with_lease_write(&["a", "b"]);
+        let prep = prepare_with_lease_write(&["a".to_owned(), "b".to_owned()]);
         assert_eq!(prep.sqlstate.code(), "0A000");
         assert!(prep.detail.unwrap().contains("\"a\", \"b\""));
     }
