@@ -11,7 +11,7 @@ COMMENT ON FUNCTION idgen_min_id(timestamptz) IS
 COMMENT ON FUNCTION idgen_max_id(timestamptz) IS
     'Largest ID stamped in the millisecond of ts: WHERE id BETWEEN idgen_min_id(a) AND idgen_max_id(b) selects a time range through the primary key.';
 COMMENT ON FUNCTION idgen_backend_leases() IS
-    'This backend''s leases on machine ids, one row per service: machine id, version, slot, when claimed, last verified, lease end, IDs issued and the time of the last one. uncommitted is true while the transaction that claimed or renewed the lease is open.';
+    'This backend''s leases on machine ids, one row per service: machine id, version, slot, when claimed, not_before (its IDs are stamped after it), last verified, lease end, issued_until (the watermark the registry holds; no ID is stamped at or past it), IDs issued and the time of the last one. uncommitted is true while the transaction that claimed or renewed the lease is open.';
 
 -- Any role may mint IDs; the registry writes behind it run as the extension owner.
 GRANT EXECUTE ON FUNCTION idgen_next_id() TO PUBLIC;

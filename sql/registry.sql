@@ -10,14 +10,20 @@ CREATE TABLE system_nodes (
     created_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
     released_at TIMESTAMPTZ,
     backend_slot INTEGER,
+    issued_until TIMESTAMPTZ NOT NULL DEFAULT '-infinity',
     PRIMARY KEY (service, machine_id),
-    -- A service node is (service, host, port); a database backend adds its slot.
-    CONSTRAINT system_nodes_node_identity UNIQUE NULLS NOT DISTINCT (service, host, port, backend_slot),
     CONSTRAINT system_nodes_backend_slot_not_negative CHECK (backend_slot >= 0),
     CONSTRAINT system_nodes_machine_id_not_negative CHECK (machine_id >= 0),
     CONSTRAINT system_nodes_port_in_range CHECK (port BETWEEN 1 AND 65535),
     CONSTRAINT system_nodes_version_positive CHECK (version >= 1)
 );
+
+-- A service node is (service, host, port); a database backend adds its slot. Only
+-- held rows count: a node whose machine id cannot be used yet (its watermark is
+-- ahead of the clock) releases it and moves to another, keeping its identity.
+CREATE UNIQUE INDEX system_nodes_node_identity
+    ON system_nodes (service, host, port, backend_slot) NULLS NOT DISTINCT
+    WHERE released_at IS NULL;
 
 COMMENT ON TABLE system_nodes IS
     'idgen registry: which node holds each Snowflake machine id of a service. Service nodes write it through idgen_claim, idgen_heartbeat and idgen_release; database backends through idgen_next_id.';
@@ -37,6 +43,10 @@ COMMENT ON COLUMN system_nodes.created_at IS
     'When this machine id was first registered for the service.';
 COMMENT ON COLUMN system_nodes.released_at IS
     'Set by idgen_release: others may take the id once idgen.release_cooldown has passed. NULL while held.';
+COMMENT ON COLUMN system_nodes.issued_until IS
+    'Watermark: an upper bound of every timestamp the holders of this machine id may have stamped in IDs. Only ever raised. A database backend writes the end of the window it may issue in before its next lease check; a service reports its own (idgen_heartbeat, idgen_release). Every claim returns not_before at or after it.';
+COMMENT ON INDEX system_nodes_node_identity IS
+    'A node identity (service, host, port, backend_slot) holds at most one machine id; released rows do not count.';
 COMMENT ON COLUMN system_nodes.backend_slot IS
     'For a database backend''s lease: its slot on the server (MyBackendId; MyProcNumber from PostgreSQL 17), with host = idgen.node_host and port = the server''s port. A new connection in the same slot gets the same row back. NULL for service nodes.';
 
@@ -45,3 +55,89 @@ SELECT pg_catalog.pg_extension_config_dump('system_nodes', '');
 
 -- Only idgen's functions write the registry, with the extension owner's rights.
 REVOKE ALL ON system_nodes FROM PUBLIC;
+
+-- The latest time any holder of a row's machine id may stamp, as a node taking
+-- the id over must assume: a silent service node may go on issuing for a whole
+-- lease after its last report (its clock) or, as the server sees it, until its
+-- take-back age; everyone else is bounded by issued_until. The body is bound at
+-- creation, so nothing on a caller's search_path can change what it calls.
+CREATE FUNCTION idgen_holder_bound(n system_nodes, lease interval, takeover_age interval)
+    RETURNS timestamptz
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN CASE
+    WHEN n.backend_slot IS NULL AND n.released_at IS NULL
+    THEN greatest(n.issued_until OPERATOR(pg_catalog.+) lease,
+                             n.last_seen OPERATOR(pg_catalog.+) takeover_age)
+    ELSE n.issued_until
+END;
+COMMENT ON FUNCTION idgen_holder_bound(system_nodes, interval, interval) IS
+    'The latest time any holder of the row''s machine id may stamp in an ID, for a node taking it over: issued_until, or for a service node that has not released it, its last report plus a lease (and at least last_seen plus the take-back age).';
+
+-- One row: the registry's incarnation and its floor.
+CREATE TABLE idgen_registry (
+    singleton  BOOLEAN PRIMARY KEY DEFAULT true CONSTRAINT idgen_registry_one_row CHECK (singleton),
+    epoch      BIGINT NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL,
+    floor      TIMESTAMPTZ NOT NULL
+);
+COMMENT ON TABLE idgen_registry IS
+    'idgen''s registry as a whole: one row with its epoch and its floor.';
+COMMENT ON COLUMN idgen_registry.singleton IS 'Always true: the table has one row.';
+COMMENT ON COLUMN idgen_registry.epoch IS
+    'Incarnation of the registry: new at CREATE EXTENSION, raised by TRUNCATE system_nodes. A database backend whose lease was granted in another epoch drops it at its next lease check.';
+COMMENT ON COLUMN idgen_registry.created_at IS 'When this registry was created.';
+COMMENT ON COLUMN idgen_registry.floor IS
+    'No claim grants a machine id that may be stamped at or before this time. Raised to the watermark of every row deleted or truncated (its holder may still be issuing), and at CREATE EXTENSION to one heartbeat interval ahead when other sessions are connected (they may hold leases of an earlier installation until their next check).';
+
+INSERT INTO idgen_registry (epoch, created_at, floor)
+SELECT pg_catalog.floor(pg_catalog.random() OPERATOR(pg_catalog.*) 9007199254740991::float8)::bigint,
+       pg_catalog.clock_timestamp(),
+       CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_stat_activity a
+                          WHERE a.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()
+                            AND a.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()
+                            AND a.backend_type OPERATOR(pg_catalog.=) 'client backend'::text)
+            THEN pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+)
+                 coalesce(pg_catalog.current_setting('idgen.heartbeat_interval', true), '5min')::interval
+            ELSE '-infinity'::timestamptz
+       END;
+
+-- Rows leave the registry only by hand (DELETE, TRUNCATE): whoever held them may
+-- still be issuing until their watermark, so the floor keeps it. TRUNCATE also
+-- starts a new epoch, so that rows restored afterwards fence the old leases.
+CREATE FUNCTION idgen_registry_rows_removed() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    takeover_age interval := coalesce(pg_catalog.current_setting('idgen.takeover_idle_1h', true), '1h')::interval;
+    lease interval := takeover_age OPERATOR(pg_catalog.-)
+        coalesce(pg_catalog.current_setting('idgen.lease_safety_margin', true), '5min')::interval;
+BEGIN
+    IF TG_OP OPERATOR(pg_catalog.=) 'TRUNCATE' THEN
+        UPDATE @extschema@.idgen_registry r
+           SET floor = greatest(r.floor, (SELECT pg_catalog.max(@extschema@.idgen_holder_bound(n, lease, takeover_age))
+                                                       FROM @extschema@.system_nodes n)),
+               epoch = r.epoch OPERATOR(pg_catalog.+) 1;
+        RETURN NULL;
+    END IF;
+    UPDATE @extschema@.idgen_registry r
+       SET floor = greatest(r.floor, @extschema@.idgen_holder_bound(OLD, lease, takeover_age));
+    RETURN OLD;
+END
+$$;
+COMMENT ON FUNCTION idgen_registry_rows_removed() IS
+    'Trigger of system_nodes: raises idgen_registry.floor to the watermark of rows deleted or truncated; TRUNCATE also starts a new epoch.';
+CREATE TRIGGER idgen_rows_deleted BEFORE DELETE ON system_nodes
+    FOR EACH ROW EXECUTE FUNCTION idgen_registry_rows_removed();
+CREATE TRIGGER idgen_rows_truncated BEFORE TRUNCATE ON system_nodes
+    FOR EACH STATEMENT EXECUTE FUNCTION idgen_registry_rows_removed();
+-- Also under session_replication_role = replica (pg_restore --disable-triggers aside).
+ALTER TABLE system_nodes ENABLE ALWAYS TRIGGER idgen_rows_deleted;
+ALTER TABLE system_nodes ENABLE ALWAYS TRIGGER idgen_rows_truncated;
+COMMENT ON TRIGGER idgen_rows_deleted ON system_nodes IS
+    'Keeps the watermark of a deleted row in idgen_registry.floor.';
+COMMENT ON TRIGGER idgen_rows_truncated ON system_nodes IS
+    'Keeps the watermarks of truncated rows in idgen_registry.floor and starts a new epoch.';
+
+REVOKE ALL ON idgen_registry FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idgen_registry_rows_removed() FROM PUBLIC;

@@ -14,10 +14,10 @@ use crate::privilege::as_extension_owner;
 use crate::registry::claim::claim;
 use crate::registry::store::{self, BackendCheck};
 use crate::settings;
-use idgen_core::generator::Stop;
+use idgen_core::generator::{Clock, Stop};
 use idgen_core::input;
 use idgen_core::lease::{BackendLeases, Terms};
-use idgen_core::{messages, IdgenError, Layout};
+use idgen_core::{messages, watermark, IdgenError, Layout};
 use once_cell::sync::OnceCell;
 use parking_lot::Mutex;
 use pgrx::datum::TimestampWithTimeZone;
@@ -41,8 +41,9 @@ struct State {
 #[inline]
 pub fn next_id(function: &str, service: &str, check_name: fn(&str) -> Result<String, IdgenError>) -> i64 {
     let mut clock = SystemClock;
-    // A renewal always leaves a deadline in the future; the bound only guards against a bug looping forever.
-    for _ in 0..3 {
+    // A renewal leaves a deadline in the future, and each window is at least as long as the lease is old, so
+    // a backend stalled past one window gets a longer one next. The bound only guards against a bug.
+    for _ in 0..64 {
         let stop = match STATE.lock().leases.get(service).map(|lease| lease.next_id(&mut clock)) {
             Some(Ok(id)) => return id,
             Some(Err(stop)) => stop,
@@ -109,28 +110,38 @@ fn renew(function: &str, service: &str) {
     let (on_standby, read_only, subxact) =
         unsafe { (pg_sys::RecoveryInProgress(), pg_sys::XactReadOnly, pg_sys::GetCurrentSubTransactionId()) };
     let writable = !(on_standby || read_only);
-    let holding = STATE.lock().leases.get(service).and_then(|lease| lease.holding());
+    let (holding, terms) = {
+        let mut state = STATE.lock();
+        let lease = state.leases.get(service);
+        (lease.as_ref().and_then(|l| l.holding()), lease.and_then(|l| l.held().map(|h| h.terms)))
+    };
 
     as_extension_owner(|| {
-        if let Some(held) = holding {
+        if let (Some(held), Some(terms)) = (holding, terms) {
+            let epoch = terms.registry_epoch;
             let check = Spi::connect_mut(|client| {
                 if writable {
-                    store::renew_backend_lease(client, &held, lease_secs)
+                    // The window grows with the lease's age: see idgen_core::watermark.
+                    let age_ms = SystemClock.now_unix_ms() - terms.claimed_at_unix_ms;
+                    let window_ms = watermark::backend_window_ms(&policy, age_ms);
+                    store::renew_backend_lease(client, &held, lease_secs, epoch, window_ms)
                 } else {
-                    store::read_backend_lease(client, &held, lease_secs)
+                    store::read_backend_lease(client, &held, lease_secs, epoch)
                 }
             });
             match check {
-                BackendCheck::Held { verified_at, lease_until } => {
-                    let (verified_ms, until_ms) = (unix_ms(verified_at), unix_ms(lease_until));
-                    if until_ms <= verified_ms {
-                        // Only a read can find this: a write would have moved lease_until.
-                        raise(messages::lease_expired_read_only(function, &held, until_ms));
+                BackendCheck::Held { verified_at, lease_until, issued_until } => {
+                    let (verified_ms, until_ms, issued_ms) =
+                        (unix_ms(verified_at), unix_ms(lease_until), unix_ms(issued_until));
+                    let end_ms = until_ms.min(issued_ms);
+                    if end_ms <= verified_ms {
+                        // Only a read can find this: a write would have moved both on.
+                        raise(messages::lease_expired_read_only(function, &held, end_ms));
                     }
                     let wrote_in = writable.then_some(subxact);
                     let mut state = STATE.lock();
                     let lease = state.leases.get_or_add(service);
-                    lease.verified(verified_ms, until_ms, max_backward_ms, heartbeat_ms, wrote_in);
+                    lease.verified(verified_ms, until_ms, issued_ms, max_backward_ms, heartbeat_ms, wrote_in);
                     return;
                 }
                 BackendCheck::Busy => raise(messages::identity_busy(function, &held.node, Some(held.machine_id))),
@@ -144,12 +155,15 @@ fn renew(function: &str, service: &str) {
             raise(messages::no_lease_read_only(function, service, on_standby));
         }
         let node = or_raise(input::backend_identity(service.to_owned(), &settings::node_host(), server_port(), slot()));
-        let claimed = or_raise(claim(function, &node, &policy, &Layout::DEFAULT));
+        let claimed = or_raise(claim(function, &node, &policy, &Layout::DEFAULT, max_backward_ms));
         let terms = Terms {
             machine_id: claimed.machine_id as u16,
             version: claimed.version,
+            registry_epoch: claimed.registry_epoch,
             claimed_at_unix_ms: unix_ms(claimed.claimed_at),
+            not_before_unix_ms: claimed.not_before_unix_ms,
             lease_until_unix_ms: unix_ms(claimed.lease_until),
+            issued_until_unix_ms: unix_ms(claimed.issued_until),
         };
         let mut state = STATE.lock();
         state.leases.get_or_add(service).claimed(node, Layout::DEFAULT, terms, max_backward_ms, heartbeat_ms, subxact);
@@ -237,8 +251,10 @@ fn idgen_backend_leases() -> TableIterator<
         name!(version, i32),
         name!(backend_slot, Option<i32>),
         name!(claimed_at, Option<TimestampWithTimeZone>),
+        name!(not_before, Option<TimestampWithTimeZone>),
         name!(verified_at, Option<TimestampWithTimeZone>),
         name!(lease_until, Option<TimestampWithTimeZone>),
+        name!(issued_until, Option<TimestampWithTimeZone>),
         name!(ids_issued, i64),
         name!(last_used_at, Option<TimestampWithTimeZone>),
         name!(uncommitted, bool),
@@ -257,8 +273,10 @@ fn idgen_backend_leases() -> TableIterator<
                 holding.version,
                 holding.node.backend_slot,
                 timestamptz(held.terms.claimed_at_unix_ms),
+                timestamptz(held.terms.not_before_unix_ms),
                 timestamptz(held.verified_at_unix_ms),
                 timestamptz(held.terms.lease_until_unix_ms),
+                timestamptz(held.terms.issued_until_unix_ms),
                 lease.ids_issued() as i64,
                 lease.last_issued_unix_ms().and_then(timestamptz),
                 lease.written_in_open_transaction(),

@@ -78,11 +78,17 @@ fn inconsistent_settings_refuse_claims() {
 #[pg_test]
 fn every_registry_object_explains_itself() {
     let uncommented_columns = one::<i64>(
-        "SELECT count(*) FROM pg_attribute a WHERE a.attrelid = 'system_nodes'::regclass AND a.attnum > 0 \
-         AND NOT a.attisdropped AND col_description(a.attrelid, a.attnum) IS NULL",
+        "SELECT count(*) FROM pg_attribute a WHERE a.attrelid IN ('system_nodes'::regclass, 'idgen_registry'::regclass) \
+         AND a.attnum > 0 AND NOT a.attisdropped AND col_description(a.attrelid, a.attnum) IS NULL",
     );
     assert_eq!(uncommented_columns, 0);
-    assert!(one::<bool>("SELECT obj_description('system_nodes'::regclass, 'pg_class') IS NOT NULL"));
+    assert!(one::<bool>(
+        "SELECT obj_description('system_nodes'::regclass, 'pg_class') IS NOT NULL \
+            AND obj_description('idgen_registry'::regclass, 'pg_class') IS NOT NULL \
+            AND obj_description('system_nodes_node_identity'::regclass, 'pg_class') IS NOT NULL \
+            AND (SELECT bool_and(obj_description(oid, 'pg_trigger') IS NOT NULL) FROM pg_trigger \
+                 WHERE tgrelid = 'system_nodes'::regclass AND NOT tgisinternal)"
+    ));
     let uncommented_functions = one::<i64>(
         "SELECT count(*) FROM pg_proc WHERE proname IN ('idgen_claim', 'idgen_heartbeat', 'idgen_release') \
          AND obj_description(oid, 'pg_proc') IS NULL",
@@ -99,7 +105,7 @@ fn every_registry_object_explains_itself() {
          SELECT format('%s/%s', count(*), count(*) FILTER (WHERE obj_description(m.oid, m.catalog) IS NULL)) \
          FROM member m JOIN pg_depend d ON d.objid = m.oid AND d.deptype = 'e' JOIN ext ON d.refobjid = ext.oid",
     );
-    assert_eq!(members, "10/0", "9 functions and the idgen_id_parts type, none without a comment");
+    assert_eq!(members, "12/0", "11 functions and the idgen_id_parts type, none without a comment");
 }
 
 #[pg_test]
@@ -108,13 +114,15 @@ fn the_registry_is_dumped_and_closed_to_public() {
         "SELECT 'system_nodes'::regclass = ANY (extconfig) FROM pg_extension WHERE extname = 'idgen'"
     ));
     let public_can = one::<String>(
-        "SELECT format('%s %s %s %s', \
+        "SELECT format('%s %s %s %s %s %s', \
            has_function_privilege('public', 'idgen_claim(text, inet, integer)', 'EXECUTE'), \
-           has_function_privilege('public', 'idgen_heartbeat(text, smallint, inet, integer, integer)', 'EXECUTE'), \
-           has_function_privilege('public', 'idgen_release(text, smallint, inet, integer, integer)', 'EXECUTE'), \
-           has_table_privilege('public', 'system_nodes', 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE'))",
+           has_function_privilege('public', 'idgen_heartbeat(text, smallint, inet, integer, integer, timestamptz)', 'EXECUTE'), \
+           has_function_privilege('public', 'idgen_release(text, smallint, inet, integer, integer, timestamptz)', 'EXECUTE'), \
+           has_table_privilege('public', 'system_nodes', 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE'), \
+           has_table_privilege('public', 'idgen_registry', 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE'), \
+           has_function_privilege('public', 'idgen_registry_rows_removed()', 'EXECUTE'))",
     );
-    assert_eq!(public_can, "f f f f");
+    assert_eq!(public_can, "f f f f f f");
     // The column default must work for every role: the generator is open to PUBLIC.
     assert!(one::<bool>(
         "SELECT has_function_privilege('public', 'idgen_next_id()', 'EXECUTE') \

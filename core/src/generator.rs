@@ -5,8 +5,9 @@
 //! - IDs only grow: a clock that steps back is waited out up to a limit, and
 //!   refused beyond it. Future time is never borrowed.
 //! - 2^sequence_bits IDs per tick; when they run out, wait for the next tick.
-//! - A lease's first ID is stamped strictly after the moment of its claim, so
-//!   it cannot meet the previous holder's last IDs.
+//! - A lease's first ID is stamped strictly after its `not_before`: after the
+//!   claim and after every timestamp an earlier holder of the machine id may
+//!   have stamped (see `watermark`), so it cannot meet their IDs.
 //! - The caller's lease check rides on the same clock reading as the ID.
 
 use crate::layout::{IdParts, Layout};
@@ -46,20 +47,22 @@ pub struct Generator {
 }
 
 impl Generator {
-    /// A generator for `machine_id` whose first ID is stamped after `claimed_at_unix_ms`.
-    pub fn new(layout: Layout, machine_id: u16, claimed_at_unix_ms: i64, max_backward_ms: i64) -> Generator {
+    /// A generator for `machine_id` whose first ID is stamped after `not_before_unix_ms`.
+    pub fn new(layout: Layout, machine_id: u16, not_before_unix_ms: i64, max_backward_ms: i64) -> Generator {
         assert!(machine_id <= layout.max_machine_id(), "machine id {machine_id} outside the layout");
         let mut generator =
             Generator { layout, machine_id, last_ticks: i64::MIN, last_sequence: 0, max_backward_ms, issued: 0 };
-        generator.start_lease(machine_id, claimed_at_unix_ms);
+        generator.start_lease(machine_id, not_before_unix_ms);
         generator
     }
 
-    /// Switches to a new lease. Its first ID is stamped after the claim's tick
-    /// and after every ID this generator issued before, so IDs keep growing.
-    pub fn start_lease(&mut self, machine_id: u16, claimed_at_unix_ms: i64) {
+    /// Switches to a new lease. Its first ID is stamped after the tick of
+    /// `not_before_unix_ms` and after every ID this generator issued before, so
+    /// IDs keep growing. A `not_before` ahead of the clock is waited out like a
+    /// step back (up to the allowed step), never borrowed.
+    pub fn start_lease(&mut self, machine_id: u16, not_before_unix_ms: i64) {
         assert!(machine_id <= self.layout.max_machine_id(), "machine id {machine_id} outside the layout");
-        let claim_ticks = self.layout.ticks_floor(claimed_at_unix_ms);
+        let claim_ticks = self.layout.ticks_floor(not_before_unix_ms);
         self.machine_id = machine_id;
         self.last_ticks = self.last_ticks.max(claim_ticks);
         // Marks the floor tick as used up: the next ID needs a later tick.

@@ -20,10 +20,17 @@ pub type SubXactId = u32;
 pub struct Terms {
     pub machine_id: u16,
     pub version: i32,
+    /// The registry incarnation the claim was made in; a lease check in another fails.
+    pub registry_epoch: i64,
     /// When the row was claimed (the claim's `last_seen`), Unix ms.
     pub claimed_at_unix_ms: i64,
+    /// No ID may be stamped at or before it: after the claim and after every
+    /// timestamp an earlier holder of the machine id may have stamped.
+    pub not_before_unix_ms: i64,
     /// `last_seen + lease` as the registry has it: no ID may be stamped at or after it.
     pub lease_until_unix_ms: i64,
+    /// The watermark the registry holds (`issued_until`): no ID may be stamped at or after it.
+    pub issued_until_unix_ms: i64,
 }
 
 /// A lease as the backend holds it.
@@ -61,9 +68,13 @@ pub struct BackendLease {
 }
 
 /// When a lease must be checked again: a heartbeat interval after its last
-/// confirmation, and never later than its end.
+/// confirmation, and never later than its end or the watermark the registry
+/// holds, so that every ID stays below what the registry knows.
 pub fn check_due(held: &Held, heartbeat_interval_ms: i64) -> i64 {
-    held.verified_at_unix_ms.saturating_add(heartbeat_interval_ms).min(held.terms.lease_until_unix_ms)
+    held.verified_at_unix_ms
+        .saturating_add(heartbeat_interval_ms)
+        .min(held.terms.lease_until_unix_ms)
+        .min(held.terms.issued_until_unix_ms)
 }
 
 impl BackendLease {
@@ -119,8 +130,8 @@ impl BackendLease {
     ) {
         let generator = self
             .generator
-            .get_or_insert_with(|| Generator::new(layout, terms.machine_id, terms.claimed_at_unix_ms, max_backward_ms));
-        generator.start_lease(terms.machine_id, terms.claimed_at_unix_ms);
+            .get_or_insert_with(|| Generator::new(layout, terms.machine_id, terms.not_before_unix_ms, max_backward_ms));
+        generator.start_lease(terms.machine_id, terms.not_before_unix_ms);
         generator.set_max_backward_ms(max_backward_ms);
         let held = Held { terms, verified_at_unix_ms: terms.claimed_at_unix_ms, issued_before: generator.issued() };
         // Whatever was held before is lost or superseded: undoing this claim, or any
@@ -132,12 +143,14 @@ impl BackendLease {
     }
 
     /// The registry confirmed the lease at `verified_at_unix_ms` with the given
-    /// end. `wrote_in` is the subtransaction that updated the row, or `None`
-    /// for a read (nothing to undo).
+    /// end and watermark. `wrote_in` is the subtransaction that updated the
+    /// row, or `None` for a read (nothing to undo).
+    #[allow(clippy::too_many_arguments)]
     pub fn verified(
         &mut self,
         verified_at_unix_ms: i64,
         lease_until_unix_ms: i64,
+        issued_until_unix_ms: i64,
         max_backward_ms: i64,
         heartbeat_interval_ms: i64,
         wrote_in: Option<SubXactId>,
@@ -151,7 +164,7 @@ impl BackendLease {
         if let Some(generator) = &mut self.generator {
             generator.set_max_backward_ms(max_backward_ms);
         }
-        let terms = Terms { lease_until_unix_ms, ..before.terms };
+        let terms = Terms { lease_until_unix_ms, issued_until_unix_ms, ..before.terms };
         self.set_held(Some(Held { terms, verified_at_unix_ms, ..before }), heartbeat_interval_ms);
     }
 
@@ -304,7 +317,15 @@ mod tests {
     }
 
     fn terms(machine_id: u16, version: i32, at: i64) -> Terms {
-        Terms { machine_id, version, claimed_at_unix_ms: at, lease_until_unix_ms: at + LEASE }
+        Terms {
+            machine_id,
+            version,
+            registry_epoch: 1,
+            claimed_at_unix_ms: at,
+            not_before_unix_ms: at,
+            lease_until_unix_ms: at + LEASE,
+            issued_until_unix_ms: at + LEASE,
+        }
     }
 
     fn backend() -> NodeIdentity {
@@ -332,7 +353,7 @@ mod tests {
         assert_eq!(lease.next_id(&mut StillClock(T0 + HB)), Err(Stop::LeaseCheckDue));
         assert_eq!(lease.ids_issued(), 2);
         // A write-verification moves the deadline on.
-        lease.verified(T0 + HB, T0 + HB + LEASE, 2_000, HB, Some(1));
+        lease.verified(T0 + HB, T0 + HB + LEASE, T0 + HB + LEASE, 2_000, HB, Some(1));
         lease.committed();
         assert!(lease.next_id(&mut StillClock(T0 + HB)).is_ok());
     }
@@ -342,7 +363,7 @@ mod tests {
         let mut lease = claimed_in(1);
         lease.committed();
         // Read-only checks confirm ownership but cannot move lease_until.
-        lease.verified(T0 + LEASE - 10, T0 + LEASE, 2_000, HB, None);
+        lease.verified(T0 + LEASE - 10, T0 + LEASE, T0 + LEASE, 2_000, HB, None);
         assert!(lease.next_id(&mut StillClock(T0 + LEASE - 1)).is_ok());
         assert_eq!(lease.next_id(&mut StillClock(T0 + LEASE)), Err(Stop::LeaseCheckDue));
         assert!(!lease.written_in_open_transaction());
@@ -387,8 +408,8 @@ mod tests {
     fn a_rolled_back_verification_restores_the_old_lease_due_for_a_check() {
         let mut lease = claimed_in(1);
         lease.committed();
-        lease.verified(T0 + HB, T0 + HB + LEASE, 2_000, HB, Some(7));
-        lease.verified(T0 + 2 * HB, T0 + 2 * HB + LEASE, 2_000, HB, Some(7));
+        lease.verified(T0 + HB, T0 + HB + LEASE, T0 + HB + LEASE, 2_000, HB, Some(7));
+        lease.verified(T0 + 2 * HB, T0 + 2 * HB + LEASE, T0 + 2 * HB + LEASE, 2_000, HB, Some(7));
         lease.subxact_aborted(7);
         let held = lease.held().unwrap();
         assert_eq!((held.verified_at_unix_ms, held.terms.lease_until_unix_ms), (T0, T0 + LEASE));
@@ -399,8 +420,8 @@ mod tests {
     fn nested_writes_undo_to_the_state_before_each_savepoint() {
         let mut lease = claimed_in(1);
         lease.committed();
-        lease.verified(T0 + HB, T0 + HB + LEASE, 2_000, HB, Some(2)); // in savepoint 2
-        lease.verified(T0 + 2 * HB, T0 + 2 * HB + LEASE, 2_000, HB, Some(3)); // in savepoint 3 inside 2
+        lease.verified(T0 + HB, T0 + HB + LEASE, T0 + HB + LEASE, 2_000, HB, Some(2)); // in savepoint 2
+        lease.verified(T0 + 2 * HB, T0 + 2 * HB + LEASE, T0 + 2 * HB + LEASE, 2_000, HB, Some(3)); // in savepoint 3 inside 2
         lease.subxact_committed(3, 2);
         // Savepoint 2 now holds both writes; its abort goes back to before the first one.
         lease.subxact_aborted(2);
@@ -412,7 +433,7 @@ mod tests {
     fn a_lost_lease_stays_lost_whatever_rolls_back() {
         let mut lease = claimed_in(1);
         lease.committed();
-        lease.verified(T0 + HB, T0 + HB + LEASE, 2_000, HB, Some(2));
+        lease.verified(T0 + HB, T0 + HB + LEASE, T0 + HB + LEASE, 2_000, HB, Some(2));
         lease.lost();
         lease.subxact_aborted(2);
         lease.aborted();
@@ -448,5 +469,32 @@ mod tests {
         all.aborted();
         assert_eq!(all.iter().count(), 3, "aborting forgets leases, not the services");
         assert!(all.iter().all(|l| l.held().is_none()));
+    }
+
+    #[test]
+    fn no_id_is_stamped_at_or_past_the_watermark_the_registry_holds() {
+        // The registry recorded a window of 10 ms: the backend must check (and write a new one) first.
+        let mut lease = BackendLease::new("orders".into());
+        let terms = Terms { issued_until_unix_ms: T0 + 10, ..terms(4, 2, T0) };
+        lease.claimed(backend(), Layout::DEFAULT, terms, 2_000, HB, 1);
+        lease.committed();
+        assert!(lease.next_id(&mut StillClock(T0 + 9)).is_ok());
+        assert_eq!(lease.next_id(&mut StillClock(T0 + 10)), Err(Stop::LeaseCheckDue));
+        // A write moved the watermark on; a read-only check that finds it behind its lease end stops there too.
+        lease.verified(T0 + 10, T0 + 10 + LEASE, T0 + 30, 2_000, HB, None);
+        assert!(lease.next_id(&mut StillClock(T0 + 29)).is_ok());
+        assert_eq!(lease.next_id(&mut StillClock(T0 + 30)), Err(Stop::LeaseCheckDue));
+    }
+
+    #[test]
+    fn a_lease_stamps_strictly_after_its_not_before() {
+        // An earlier holder may have stamped up to T0 + 1500: the backend waits that out.
+        let mut lease = BackendLease::new("orders".into());
+        let terms = Terms { not_before_unix_ms: T0 + 1_500, ..terms(4, 2, T0) };
+        lease.claimed(backend(), Layout::DEFAULT, terms, 2_000, HB, 1);
+        let mut clock = StillClock(T0);
+        let id = lease.next_id(&mut clock).unwrap();
+        assert_eq!(Layout::DEFAULT.decompose(id).unwrap().ticks, T0 + 1_501 - EPOCH_2025_UNIX_MS);
+        assert_eq!(clock.0, T0 + 1_501, "waited, did not stamp early");
     }
 }

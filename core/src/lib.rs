@@ -6,6 +6,7 @@
 //! - [`generator`]: one backend's Snowflake generator over an injectable clock.
 //! - [`lease`]: a backend's leases and how they follow its transactions.
 //! - [`policy`]: the claim tiers, their order and thresholds, and the lease.
+//! - [`watermark`]: what a claim must know of the times earlier holders stamped.
 //! - [`input`]: validation of the registry functions' arguments.
 //! - [`messages`]: the errors, warnings and alerts people read.
 //! - [`error`]: errors as values with their SQLSTATE.
@@ -17,6 +18,7 @@ pub mod layout;
 pub mod lease;
 pub mod messages;
 pub mod policy;
+pub mod watermark;
 
 pub use error::{IdgenError, SqlState};
 pub use layout::Layout;

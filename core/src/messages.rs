@@ -211,18 +211,18 @@ pub fn no_lease_read_only(function: &str, service: &str, on_standby: bool) -> Id
     .hint(hint)
 }
 
-/// A backend's lease ran out and only a write can renew it.
-pub fn lease_expired_read_only(function: &str, held: &Holding, lease_until_unix_ms: i64) -> IdgenError {
+/// A backend's lease (or the window its last write covered) ran out, and only a write can renew it.
+pub fn lease_expired_read_only(function: &str, held: &Holding, covered_until_unix_ms: i64) -> IdgenError {
     IdgenError::new(
         SqlState::ReadOnlySqlTransaction,
         format!(
-            "{function}: the lease of machine id {} of service \"{}\" ended at {} and cannot be renewed in a read-only transaction",
+            "{function}: the lease of machine id {} of service \"{}\" covers IDs up to {} only and cannot be renewed in a read-only transaction",
             held.machine_id,
             held.node.service,
-            iso_utc(lease_until_unix_ms)
+            iso_utc(covered_until_unix_ms)
         ),
     )
-    .detail("Past lease_until, another node may take the machine id back, so this backend issues no ID from it before renewing it in system_nodes.")
+    .detail("A backend issues IDs only before its lease_until and before the watermark (issued_until) it last wrote to system_nodes, so that the next holder of the machine id starts after them; moving either on takes a write.")
     .hint("Call it in a read-write transaction.")
 }
 
@@ -235,7 +235,84 @@ pub fn clock_behind(function: &str, behind_ms: i64, allowed_ms: i64) -> IdgenErr
     .detail(format!(
         "idgen waits out a clock that steps back by up to idgen.max_clock_backward ({allowed_ms} ms) and refuses to issue IDs beyond that, so IDs never repeat. No ID was issued."
     ))
-    .hint("Check the server's time synchronisation (NTP). Retry once the clock has caught up, or reconnect.")
+    .hint("Check the server's time synchronisation (NTP), then retry once the clock has caught up. A new connection is no way around it: its claim waits for the same watermark, or takes another machine id.")
+}
+
+/// A machine id the caller would keep cannot be used yet: an earlier holder
+/// may have stamped up to `bound`, further ahead than the caller may wait.
+pub struct WatermarkAhead {
+    pub machine_id: i16,
+    pub bound_unix_ms: i64,
+    pub now_unix_ms: i64,
+    pub tolerance_ms: i64,
+}
+
+impl WatermarkAhead {
+    fn facts(&self) -> String {
+        format!(
+            "Its watermark, the latest time an earlier holder may have stamped IDs with it, is {}: {} ms ahead of the server clock ({}), longer than a claim may wait ({} ms).",
+            iso_utc(self.bound_unix_ms),
+            self.bound_unix_ms - self.now_unix_ms,
+            iso_utc(self.now_unix_ms),
+            self.tolerance_ms
+        )
+    }
+}
+
+/// The caller's own machine id was set aside for its watermark, and another was claimed: a WARNING.
+pub fn moved_past_watermark(function: &str, node: &NodeIdentity, ahead: &WatermarkAhead, to: i16) -> IdgenError {
+    IdgenError::new(
+        SqlState::Warning,
+        format!(
+            "{function}: machine id {} of service \"{}\" cannot be used before {}; {} claimed machine id {to} instead",
+            ahead.machine_id,
+            node.service,
+            iso_utc(ahead.bound_unix_ms),
+            node.name()
+        ),
+    )
+    .detail(format!("{} It is released and comes back into use once the clock has passed it.", ahead.facts()))
+    .hint("The server clock (or this node's) was ahead earlier, or stepped back: check time synchronisation (NTP).")
+}
+
+/// The caller's own machine id cannot be used yet and no other is free.
+pub fn watermark_ahead(function: &str, node: &NodeIdentity, ahead: &WatermarkAhead) -> IdgenError {
+    IdgenError::new(
+        SqlState::ObjectNotInPrerequisiteState,
+        format!(
+            "{function}: machine id {} of service \"{}\" cannot be used before {}, and no other machine id is free",
+            ahead.machine_id,
+            node.service,
+            iso_utc(ahead.bound_unix_ms)
+        ),
+    )
+    .detail(format!("{} No ID was issued.", ahead.facts()))
+    .hint("Retry once the server clock has passed the watermark, and check time synchronisation (NTP). Do not delete the row or lower its issued_until: the IDs stamped up to it would be issued again.")
+}
+
+/// A node reported an infinite watermark.
+pub fn infinite_watermark(function: &str) -> IdgenError {
+    IdgenError::new(SqlState::InvalidParameterValue, format!("{function}: argument \"issued_until\" must be finite"))
+        .detail(
+            "It is the latest timestamp the node has stamped in an ID, or its clock's reading. Nothing was changed.",
+        )
+        .hint("Pass the node's watermark, or NULL to let the server's clock stand in for it.")
+}
+
+/// The registry grants nothing before its floor: rows were removed, or it was
+/// created, while holders may still be issuing IDs from leases it forgot.
+pub fn registry_floor_ahead(function: &str, floor_unix_ms: i64, now_unix_ms: i64) -> IdgenError {
+    IdgenError::new(
+        SqlState::ObjectNotInPrerequisiteState,
+        format!("{function}: the registry grants no machine id before {}", iso_utc(floor_unix_ms)),
+    )
+    .detail(format!(
+        "Rows of system_nodes were deleted or truncated, or idgen was installed while other sessions were connected, so holders the registry no longer knows may issue IDs until {} ({} ms after the server clock, {}).",
+        iso_utc(floor_unix_ms),
+        floor_unix_ms - now_unix_ms,
+        iso_utc(now_unix_ms)
+    ))
+    .hint("Retry after that time. See idgen_registry.floor.")
 }
 
 /// The clock reads a time the layout cannot stamp.
@@ -495,5 +572,41 @@ mod tests {
         assert!(alert.message.contains("from backend slot 12 of 127.0.0.1:5432"), "{}", alert.message);
         assert_eq!(alert.payload["holder"]["backend_slot"], 4);
         assert_eq!(alert.payload["previous_holder"]["backend_slot"], 12);
+    }
+
+    #[test]
+    fn watermark_errors_name_the_id_its_watermark_and_a_safe_way_on() {
+        let ahead = WatermarkAhead {
+            machine_id: 3,
+            bound_unix_ms: 1_796_000_000_123,
+            now_unix_ms: 1_796_000_000_123 - 3_600_000,
+            tolerance_ms: 2_000,
+        };
+        let claimant = NodeIdentity { backend_slot: Some(4), ..node("127.0.0.1", 5432) };
+        let err = watermark_ahead("idgen_next_id", &claimant, &ahead);
+        assert_eq!(err.sqlstate.code(), "55000");
+        assert_eq!(
+            err.message,
+            "idgen_next_id: machine id 3 of service \"orders\" cannot be used before 2026-11-30T00:53:20.123Z, and no other machine id is free"
+        );
+        assert!(err.detail.unwrap().contains("3600000 ms ahead of the server clock (2026-11-29T23:53:20.123Z)"));
+        let hint = err.hint.unwrap();
+        assert!(hint.contains("Do not delete the row") && !hint.contains("reconnect"), "{hint}");
+        let moved = moved_past_watermark("idgen_next_id", &claimant, &ahead, 9);
+        assert_eq!(moved.sqlstate, SqlState::Warning);
+        assert!(
+            moved.message.ends_with("backend slot 4 of 127.0.0.1:5432 claimed machine id 9 instead"),
+            "{}",
+            moved.message
+        );
+        let floor = registry_floor_ahead("idgen_claim", 1_796_000_000_123, 1_796_000_000_000);
+        assert_eq!(floor.sqlstate.code(), "55000");
+        assert!(floor.detail.unwrap().contains("(123 ms after the server clock"));
+    }
+
+    #[test]
+    fn no_hint_advises_a_reconnect_that_would_reissue_time() {
+        let behind = clock_behind("idgen_next_id", 10_000, 2_000);
+        assert!(!behind.hint.unwrap().contains(", or reconnect"));
     }
 }

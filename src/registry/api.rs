@@ -5,9 +5,11 @@
 
 use super::claim::claim;
 use super::store;
+use crate::clock::{timestamptz, unix_ms, SystemClock};
 use crate::errors::{or_raise, raise, report};
-use crate::settings::claim_policy;
-use idgen_core::{input, messages, Layout};
+use crate::settings::{self, claim_policy};
+use idgen_core::generator::Clock;
+use idgen_core::{input, messages, watermark, Layout};
 use pgrx::datum::{Inet, TimestampWithTimeZone};
 use pgrx::prelude::*;
 use pgrx::spi::Spi;
@@ -32,14 +34,37 @@ fn idgen_claim(
     port: Option<i32>,
 ) -> TableIterator<
     'static,
-    (name!(machine_id, i16), name!(version, i32), name!(outcome, String), name!(lease_until, TimestampWithTimeZone)),
+    (
+        name!(machine_id, i16),
+        name!(version, i32),
+        name!(outcome, String),
+        name!(lease_until, TimestampWithTimeZone),
+        name!(not_before, TimestampWithTimeZone),
+    ),
 > {
     const F: &str = "idgen_claim";
     ensure_registry_writable(F);
     let node = or_raise(input::node_identity(F, service, host.as_deref(), port));
     let policy = or_raise(claim_policy());
-    let claimed = or_raise(claim(F, &node, &policy, &Layout::DEFAULT));
-    TableIterator::once((claimed.machine_id, claimed.version, claimed.outcome.label().to_owned(), claimed.lease_until))
+    let claimed = or_raise(claim(F, &node, &policy, &Layout::DEFAULT, settings::max_clock_backward_ms()));
+    let not_before = timestamptz(claimed.not_before_unix_ms).expect("claim times fit timestamptz");
+    TableIterator::once((
+        claimed.machine_id,
+        claimed.version,
+        claimed.outcome.label().to_owned(),
+        claimed.lease_until,
+        not_before,
+    ))
+}
+
+/// Checks a watermark a node reports, against the server clock.
+fn reported_watermark(function: &str, issued_until: Option<TimestampWithTimeZone>) -> Option<TimestampWithTimeZone> {
+    let reported = issued_until?;
+    if reported.is_infinity() || reported.is_neg_infinity() {
+        raise(messages::infinite_watermark(function));
+    }
+    or_raise(watermark::check_reported_watermark(function, unix_ms(reported), SystemClock.now_unix_ms()));
+    Some(reported)
 }
 
 /// Renews a claim; raises 55000 when the caller no longer owns the machine id.
@@ -51,12 +76,14 @@ fn idgen_heartbeat(
     host: Option<Inet>,
     port: Option<i32>,
     version: Option<i32>,
+    issued_until: default!(Option<TimestampWithTimeZone>, "NULL"),
 ) -> TimestampWithTimeZone {
     const F: &str = "idgen_heartbeat";
     ensure_registry_writable(F);
     let held = or_raise(input::holding(F, &Layout::DEFAULT, service, machine_id, host.as_deref(), port, version));
+    let reported = reported_watermark(F, issued_until);
     let policy = or_raise(claim_policy());
-    Spi::connect_mut(|client| match store::heartbeat(client, &held, policy.lease_secs()) {
+    Spi::connect_mut(|client| match store::heartbeat(client, &held, policy.lease_secs(), reported) {
         Some(lease_until) => lease_until,
         None => {
             let now = store::current_row(client, &held.node.service, held.machine_id);
@@ -74,12 +101,15 @@ fn idgen_release(
     host: Option<Inet>,
     port: Option<i32>,
     version: Option<i32>,
+    issued_until: default!(Option<TimestampWithTimeZone>, "NULL"),
 ) -> bool {
     const F: &str = "idgen_release";
     ensure_registry_writable(F);
     let held = or_raise(input::holding(F, &Layout::DEFAULT, service, machine_id, host.as_deref(), port, version));
+    let reported = reported_watermark(F, issued_until);
+    let policy = or_raise(claim_policy());
     Spi::connect_mut(|client| {
-        if store::release(client, &held) {
+        if store::release(client, &held, policy.lease_safety_margin_secs, reported) {
             return true;
         }
         let now = store::current_row(client, &held.node.service, held.machine_id);

@@ -2,13 +2,18 @@
 //! is the only claim path: `idgen_claim` calls it for service nodes, and
 //! `backend` for each database backend's own lease.
 
-use super::store::{self, OwnRow, Victims, Won};
+use super::store::{self, ClaimTimes, OwnRow, Victims, Won};
+use crate::clock::{unix_ms, SystemClock};
 use crate::diagnostics;
+use crate::errors::report;
+use idgen_core::generator::Clock;
 use idgen_core::input::NodeIdentity;
-use idgen_core::messages;
+use idgen_core::messages::{self, WatermarkAhead};
+use idgen_core::watermark::{self, HolderKind};
 use idgen_core::{ClaimPolicy, ClaimStep, IdgenError, Layout, Outcome};
 use pgrx::datum::TimestampWithTimeZone;
 use pgrx::spi::{Spi, SpiClient};
+use pgrx::PgLogLevel;
 
 /// A claimed machine id.
 pub struct Claim {
@@ -18,19 +23,77 @@ pub struct Claim {
     pub lease_until: TimestampWithTimeZone,
     /// The moment of the claim: the row's new `last_seen`.
     pub claimed_at: TimestampWithTimeZone,
+    /// Unix ms after which the holder may stamp: after the claim, after every
+    /// timestamp an earlier holder may have stamped, after the registry's floor.
+    pub not_before_unix_ms: i64,
+    /// The watermark the row holds now.
+    pub issued_until: TimestampWithTimeZone,
+    /// The registry's epoch the claim was made in.
+    pub registry_epoch: i64,
+}
+
+/// What a claim needs to know beyond the policy.
+struct Context<'a> {
+    function: &'a str,
+    node: &'a NodeIdentity,
+    layout: &'a Layout,
+    times: ClaimTimes,
 }
 
 /// Claims a machine id for `node` in the caller's transaction. `function`
-/// names the SQL entry point in messages.
-pub fn claim(function: &str, node: &NodeIdentity, policy: &ClaimPolicy, layout: &Layout) -> Result<Claim, IdgenError> {
+/// names the SQL entry point in messages; `max_clock_backward_ms` is how long
+/// a backend may wait for a watermark.
+pub fn claim(
+    function: &str,
+    node: &NodeIdentity,
+    policy: &ClaimPolicy,
+    layout: &Layout,
+    max_clock_backward_ms: i64,
+) -> Result<Claim, IdgenError> {
+    let kind = if node.backend_slot.is_some() { HolderKind::Backend } else { HolderKind::Service };
+    let times = ClaimTimes {
+        lease_secs: policy.lease_secs(),
+        tolerance_ms: watermark::tolerance_ms(kind, policy, max_clock_backward_ms),
+        window_ms: watermark::claim_window_ms(kind, policy),
+        takeover_idle_secs: policy.takeover_idle_1h_secs,
+    };
+    let cx = Context { function, node, layout, times };
     Spi::connect_mut(|client| {
-        if !store::try_lock_identity(client, node) {
+        let Some(registry) = store::try_lock_identity(client, node) else {
             return Err(messages::identity_busy(function, node, None));
+        };
+        let now = SystemClock.now_unix_ms();
+        let floor = registry.floor.map(unix_ms);
+        if !watermark::usable(floor, now, times.tolerance_ms) {
+            return Err(messages::registry_floor_ahead(function, floor.unwrap_or(now), now));
         }
+        let moved = store::release_own_row_ahead(client, node, &times).map(|(machine_id, bound)| WatermarkAhead {
+            machine_id,
+            bound_unix_ms: unix_ms(bound),
+            now_unix_ms: now,
+            tolerance_ms: times.tolerance_ms,
+        });
         for step in policy.steps() {
-            if let Some(claim) = run_step(client, function, node, policy, layout, step)? {
-                return Ok(claim);
+            if let Some((won, outcome)) = run_step(client, &cx, step)? {
+                if let Some(ahead) = &moved {
+                    report(messages::moved_past_watermark(function, node, ahead, won.machine_id), PgLogLevel::WARNING);
+                }
+                let claimed_at_ms = unix_ms(won.claimed_at);
+                return Ok(Claim {
+                    machine_id: won.machine_id,
+                    version: won.version,
+                    outcome,
+                    lease_until: won.lease_until,
+                    claimed_at: won.claimed_at,
+                    not_before_unix_ms: watermark::not_before(claimed_at_ms, won.bound.map(unix_ms), floor),
+                    issued_until: won.issued_until,
+                    registry_epoch: registry.epoch,
+                });
             }
+        }
+        if let Some(ahead) = moved {
+            // Nothing else is free: the set-aside row must not stay released by a claim that failed.
+            return Err(messages::watermark_ahead(function, node, &ahead));
         }
         let (held, oldest) = store::least_recently_seen(client, &node.service);
         let (error, alert) = messages::exhausted(
@@ -46,50 +109,36 @@ pub fn claim(function: &str, node: &NodeIdentity, policy: &ClaimPolicy, layout: 
     })
 }
 
-fn run_step(
-    client: &mut SpiClient,
-    function: &str,
-    node: &NodeIdentity,
-    policy: &ClaimPolicy,
-    layout: &Layout,
-    step: ClaimStep,
-) -> Result<Option<Claim>, IdgenError> {
-    let lease_secs = policy.lease_secs();
-    let claim = |won: Won, outcome| Claim {
-        machine_id: won.machine_id,
-        version: won.version,
-        outcome,
-        lease_until: won.lease_until,
-        claimed_at: won.claimed_at,
-    };
+fn run_step(client: &mut SpiClient, cx: &Context, step: ClaimStep) -> Result<Option<(Won, Outcome)>, IdgenError> {
+    let (node, times) = (cx.node, &cx.times);
     Ok(match step {
-        ClaimStep::ReuseOwnRow => match store::reuse_own_row(client, node, lease_secs) {
-            OwnRow::Won(won) => Some(claim(won, Outcome::Reused)),
-            OwnRow::Busy(machine_id) => return Err(messages::identity_busy(function, node, Some(machine_id))),
+        ClaimStep::ReuseOwnRow => match store::reuse_own_row(client, node, times) {
+            OwnRow::Won(won) => Some((won, Outcome::Reused)),
+            OwnRow::Busy(machine_id) => return Err(messages::identity_busy(cx.function, node, Some(machine_id))),
             OwnRow::Absent => None,
         },
         ClaimStep::NeverRegistered => {
-            let range = layout.machine_id_range();
+            let range = cx.layout.machine_id_range();
             let candidates = store::unregistered_machine_ids(client, &node.service, *range.start(), *range.end());
             // One pass is complete: rows are never deleted by idgen, so no id frees up behind us.
             candidates
                 .into_iter()
-                .find_map(|machine_id| store::insert_unregistered(client, node, machine_id, lease_secs))
-                .map(|won| claim(won, Outcome::New))
+                .find_map(|machine_id| store::insert_unregistered(client, node, machine_id, times))
+                .map(|won| (won, Outcome::New))
         }
         ClaimStep::ReleasedPastCooldown { cooldown_secs } => {
-            store::take_over(client, node, Victims::Released { cooldown_secs }, lease_secs)
-                .map(|(won, _previous)| claim(won, Outcome::Released))
+            store::take_over(client, node, Victims::Released { cooldown_secs }, times)
+                .map(|(won, _previous)| (won, Outcome::Released))
         }
         ClaimStep::IdleTakeover { outcome, min_idle_secs, cooldown_secs, alert } => {
             let victims = Victims::Idle { min_idle_secs, cooldown_secs };
-            store::take_over(client, node, victims, lease_secs).map(|(won, previous)| {
+            store::take_over(client, node, victims, times).map(|(won, previous)| {
                 if alert {
                     let alert =
-                        messages::takeover_alert(function, outcome, node, won.machine_id, won.version, &previous);
+                        messages::takeover_alert(cx.function, outcome, node, won.machine_id, won.version, &previous);
                     diagnostics::alert(&alert);
                 }
-                claim(won, outcome)
+                (won, outcome)
             })
         }
     })

@@ -140,12 +140,20 @@ pub fn db_error(err: &postgres::Error) -> &DbError {
 /// Fills every machine id 0..=1023 of `service` that has no row with a fresh,
 /// busy holder at 192.0.2.x, so that only take-back tiers remain.
 pub fn fill_registry(client: &mut Client, service: &str) {
+    fill_registry_except(client, service, &[]);
+}
+
+/// Like [`fill_registry`], leaving the machine ids `free` never registered.
+/// (Deleting rows instead would raise the registry's floor, as it must.)
+pub fn fill_registry_except(client: &mut Client, service: &str, free: &[i16]) {
+    let free: Vec<i32> = free.iter().map(|&m| i32::from(m)).collect();
     client
         .execute(
-            "INSERT INTO system_nodes (service, machine_id, host, port, version) \
-             SELECT $1, m, ('192.0.2.' || (m % 250))::inet, 10000 + m, 1 FROM generate_series(0, 1023) m \
+            "INSERT INTO system_nodes (service, machine_id, host, port, version, issued_until) \
+             SELECT $1, m, ('192.0.2.' || (m % 250))::inet, 10000 + m, 1, now() FROM generate_series(0, 1023) m \
+             WHERE m <> ALL ($2) \
              ON CONFLICT DO NOTHING",
-            &[&service],
+            &[&service, &free],
         )
         .unwrap();
 }

@@ -166,7 +166,7 @@ fn a_verification_finding_its_row_locked_fails_at_once_with_55p03() {
 }
 
 #[test]
-fn read_only_transactions_need_a_lease_claimed_before() {
+fn read_only_transactions_issue_only_below_the_watermark_the_last_write_recorded() {
     let db = TestDb::create("backend_read_only");
     let service = db.name.clone();
     let mut client = db.connect();
@@ -180,13 +180,36 @@ fn read_only_transactions_need_a_lease_claimed_before() {
             "idgen_next_id: this backend holds no machine id for service \"{service}\" and cannot claim one in a read-only transaction"
         )
     );
-    // Claimed once in a read-write transaction, the lease serves read-only ones, verified by a read.
+    // Claimed in a read-write transaction, the lease serves read-only ones only below the watermark
+    // that claim wrote: an ID issued there is stamped before it, and past it the backend refuses.
     next_id(&mut client).unwrap();
-    client.batch_execute("SET idgen.heartbeat_interval = '1s'; SET default_transaction_read_only = on").unwrap();
-    std::thread::sleep(Duration::from_millis(1_100));
-    let a = next_id(&mut client).unwrap();
-    let b = next_id(&mut client).unwrap();
-    assert!(b > a);
+    let watermark = |c: &mut postgres::Client| -> String {
+        c.query_one("SELECT issued_until::text FROM system_nodes WHERE service = $1", &[&service]).unwrap().get(0)
+    };
+    let written = watermark(&mut client);
+    client.batch_execute("SET default_transaction_read_only = on").unwrap();
+    match next_id(&mut client) {
+        Ok(id) => {
+            let below: bool = client
+                .query_one("SELECT (idgen_decode($1)).ts < $2::text::timestamptz", &[&id, &written])
+                .unwrap()
+                .get(0);
+            assert!(below, "ID {id} stamped at or past the watermark {written}");
+        }
+        Err(err) => assert_eq!(sqlstate(&err), "25006", "{err:?}"),
+    }
+    while !client.query_one("SELECT clock_timestamp() > $1::text::timestamptz", &[&written]).unwrap().get::<_, bool>(0)
+    {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let err = next_id(&mut client).unwrap_err();
+    assert_eq!(sqlstate(&err), "25006", "{err:?}");
+    assert!(db_error(&err).message().contains("cannot be renewed in a read-only transaction"), "{err:?}");
+    assert_eq!(watermark(&mut client), written, "a read-only transaction wrote nothing");
+    // A read-write call moves the watermark on, and read-only ones may issue below it again.
+    client.batch_execute("SET default_transaction_read_only = off").unwrap();
+    next_id(&mut client).unwrap();
+    assert_ne!(watermark(&mut client), written);
 }
 
 #[test]

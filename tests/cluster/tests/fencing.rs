@@ -6,8 +6,7 @@ use idgen_cluster_tests::*;
 fn after_a_takeover_the_old_holders_heartbeat_fails_with_55000() {
     let db = TestDb::create("fence");
     let mut admin = db.connect();
-    fill_registry(&mut admin, "svc");
-    admin.batch_execute("DELETE FROM system_nodes WHERE machine_id = 7").unwrap();
+    fill_registry_except(&mut admin, "svc", &[7]);
 
     let mut old = db.connect();
     let a = claim(&mut old, "svc", "10.0.0.1", 1).unwrap();
@@ -80,8 +79,7 @@ fn heartbeat_moves_last_seen_and_returns_the_lease() {
 fn a_released_id_cools_down_for_others_but_not_for_its_holder() {
     let db = TestDb::create("cooldown");
     let mut admin = db.connect();
-    fill_registry(&mut admin, "svc");
-    admin.batch_execute("DELETE FROM system_nodes WHERE machine_id = 5").unwrap();
+    fill_registry_except(&mut admin, "svc", &[5]);
     let mut a = db.connect();
     let mut b = db.connect();
 
@@ -99,8 +97,23 @@ fn a_released_id_cools_down_for_others_but_not_for_its_holder() {
     assert_eq!((back.machine_id, back.version, back.outcome.as_str()), (5, 3, "reused"));
     assert!(release(&mut a, "svc", 5, "10.0.0.1", 1, 3).unwrap());
 
+    // Past the cooldown, the release's watermark still holds others back: released without one,
+    // the holder may have stamped up to the lease margin (5 minutes of clock skew) past the release.
     admin
         .batch_execute("UPDATE system_nodes SET released_at = now() - interval '61 seconds' WHERE machine_id = 5")
+        .unwrap();
+    let err = claim(&mut b, "svc", "10.0.0.2", 2).unwrap_err();
+    assert_eq!(sqlstate(&err), "53000", "{err:?}");
+    let margin: bool = admin
+        .query_one(
+            "SELECT issued_until - released_at = interval '5 minutes' FROM system_nodes WHERE machine_id = 5",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(margin, "a release without a watermark keeps the lease margin");
+    admin
+        .batch_execute("UPDATE system_nodes SET issued_until = now() - interval '1 second' WHERE machine_id = 5")
         .unwrap();
     let taken = claim(&mut b, "svc", "10.0.0.2", 2).unwrap();
     assert_eq!((taken.machine_id, taken.version, taken.outcome.as_str()), (5, 5, "released"));

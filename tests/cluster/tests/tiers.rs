@@ -9,11 +9,10 @@ use std::time::Duration;
 fn tiers_are_taken_in_order_then_a_full_registry_fails() {
     let db = TestDb::create("tiers");
     let mut admin = db.connect();
-    fill_registry(&mut admin, "tiers");
+    fill_registry_except(&mut admin, "tiers", &[1000]); // one id never registered
     admin
         .batch_execute(
-            "DELETE FROM system_nodes WHERE machine_id = 1000;  -- one id never registered
-             UPDATE system_nodes SET released_at = now() - interval '2 minutes' WHERE machine_id = 10;
+            "UPDATE system_nodes SET released_at = now() - interval '2 minutes' WHERE machine_id = 10;
              -- released 30 s ago: still cooling down, even though long idle
              UPDATE system_nodes SET released_at = now() - interval '30 seconds', last_seen = now() - interval '3 days' WHERE machine_id = 11;
              UPDATE system_nodes SET last_seen = now() - interval '8 days' WHERE machine_id = 20;
