@@ -8,7 +8,9 @@ PG_MAJOR=15
 PG_CONFIG=/usr/bin/pg_config
 PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
 SCRATCH_PORT=${IDGEN_PORT:-28815}
-APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 libclang-dev clang pkg-config libssl-dev sudo)
+CLOCK_PORT=${IDGEN_CLOCK_PORT:-28816}
+APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 libclang-dev clang pkg-config libssl-dev sudo faketime)
+LIBFAKETIME=/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
 export USER=${USER:-$(id -un)}
 export PATH="$HOME/.cargo/bin:$PATH"
 
@@ -88,20 +90,20 @@ scratch_paths() {
     SCRATCH_LOG=$PGDATA_DIR/log/postgresql.log
 }
 
-# Starts (or restarts, to load a new build) the scratch cluster on 127.0.0.1:$SCRATCH_PORT.
-start_scratch_cluster() {
-    scratch_paths
-    if [ ! -f "$PGDATA_DIR/PG_VERSION" ]; then
-        say "creating the scratch cluster in $PGDATA_DIR"
-        as_pg "$PG_BIN/initdb" -D "$PGDATA_DIR" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
-        echo "include 'idgen_scratch.conf'" | as_pg tee -a "$PGDATA_DIR/postgresql.conf" >/dev/null
+# Creates the cluster in $1/data if missing, and (re)writes its settings for port $2.
+init_cluster() {
+    local dir=$1 port=$2 data=$1/data
+    if [ ! -f "$data/PG_VERSION" ]; then
+        say "creating a scratch cluster in $data"
+        as_pg "$PG_BIN/initdb" -D "$data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
+        echo "include 'idgen_scratch.conf'" | as_pg tee -a "$data/postgresql.conf" >/dev/null
     fi
     # Rewritten at every start, so an existing scratch cluster follows changes here.
-    as_pg tee "$PGDATA_DIR/idgen_scratch.conf" >/dev/null <<CONF
+    as_pg tee "$data/idgen_scratch.conf" >/dev/null <<CONF
 # idgen scratch cluster: local only, trust auth, room for the concurrency tests.
 listen_addresses = '127.0.0.1'
-port = $SCRATCH_PORT
-unix_socket_directories = '$SCRATCH_DIR'
+port = $port
+unix_socket_directories = '$dir'
 max_connections = 400
 # Room for the test of PREPARE TRANSACTION after a claim.
 max_prepared_transactions = 10
@@ -115,13 +117,50 @@ log_rotation_age = 0
 log_rotation_size = 0
 log_line_prefix = '%m [%p] %q%u@%d '
 CONF
-    local action=start
-    as_pg "$PG_BIN/pg_ctl" -D "$PGDATA_DIR" status >/dev/null 2>&1 && action=restart
-    if ! as_pg "$PG_BIN/pg_ctl" -D "$PGDATA_DIR" -l "$SCRATCH_DIR/pg_ctl.log" -w -m fast "$action" >/dev/null; then
-        tail -n 20 "$SCRATCH_DIR/pg_ctl.log" "$SCRATCH_LOG" 2>/dev/null >&2 || true
-        die "the scratch cluster did not $action (is port $SCRATCH_PORT taken? set IDGEN_PORT to use another)"
+}
+
+# Starts, or restarts, the cluster in $1/data; `env ...` before pg_ctl comes from $2.
+start_cluster() {
+    local dir=$1 port=$2 environment=$3 action=start
+    as_pg "$PG_BIN/pg_ctl" -D "$dir/data" status >/dev/null 2>&1 && action=restart
+    # shellcheck disable=SC2086 # the environment is a list of NAME=value words
+    if ! as_pg env $environment "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/pg_ctl.log" -w -m fast "$action" >/dev/null; then
+        tail -n 20 "$dir/pg_ctl.log" "$dir/data/log/postgresql.log" 2>/dev/null >&2 || true
+        die "the cluster in $dir did not $action (is port $port taken? set IDGEN_PORT, or IDGEN_CLOCK_PORT for the clock-step cluster)"
     fi
 }
 
+# Starts (or restarts, to load a new build) the scratch cluster on 127.0.0.1:$SCRATCH_PORT.
+start_scratch_cluster() {
+    scratch_paths
+    init_cluster "$SCRATCH_DIR" "$SCRATCH_PORT"
+    start_cluster "$SCRATCH_DIR" "$SCRATCH_PORT" ""
+}
+
+# A second scratch cluster whose wall clock the clock-step tests move: libfaketime is
+# preloaded into it and re-reads $CLOCK_FILE ("+0", "-3", "+3600", or a frozen
+# "2026-11-29 14:00:00", UTC) on every clock reading; monotonic time stays real.
+# $CLOCK_RESTART restarts it with the same environment. Port $CLOCK_PORT.
+CLOCK_DIR=
+start_clock_cluster() {
+    [ -n "$CLOCK_DIR" ] || CLOCK_DIR=$(pg_work_dir clock)
+    CLOCK_FILE=$CLOCK_DIR/faketime.rc
+    CLOCK_RESTART=$CLOCK_DIR/restart.sh
+    echo "+0" > "$CLOCK_FILE"
+    chmod 644 "$CLOCK_FILE"
+    local environment="LD_PRELOAD=$LIBFAKETIME FAKETIME_TIMESTAMP_FILE=$CLOCK_FILE FAKETIME_NO_CACHE=1 DONT_FAKE_MONOTONIC=1 FAKETIME_DONT_FAKE_MONOTONIC=1 TZ=UTC"
+    init_cluster "$CLOCK_DIR" "$CLOCK_PORT"
+    start_cluster "$CLOCK_DIR" "$CLOCK_PORT" "$environment"
+    local runas=""
+    is_root && runas="runuser -u postgres --"
+    cat > "$CLOCK_RESTART" <<SH
+#!/usr/bin/env bash
+# Restarts the clock-step cluster with libfaketime preloaded (written by scripts/common.sh).
+exec $runas env $environment "$PG_BIN/pg_ctl" -D "$CLOCK_DIR/data" -l "$CLOCK_DIR/pg_ctl.log" -w -m fast restart >/dev/null
+SH
+    chmod 755 "$CLOCK_RESTART"
+}
+
 SCRATCH_DSN="host=127.0.0.1 port=$SCRATCH_PORT user=postgres"
+CLOCK_DSN="host=127.0.0.1 port=$CLOCK_PORT user=postgres"
 scratch_psql() { psql "$SCRATCH_DSN dbname=${1:-postgres}" -X -v ON_ERROR_STOP=1 -q "${@:2}"; }

@@ -13,23 +13,34 @@ pub fn base_dsn() -> String {
 /// A database of its own for one test, created afresh with idgen installed.
 pub struct TestDb {
     pub name: String,
+    cluster_dsn: String,
 }
 
 impl TestDb {
     pub fn create(name: &str) -> TestDb {
-        let name = format!("idgen_t_{name}");
-        let mut admin = Client::connect(&format!("{} dbname=postgres", base_dsn()), NoTls)
-            .expect("connect to the scratch cluster (is it running? see scripts/test.sh)");
-        rollback_prepared_transactions(&name);
-        admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).unwrap();
-        admin.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
-        let db = TestDb { name };
+        TestDb::create_on(&base_dsn(), name)
+    }
+
+    /// A database of its own in the cluster at `cluster_dsn`, with idgen installed.
+    pub fn create_on(cluster_dsn: &str, name: &str) -> TestDb {
+        let db = TestDb::empty_on(cluster_dsn, name);
         db.connect().batch_execute("CREATE EXTENSION idgen").unwrap();
         db
     }
 
+    /// A database of its own in the cluster at `cluster_dsn`, without idgen.
+    pub fn empty_on(cluster_dsn: &str, name: &str) -> TestDb {
+        let name = format!("idgen_t_{name}");
+        let mut admin = Client::connect(&format!("{cluster_dsn} dbname=postgres"), NoTls)
+            .expect("connect to the scratch cluster (is it running? see scripts/test.sh)");
+        rollback_prepared_transactions(cluster_dsn, &name);
+        admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).unwrap();
+        admin.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
+        TestDb { name, cluster_dsn: cluster_dsn.to_owned() }
+    }
+
     pub fn dsn(&self) -> String {
-        format!("{} dbname={}", base_dsn(), self.name)
+        format!("{} dbname={}", self.cluster_dsn, self.name)
     }
 
     pub fn connect(&self) -> Client {
@@ -52,8 +63,8 @@ impl TestDb {
 }
 
 /// A prepared transaction left by an interrupted run would keep the database from being dropped.
-fn rollback_prepared_transactions(database: &str) {
-    let Ok(mut client) = Client::connect(&format!("{} dbname={database}", base_dsn()), NoTls) else { return };
+fn rollback_prepared_transactions(cluster_dsn: &str, database: &str) {
+    let Ok(mut client) = Client::connect(&format!("{cluster_dsn} dbname={database}"), NoTls) else { return };
     let gids: Vec<String> = client
         .query("SELECT gid FROM pg_prepared_xacts WHERE database = current_database()", &[])
         .unwrap()
@@ -206,4 +217,50 @@ pub fn backend_rows(client: &mut Client, service: &str) -> i64 {
         .query_one("SELECT count(*) FROM system_nodes WHERE service = $1 AND backend_slot IS NOT NULL", &[&service])
         .unwrap()
         .get(0)
+}
+
+/// The scratch cluster whose wall clock tests may move: libfaketime is preloaded
+/// into it and re-reads a file on every clock reading (see scripts/common.sh).
+pub struct ClockCluster {
+    pub dsn: String,
+    file: std::path::PathBuf,
+    restart: std::path::PathBuf,
+}
+
+impl ClockCluster {
+    /// From `IDGEN_CLOCK_DSN`, `IDGEN_CLOCK_FILE` and `IDGEN_CLOCK_RESTART`, which scripts/test.sh sets.
+    pub fn from_env() -> ClockCluster {
+        let var = |name: &str| {
+            std::env::var(name).unwrap_or_else(|_| {
+                panic!("{name} is not set: run the clock-step suite through scripts/test.sh, which starts its cluster")
+            })
+        };
+        ClockCluster {
+            dsn: var("IDGEN_CLOCK_DSN"),
+            file: var("IDGEN_CLOCK_FILE").into(),
+            restart: var("IDGEN_CLOCK_RESTART").into(),
+        }
+    }
+
+    /// Moves the server's wall clock: "+0" (real time), "-4" (4 s behind), "+3600.25",
+    /// or a frozen "2026-11-29 14:00:03". Every backend sees it at its next clock reading.
+    pub fn set(&self, faketime: &str) {
+        std::fs::write(&self.file, format!("{faketime}\n")).unwrap();
+    }
+
+    /// Sets the server's clock `seconds` ahead of (or behind) real time.
+    pub fn offset(&self, seconds: f64) {
+        self.set(&format!("{seconds:+.6}"));
+    }
+
+    /// Restarts the server (same preload); every connection is lost.
+    pub fn restart(&self) {
+        let status = std::process::Command::new("bash").arg(&self.restart).status().unwrap();
+        assert!(status.success(), "restarting the clock-step cluster failed: {status}");
+    }
+}
+
+/// Unix seconds of the real (unfaked) clock of this process.
+pub fn real_unix_secs() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64()
 }
