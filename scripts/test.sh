@@ -22,7 +22,10 @@ stage cargo pgrx test "pg$PG_MAJOR" --runas "$PG_OS_USER" --pgdata "$pgrx_test_d
 
 # cargo pgrx test installed its test build; install the release build, then restart to load it.
 install_extension
+# The 0.1.0 install script, so that tests/cluster/tests/upgrade.rs can start from it.
+as_root install -m 644 tests/upgrade/idgen--0.1.0.sql "$("$PG_CONFIG" --sharedir)/extension/"
 start_scratch_cluster
+start_clock_cluster
 
 say "pg_regress against the scratch cluster"
 regress_dir=$(pg_work_dir regress)
@@ -37,8 +40,9 @@ if ! as_pg "$pg_regress_bin" --host=127.0.0.1 --port="$SCRATCH_PORT" --user=post
     die "pg_regress failed (diffs above; results in $regress_dir/results)"
 fi
 
-say "client-driven suites against the scratch cluster (tests/cluster)"
-IDGEN_TEST_DSN="host=127.0.0.1 port=$SCRATCH_PORT user=postgres" stage cargo test -p idgen-cluster-tests
+say "client-driven suites against the scratch clusters (tests/cluster)"
+IDGEN_TEST_DSN=$SCRATCH_DSN IDGEN_CLOCK_DSN=$CLOCK_DSN IDGEN_CLOCK_FILE=$CLOCK_FILE IDGEN_CLOCK_RESTART=$CLOCK_RESTART \
+    stage cargo test -p idgen-cluster-tests
 
 cargo_passed=$(sed 's/\x1b\[[0-9;]*m//g' "$TEST_LOG" | grep -oE 'test result: ok\. [0-9]+ passed' | awk '{n += $4} END {print n + 0}')
 regress_passed=$(wc -w <<<"$schedule")

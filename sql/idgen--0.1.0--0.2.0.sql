@@ -70,15 +70,16 @@ COMMENT ON COLUMN idgen_registry.floor IS
 
 INSERT INTO idgen_registry (epoch, created_at, floor)
 SELECT pg_catalog.floor(pg_catalog.random() OPERATOR(pg_catalog.*) 9007199254740991::float8)::bigint,
-       pg_catalog.clock_timestamp(),
+       clock.now,
        CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_stat_activity a
                           WHERE a.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()
                             AND a.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()
                             AND a.backend_type OPERATOR(pg_catalog.=) 'client backend'::text)
-            THEN pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+)
+            THEN clock.now OPERATOR(pg_catalog.+)
                  coalesce(pg_catalog.current_setting('idgen.heartbeat_interval', true), '5min')::interval
             ELSE '-infinity'::timestamptz
-       END;
+       END
+  FROM (SELECT pg_catalog.clock_timestamp() AS now) clock;
 
 -- Rows leave the registry only by hand (DELETE, TRUNCATE): whoever held them may
 -- still be issuing until their watermark, so the floor keeps it. TRUNCATE also

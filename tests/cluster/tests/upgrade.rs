@@ -1,0 +1,149 @@
+//! `ALTER EXTENSION idgen UPDATE` from 0.1.0 (its install script is in
+//! tests/upgrade; scripts/test.sh installs it): the registry keeps its rows,
+//! gains watermarks from what 0.1.0 guaranteed, keeps the grants DBAs gave,
+//! and ends up exactly like a fresh install.
+
+use idgen_cluster_tests::*;
+use postgres::Client;
+
+/// Everything a DBA could see of the extension's objects, one line each, sorted.
+const FINGERPRINT: &str = "
+WITH ext AS (SELECT oid, extconfig FROM pg_extension WHERE extname = 'idgen'),
+member AS (SELECT d.classid, d.objid, d.objsubid FROM pg_depend d, ext WHERE d.refobjid = ext.oid AND d.deptype = 'e')
+SELECT string_agg(line, E'\\n' ORDER BY line) FROM (
+  SELECT 'member ' || pg_describe_object(m.classid, m.objid, m.objsubid) || ' -- '
+         || coalesce(obj_description(m.objid, m.classid::regclass::text), '') AS line FROM member m
+  UNION ALL SELECT 'function ' || pg_get_functiondef(m.objid) FROM member m
+    JOIN pg_proc p ON p.oid = m.objid AND m.classid = 'pg_proc'::regclass
+  UNION ALL SELECT 'acl ' || p.oid::regprocedure::text || ' ' || coalesce(p.proacl::text, 'default') FROM member m
+    JOIN pg_proc p ON p.oid = m.objid AND m.classid = 'pg_proc'::regclass
+  UNION ALL SELECT format('column %s.%s %s %s %s %s -- %s', c.relname, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod),
+         a.attnotnull, coalesce(pg_get_expr(ad.adbin, ad.adrelid), ''), coalesce(col_description(c.oid, a.attnum), ''))
+    FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+    LEFT JOIN pg_attrdef ad ON ad.adrelid = c.oid AND ad.adnum = a.attnum
+    WHERE c.oid IN ('system_nodes'::regclass, 'idgen_registry'::regclass)
+  UNION ALL SELECT 'index ' || pg_get_indexdef(indexrelid) || ' -- ' || coalesce(obj_description(indexrelid, 'pg_class'), '')
+    FROM pg_index WHERE indrelid IN ('system_nodes'::regclass, 'idgen_registry'::regclass)
+  UNION ALL SELECT 'constraint ' || conname || ' ' || pg_get_constraintdef(oid) FROM pg_constraint
+    WHERE conrelid IN ('system_nodes'::regclass, 'idgen_registry'::regclass)
+  UNION ALL SELECT 'trigger ' || pg_get_triggerdef(oid) || ' ' || tgenabled::text || ' -- ' || coalesce(obj_description(oid, 'pg_trigger'), '')
+    FROM pg_trigger WHERE tgrelid = 'system_nodes'::regclass AND NOT tgisinternal
+  UNION ALL SELECT 'table ' || relname || ' ' || coalesce(relacl::text, 'default') FROM pg_class
+    WHERE oid IN ('system_nodes'::regclass, 'idgen_registry'::regclass)
+  UNION ALL SELECT 'dumped ' || extconfig::regclass[]::text FROM ext
+) lines";
+
+fn fingerprint(client: &mut Client) -> String {
+    client.query_one(FINGERPRINT, &[]).unwrap().get(0)
+}
+
+fn upgraded(name: &str) -> (TestDb, Client) {
+    let db = TestDb::empty_on(&base_dsn(), name);
+    let mut client = db.connect();
+    client.batch_execute("CREATE EXTENSION idgen VERSION '0.1.0'").unwrap();
+    (db, client)
+}
+
+#[test]
+fn an_updated_extension_is_exactly_a_fresh_install() {
+    let (_db, mut old) = upgraded("upgrade_shape");
+    old.batch_execute("ALTER EXTENSION idgen UPDATE TO '0.2.0'").unwrap();
+    let fresh = TestDb::create("upgrade_fresh");
+    let (updated, installed) = (fingerprint(&mut old), fingerprint(&mut fresh.connect()));
+    let differences: Vec<String> = {
+        let (a, b): (Vec<&str>, Vec<&str>) = (updated.lines().collect(), installed.lines().collect());
+        a.iter()
+            .filter(|l| !b.contains(l))
+            .map(|l| format!("only after UPDATE: {l}"))
+            .chain(b.iter().filter(|l| !a.contains(l)).map(|l| format!("only in a fresh install: {l}")))
+            .collect()
+    };
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
+}
+
+#[test]
+fn an_update_keeps_rows_and_grants_and_gives_every_row_a_watermark() {
+    let (_db, mut client) = upgraded("upgrade_rows");
+    client
+        .batch_execute(
+            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'idgen_t_upgrade_svc') THEN CREATE ROLE idgen_t_upgrade_svc; END IF; END $$;
+             GRANT EXECUTE ON FUNCTION idgen_claim(text, inet, integer),
+                                       idgen_heartbeat(text, smallint, inet, integer, integer),
+                                       idgen_release(text, smallint, inet, integer, integer) TO idgen_t_upgrade_svc;",
+        )
+        .unwrap();
+    // A service node that holds its id, one that released it, and a backend's lease, as 0.1.0 left them.
+    // (0.1.0's functions would run this build's library, so the rows are written directly.)
+    client
+        .batch_execute(
+            "INSERT INTO system_nodes (service, machine_id, host, port, version, backend_slot, last_seen, released_at) VALUES
+                 ('svc', 0, '10.0.0.1', 8080, 1, NULL, now() - interval '1 minute', NULL),
+                 ('svc', 1, '10.0.0.2', 8080, 2, NULL, now() - interval '2 minutes', now() - interval '2 minutes'),
+                 ('db', 0, '127.0.0.1', 5432, 4, 3, now() - interval '10 minutes', NULL)",
+        )
+        .unwrap();
+    let node: i16 = 0;
+    let before: Vec<(String, i16, i32)> = client
+        .query("SELECT service, machine_id, version FROM system_nodes ORDER BY 1, 2", &[])
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+
+    client.batch_execute("ALTER EXTENSION idgen UPDATE").unwrap();
+
+    let version: String =
+        client.query_one("SELECT extversion FROM pg_extension WHERE extname = 'idgen'", &[]).unwrap().get(0);
+    assert_eq!(version, "0.2.0");
+    let after: Vec<(String, i16, i32)> = client
+        .query("SELECT service, machine_id, version FROM system_nodes ORDER BY 1, 2", &[])
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(after, before, "every row and version is kept");
+    // Watermarks from what 0.1.0 guaranteed: a backend issued until its next check, a released
+    // id was stamped before its release (within the lease margin), a held service is bounded by its lease.
+    let watermarks: Vec<String> = client
+        .query(
+            "SELECT service || '/' || machine_id || ' ' || CASE
+                 WHEN issued_until = last_seen + interval '5 minutes' AND backend_slot IS NOT NULL THEN 'last_seen + 5min'
+                 WHEN issued_until = released_at + interval '5 minutes' THEN 'released_at + 5min'
+                 WHEN issued_until = last_seen THEN 'last_seen'
+                 ELSE issued_until::text END
+             FROM system_nodes ORDER BY 1",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(watermarks, ["db/0 last_seen + 5min", "svc/0 last_seen", "svc/1 released_at + 5min"]);
+    // The grants a DBA gave survive the new signatures; PUBLIC still has none.
+    let grants: String = client
+        .query_one(
+            "SELECT format('%s %s %s %s',
+                 has_function_privilege('idgen_t_upgrade_svc', 'idgen_claim(text, inet, integer)', 'EXECUTE'),
+                 has_function_privilege('idgen_t_upgrade_svc', 'idgen_heartbeat(text, smallint, inet, integer, integer, timestamptz)', 'EXECUTE'),
+                 has_function_privilege('idgen_t_upgrade_svc', 'idgen_release(text, smallint, inet, integer, integer, timestamptz)', 'EXECUTE'),
+                 has_function_privilege('public', 'idgen_claim(text, inet, integer)', 'EXECUTE'))",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(grants, "t t t f");
+    // The node comes back to the same id, after its watermark, and heartbeats with the new signature.
+    let row = client
+        .query_one(
+            "SELECT machine_id, outcome, not_before >= (SELECT issued_until FROM system_nodes WHERE service = 'svc' AND machine_id = $1)
+             FROM idgen_claim('svc', '10.0.0.1', 8080)",
+            &[&node],
+        )
+        .unwrap();
+    assert_eq!(
+        (row.get::<_, i16>(0), row.get::<_, String>(1), row.get::<_, bool>(2)),
+        (node, "reused".to_owned(), true)
+    );
+    client.query_one("SELECT idgen_heartbeat('svc', $1, '10.0.0.1', 8080, 2, now())", &[&node]).unwrap();
+    client.batch_execute("DROP OWNED BY idgen_t_upgrade_svc").unwrap();
+}

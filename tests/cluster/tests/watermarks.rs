@@ -1,0 +1,320 @@
+//! Watermarks from real clients: service nodes report theirs and honour
+//! `not_before`, a node whose clock ran ahead moves to another machine id on
+//! restart, releases keep the holder's last timestamp, and rows removed by
+//! hand (DELETE, TRUNCATE, DROP EXTENSION) cannot hand out time their
+//! holders may still be using.
+
+use idgen_cluster_tests::*;
+use idgen_core::generator::{Clock, Generator};
+use idgen_core::Layout;
+use postgres::Client;
+
+/// A service node's wall clock: real time plus an offset the test controls.
+struct NodeClock {
+    offset_ms: i64,
+}
+
+impl Clock for NodeClock {
+    fn now_unix_ms(&mut self) -> i64 {
+        (real_unix_secs() * 1000.0) as i64 + self.offset_ms
+    }
+    fn wait_until(&mut self, unix_ms: i64) {
+        let left = unix_ms - self.now_unix_ms();
+        if left > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(left as u64));
+        }
+    }
+}
+
+/// One row of `idgen_claim` with its `not_before` in Unix ms.
+#[derive(Debug)]
+struct Grant {
+    machine_id: i16,
+    version: i32,
+    outcome: String,
+    not_before_ms: i64,
+}
+
+fn claim_at(client: &mut Client, service: &str, host: &str) -> Result<Grant, postgres::Error> {
+    let row = client.query_one(
+        "SELECT machine_id, version, outcome, (extract(epoch FROM not_before) * 1000)::bigint \
+         FROM idgen_claim($1, $2::text::inet, 8080)",
+        &[&service, &host],
+    )?;
+    Ok(Grant { machine_id: row.get(0), version: row.get(1), outcome: row.get(2), not_before_ms: row.get(3) })
+}
+
+/// `idgen_heartbeat` reporting the node's watermark (Unix ms).
+fn heartbeat_with(
+    client: &mut Client,
+    service: &str,
+    host: &str,
+    g: &Grant,
+    watermark_ms: i64,
+) -> Result<(), postgres::Error> {
+    client
+        .query_one(
+            "SELECT idgen_heartbeat($1, $2, $3::text::inet, 8080, $4, to_timestamp($5::float8 / 1000))",
+            &[&service, &g.machine_id, &host, &g.version, &(watermark_ms as f64)],
+        )
+        .map(|_| ())
+}
+
+/// The row's watermark in Unix ms.
+fn issued_until_ms(client: &mut Client, service: &str, machine_id: i16) -> i64 {
+    client
+        .query_one(
+            "SELECT (extract(epoch FROM issued_until) * 1000)::bigint FROM system_nodes WHERE service = $1 AND machine_id = $2",
+            &[&service, &machine_id],
+        )
+        .unwrap()
+        .get(0)
+}
+
+/// Mints `n` IDs as a service node would, with the core's generator on the node's clock.
+fn mint_as_node(g: &Grant, clock: &mut NodeClock, n: usize) -> Vec<i64> {
+    let mut generator = Generator::new(Layout::DEFAULT, g.machine_id as u16, g.not_before_ms, 2_000);
+    (0..n).map(|_| generator.next_id(clock, i64::MAX).expect("the node's clock is in the layout")).collect()
+}
+
+/// Stores IDs in `ids`; returns how many were there already.
+fn store(client: &mut Client, ids: &[i64]) -> i64 {
+    let inserted =
+        client.execute("INSERT INTO ids SELECT unnest($1::bigint[]) ON CONFLICT DO NOTHING", &[&ids]).unwrap();
+    ids.len() as i64 - inserted as i64
+}
+
+#[test]
+fn a_restarted_service_gets_its_id_back_and_starts_after_its_watermark() {
+    let db = TestDb::create("service_restart");
+    let mut client = db.connect();
+    let mut clock = NodeClock { offset_ms: 90_000 }; // 90 s ahead: within the 5-minute lease margin
+    let first = claim_at(&mut client, "svc", "10.0.0.1").unwrap();
+    let before = mint_as_node(&first, &mut clock, 1_000);
+    let watermark = clock.now_unix_ms();
+    heartbeat_with(&mut client, "svc", "10.0.0.1", &first, watermark).unwrap();
+    // The process dies without releasing and starts again on the same address.
+    let again = claim_at(&mut client, "svc", "10.0.0.1").unwrap();
+    assert_eq!((again.machine_id, again.outcome.as_str()), (first.machine_id, "reused"));
+    assert_eq!(again.not_before_ms, watermark, "not_before is the watermark it reported");
+    let after = mint_as_node(&again, &mut clock, 1_000);
+    assert!(after[0] > *before.last().unwrap(), "its first ID follows every ID of its previous run");
+}
+
+#[test]
+fn a_service_whose_clock_ran_ahead_moves_to_another_id_on_restart_and_issues_nothing_twice() {
+    let db = TestDb::create("service_clock_ahead");
+    let mut client = db.connect();
+    client.batch_execute("CREATE TABLE ids (id bigint PRIMARY KEY)").unwrap();
+    let hour_ms = 3_600_000;
+    let mut clock = NodeClock { offset_ms: hour_ms };
+    let first = claim_at(&mut client, "svc", "10.0.0.1").unwrap();
+    let window_start = clock.now_unix_ms();
+    let ids = mint_as_node(&first, &mut clock, 20_000);
+    assert_eq!(store(&mut client, &ids), 0);
+    heartbeat_with(&mut client, "svc", "10.0.0.1", &first, clock.now_unix_ms()).unwrap();
+    let watermark = issued_until_ms(&mut client, "svc", first.machine_id);
+
+    // Its clock is corrected and it restarts: its own id's watermark is an hour ahead.
+    clock.offset_ms = 0;
+    let (mut restarted, notices) = db.connect_recording();
+    let moved = claim_at(&mut restarted, "svc", "10.0.0.1").unwrap();
+    assert_ne!(moved.machine_id, first.machine_id, "the identity moved to another machine id");
+    let warning = notices.take().into_iter().find(|n| n.severity() == "WARNING").expect("a warning");
+    assert!(
+        warning
+            .message()
+            .contains(&format!("machine id {} of service \"svc\" cannot be used before", first.machine_id)),
+        "{}",
+        warning.message()
+    );
+    let released: bool = client
+        .query_one(
+            "SELECT released_at IS NOT NULL FROM system_nodes WHERE service = 'svc' AND machine_id = $1",
+            &[&first.machine_id],
+        )
+        .unwrap()
+        .get(0);
+    assert!(released, "the set-aside id is released, and keeps its watermark");
+    assert!(issued_until_ms(&mut client, "svc", first.machine_id) >= watermark);
+
+    // Its clock passes through the hour the first run used: nothing is issued twice.
+    clock.offset_ms = window_start - clock.now_unix_ms();
+    let again = mint_as_node(&moved, &mut clock, 20_000);
+    assert_eq!(store(&mut client, &again), 0);
+
+    // Held again by a node that restarts while every other id is taken: the claim fails, naming the id.
+    fill_registry(&mut client, "svc");
+    client
+        .execute(
+            "UPDATE system_nodes SET host = '10.0.0.3', released_at = NULL, version = version + 1 \
+             WHERE service = 'svc' AND machine_id = $1",
+            &[&first.machine_id],
+        )
+        .unwrap();
+    let err = claim_at(&mut restarted, "svc", "10.0.0.3").unwrap_err();
+    let e = db_error(&err);
+    assert_eq!(e.code().code(), "55000", "{err:?}");
+    assert!(
+        e.message().starts_with(&format!(
+            "idgen_claim: machine id {} of service \"svc\" cannot be used before ",
+            first.machine_id
+        )) && e.message().ends_with("and no other machine id is free"),
+        "{}",
+        e.message()
+    );
+    assert!(e.hint().unwrap().contains("Do not delete the row"), "{:?}", e.hint());
+}
+
+#[test]
+fn watermarks_only_grow_and_absurd_reports_change_nothing() {
+    let db = TestDb::create("watermark_reports");
+    let mut client = db.connect();
+    let g = claim_at(&mut client, "svc", "10.0.0.1").unwrap();
+    let now_ms = (real_unix_secs() * 1000.0) as i64;
+    heartbeat_with(&mut client, "svc", "10.0.0.1", &g, now_ms + 10_000).unwrap();
+    heartbeat_with(&mut client, "svc", "10.0.0.1", &g, now_ms - 3_600_000).unwrap();
+    assert_eq!(issued_until_ms(&mut client, "svc", g.machine_id), now_ms + 10_000, "a lower report never lowers it");
+
+    // More than a day ahead: refused before anything is written.
+    // (This backend's counts of system_nodes writes; they include work of rolled-back savepoints.)
+    let writes = |c: &mut Client| -> i64 {
+        c.query_one("SELECT n_tup_upd + n_tup_ins FROM pg_stat_xact_user_tables WHERE relname = 'system_nodes'", &[])
+            .unwrap()
+            .get(0)
+    };
+    client.batch_execute("BEGIN").unwrap();
+    let before = writes(&mut client);
+    client.batch_execute("SAVEPOINT report").unwrap();
+    let err = heartbeat_with(&mut client, "svc", "10.0.0.1", &g, now_ms + 2 * 86_400_000).unwrap_err();
+    client.batch_execute("ROLLBACK TO SAVEPOINT report").unwrap();
+    let written = writes(&mut client) - before;
+    client.batch_execute("COMMIT").unwrap();
+    assert_eq!(sqlstate(&err), "22023", "{err:?}");
+    assert_eq!(db_error(&err).message(), "idgen_heartbeat: argument \"issued_until\" is too far in the future");
+    assert_eq!(written, 0, "the refusal came before any write");
+    let err = client
+        .query_one("SELECT idgen_release('svc', $1, '10.0.0.1', 8080, $2, 'infinity')", &[&g.machine_id, &g.version])
+        .unwrap_err();
+    assert_eq!(sqlstate(&err), "22023", "{err:?}");
+}
+
+#[test]
+fn a_release_keeps_the_reported_watermark_and_the_next_holder_starts_after_it() {
+    let db = TestDb::create("release_watermark");
+    let mut client = db.connect();
+    let g = claim_at(&mut client, "svc", "10.0.0.1").unwrap();
+    // The node's clock is 20 s ahead of the server's: its last ID is in the server's future.
+    let last_ms = (real_unix_secs() * 1000.0) as i64 + 20_000;
+    let released: bool = client
+        .query_one(
+            "SELECT idgen_release('svc', $1, '10.0.0.1', 8080, $2, to_timestamp($3::float8 / 1000))",
+            &[&g.machine_id, &g.version, &(last_ms as f64)],
+        )
+        .unwrap()
+        .get(0);
+    assert!(released);
+    fill_registry(&mut client, "svc");
+    client
+        .batch_execute(
+            "UPDATE system_nodes SET released_at = now() - interval '61 seconds' WHERE released_at IS NOT NULL",
+        )
+        .unwrap();
+    // Past the cooldown another node takes it, and may stamp only after the released node's last ID.
+    let next = claim_at(&mut client, "svc", "10.0.0.2").unwrap();
+    assert_eq!((next.machine_id, next.outcome.as_str()), (g.machine_id, "released"));
+    assert_eq!(next.not_before_ms, last_ms);
+}
+
+fn next_id(client: &mut Client) -> Result<i64, postgres::Error> {
+    client.query_one("SELECT idgen_next_id()", &[]).map(|r| r.get(0))
+}
+
+/// Waits until the server's clock has passed this backend's watermark, so its next call checks its lease.
+fn wait_past_watermark(client: &mut Client) {
+    let until: String = client
+        .query_one("SELECT issued_until::text FROM idgen_backend_leases() WHERE service = current_database()", &[])
+        .unwrap()
+        .get(0);
+    while !client.query_one("SELECT clock_timestamp() > $1::text::timestamptz", &[&until]).unwrap().get::<_, bool>(0) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_truncated_and_restored_registry_fences_leases_of_the_old_epoch() {
+    let db = TestDb::create("truncate_epoch");
+    let (mut backend, notices) = db.connect_recording();
+    next_id(&mut backend).unwrap();
+    let mut admin = db.connect();
+    let epoch = |c: &mut Client| -> i64 { c.query_one("SELECT epoch FROM idgen_registry", &[]).unwrap().get(0) };
+    let before = epoch(&mut admin);
+    // A restore of the same rows after TRUNCATE: the backend's row comes back exactly as it was.
+    admin
+        .batch_execute(
+            "CREATE TABLE saved AS SELECT * FROM system_nodes; TRUNCATE system_nodes; \
+             INSERT INTO system_nodes SELECT * FROM saved",
+        )
+        .unwrap();
+    assert_ne!(epoch(&mut admin), before, "TRUNCATE starts a new epoch");
+    let floor_covers: bool = admin
+        .query_one("SELECT floor >= (SELECT max(issued_until) FROM saved) FROM idgen_registry", &[])
+        .unwrap()
+        .get(0);
+    assert!(floor_covers, "the floor keeps the truncated rows' watermarks");
+    wait_past_watermark(&mut backend);
+    next_id(&mut backend).unwrap();
+    let warned = notices.take().iter().any(|n| n.severity() == "WARNING" && n.message().contains("is no longer held"));
+    assert!(warned, "a lease granted in another epoch is dropped at its next check");
+    let version: i32 = backend
+        .query_one("SELECT version FROM idgen_backend_leases() WHERE service = current_database()", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(version, 2, "and claimed afresh");
+}
+
+#[test]
+fn a_deleted_row_keeps_its_holders_time_out_of_reach() {
+    let db = TestDb::create("delete_floor");
+    let mut client = db.connect();
+    let a = claim_at(&mut client, "svc", "10.0.0.1").unwrap();
+    // A person deletes a live node's row: that node may go on issuing for up to a lease.
+    client.execute("DELETE FROM system_nodes WHERE service = 'svc' AND machine_id = $1", &[&a.machine_id]).unwrap();
+    let err = claim_at(&mut client, "svc", "10.0.0.2").unwrap_err();
+    let e = db_error(&err);
+    assert_eq!(e.code().code(), "55000", "{err:?}");
+    assert!(e.message().starts_with("idgen_claim: the registry grants no machine id before "), "{}", e.message());
+    let err = next_id(&mut client).unwrap_err();
+    assert_eq!(sqlstate(&err), "55000", "backends are held back too: {err:?}");
+}
+
+#[test]
+fn create_extension_beside_other_sessions_grants_nothing_before_they_have_checked() {
+    let db = TestDb::create("drop_create");
+    let mut backend = db.connect();
+    next_id(&mut backend).unwrap();
+    let mut admin = db.connect();
+    admin.batch_execute("DROP EXTENSION idgen; CREATE EXTENSION idgen").unwrap();
+    let ahead: f64 = admin
+        .query_one("SELECT extract(epoch FROM floor - created_at)::float8 FROM idgen_registry", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(ahead, 300.0, "one heartbeat interval: the other session may hold a lease of the old registry");
+    // A service may wait that long: it gets not_before at the floor.
+    let g = claim_at(&mut admin, "svc", "10.0.0.1").unwrap();
+    let floor_ms: i64 = admin
+        .query_one("SELECT floor(extract(epoch FROM floor) * 1000)::bigint FROM idgen_registry", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(g.not_before_ms, floor_ms);
+    // The backend finds its lease gone at its next check, and cannot claim before the floor.
+    wait_past_watermark(&mut backend);
+    let err = next_id(&mut backend).unwrap_err();
+    assert_eq!(sqlstate(&err), "55000", "{err:?}");
+    // Created with nobody else connected, a registry has no floor.
+    drop(backend);
+    drop(admin);
+    let fresh = TestDb::create("drop_create_alone");
+    let floor: String = fresh.connect().query_one("SELECT floor::text FROM idgen_registry", &[]).unwrap().get(0);
+    assert_eq!(floor, "-infinity");
+}
