@@ -155,13 +155,14 @@ pub fn fill_registry(client: &mut Client, service: &str) {
 }
 
 /// Like [`fill_registry`], leaving the machine ids `free` never registered.
-/// (Deleting rows instead would raise the registry's floor, as it must.)
+/// (Deleting rows instead would raise the registry's floor, as it must.) The
+/// holders reported no watermark, so setting `last_seen` back ages them fully.
 pub fn fill_registry_except(client: &mut Client, service: &str, free: &[i16]) {
     let free: Vec<i32> = free.iter().map(|&m| i32::from(m)).collect();
     client
         .execute(
-            "INSERT INTO system_nodes (service, machine_id, host, port, version, issued_until) \
-             SELECT $1, m, ('192.0.2.' || (m % 250))::inet, 10000 + m, 1, now() FROM generate_series(0, 1023) m \
+            "INSERT INTO system_nodes (service, machine_id, host, port, version) \
+             SELECT $1, m, ('192.0.2.' || (m % 250))::inet, 10000 + m, 1 FROM generate_series(0, 1023) m \
              WHERE m <> ALL ($2) \
              ON CONFLICT DO NOTHING",
             &[&service, &free],

@@ -87,24 +87,16 @@ fn a_snapshot_older_than_another_backends_claim_never_yields_the_same_machine_id
         for c in &mut newcomers {
             c.batch_execute("INSERT INTO t DEFAULT VALUES").unwrap();
         }
-        match old.batch_execute("INSERT INTO t DEFAULT VALUES; COMMIT") {
-            Ok(()) => {
-                let mine = backend_lease(&mut old, &service).unwrap().machine_id;
-                for c in &mut newcomers {
-                    assert_ne!(
-                        backend_lease(c, &service).unwrap().machine_id,
-                        mine,
-                        "{level}: a machine id granted twice"
-                    );
-                }
-            }
-            // At worst a serialization failure, which a retry resolves.
-            Err(err) => {
-                assert_eq!(sqlstate(&err), "40001", "{level}: {err:?}");
-                old.batch_execute("ROLLBACK").unwrap();
-                old.batch_execute(&format!("BEGIN ISOLATION LEVEL {level}; INSERT INTO t DEFAULT VALUES; COMMIT"))
-                    .unwrap();
-            }
+        // At worst a serialization failure, which a retry resolves.
+        if let Err(err) = old.batch_execute("INSERT INTO t DEFAULT VALUES; COMMIT") {
+            assert_eq!(sqlstate(&err), "40001", "{level}: {err:?}");
+            old.batch_execute("ROLLBACK").unwrap();
+            old.batch_execute(&format!("BEGIN ISOLATION LEVEL {level}; INSERT INTO t DEFAULT VALUES; COMMIT")).unwrap();
+        }
+        // Either way, the old backend's machine id is none of the newcomers'.
+        let mine = backend_lease(&mut old, &service).expect("a lease after the insert").machine_id;
+        for c in &mut newcomers {
+            assert_ne!(backend_lease(c, &service).unwrap().machine_id, mine, "{level}: a machine id granted twice");
         }
     }
 }

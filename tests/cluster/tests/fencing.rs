@@ -13,7 +13,13 @@ fn after_a_takeover_the_old_holders_heartbeat_fails_with_55000() {
     assert_eq!((a.machine_id, a.version), (7, 1));
     heartbeat(&mut old, "svc", 7, "10.0.0.1", 1, 1).unwrap();
 
-    admin.batch_execute("UPDATE system_nodes SET last_seen = now() - interval '2 hours' WHERE machine_id = 7").unwrap();
+    // Two hours of silence: its last heartbeat (and the watermark it left) move back as time passing would.
+    admin
+        .batch_execute(
+            "UPDATE system_nodes SET last_seen = now() - interval '2 hours', issued_until = issued_until - interval '2 hours' \
+             WHERE machine_id = 7",
+        )
+        .unwrap();
     let mut new = db.connect();
     let b = claim(&mut new, "svc", "10.0.0.2", 2).unwrap();
     assert_eq!((b.machine_id, b.version, b.outcome.as_str()), (7, 2, "idle_1h"));
@@ -96,28 +102,28 @@ fn a_released_id_cools_down_for_others_but_not_for_its_holder() {
     let back = claim(&mut a, "svc", "10.0.0.1", 1).unwrap();
     assert_eq!((back.machine_id, back.version, back.outcome.as_str()), (5, 3, "reused"));
     assert!(release(&mut a, "svc", 5, "10.0.0.1", 1, 3).unwrap());
+    let margin: String = admin
+        .query_one("SELECT (issued_until - released_at)::text FROM system_nodes WHERE machine_id = 5", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(margin, "00:05:00", "released without a watermark: the release plus the lease margin");
 
-    // Past the cooldown, the release's watermark still holds others back: released without one,
-    // the holder may have stamped up to the lease margin (5 minutes of clock skew) past the release.
+    // Past the cooldown another node may take it, but may stamp only after the released holder's
+    // watermark: released without one, that is the release plus the lease margin (5 minutes of clock
+    // skew), not the cooldown alone.
     admin
         .batch_execute("UPDATE system_nodes SET released_at = now() - interval '61 seconds' WHERE machine_id = 5")
         .unwrap();
-    let err = claim(&mut b, "svc", "10.0.0.2", 2).unwrap_err();
-    assert_eq!(sqlstate(&err), "53000", "{err:?}");
-    let margin: bool = admin
+    let row = b
         .query_one(
-            "SELECT issued_until - released_at = interval '5 minutes' FROM system_nodes WHERE machine_id = 5",
+            "SELECT c.machine_id, c.version, c.outcome, c.not_before = date_trunc('milliseconds', n.issued_until) \
+             FROM system_nodes n, LATERAL (SELECT * FROM idgen_claim('svc', '10.0.0.2', 2)) c WHERE n.machine_id = 5",
             &[],
         )
-        .unwrap()
-        .get(0);
-    assert!(margin, "a release without a watermark keeps the lease margin");
-    admin
-        .batch_execute("UPDATE system_nodes SET issued_until = now() - interval '1 second' WHERE machine_id = 5")
         .unwrap();
-    let taken = claim(&mut b, "svc", "10.0.0.2", 2).unwrap();
-    assert_eq!((taken.machine_id, taken.version, taken.outcome.as_str()), (5, 5, "released"));
-
+    let taken = (row.get::<_, i16>(0), row.get::<_, i32>(1), row.get::<_, String>(2));
+    assert_eq!(taken, (5, 5, "released".to_owned()));
+    assert!(row.get::<_, bool>(3), "not_before is the released holder's watermark");
     // Releasing what you no longer hold changes nothing and warns.
     let (mut a2, notices) = db.connect_recording();
     let before = registry_snapshot(&mut admin);

@@ -92,8 +92,15 @@ fn a_callers_search_path_cannot_redirect_the_registry_functions() {
 fn settings_are_for_superusers_only(db: &TestDb) {
     let mut fresh = db.connect();
     fresh.batch_execute(&format!("SET ROLE {SERVICE_ROLE}; SET idgen.takeover_idle_1h = '20min'")).unwrap();
-    let lease: String = fresh
-        .query_one("SELECT date_trunc('minute', lease_until - now())::text FROM idgen_claim('svc', '10.0.0.2', 2)", &[])
+    let lease_until: String =
+        fresh.query_one("SELECT lease_until::text FROM idgen_claim('svc', '10.0.0.2', 2)", &[]).unwrap().get(0);
+    // lease_until is the claim's last_seen plus the lease: compare with the row, not with a statement's start.
+    let lease: String = db
+        .connect()
+        .query_one(
+            "SELECT ($1::text::timestamptz - last_seen)::text FROM system_nodes WHERE host = '10.0.0.2'",
+            &[&lease_until],
+        )
         .unwrap()
         .get(0);
     assert_eq!(lease, "00:55:00", "the placeholder did not shorten the lease");

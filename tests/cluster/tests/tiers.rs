@@ -83,8 +83,15 @@ fn tiers_are_taken_in_order_then_a_full_registry_fails() {
     assert_eq!(alert["previous_holder"]["host"], "192.0.2.40");
     assert_eq!(alert["previous_holder"]["port"], 10040);
     assert_eq!(alert["previous_holder"]["version"], 1);
+    // Idle since the row's last_seen: at least the two hours it was set back, and no more than has
+    // passed since then by the time the alert is read.
     let idle = alert["idle_seconds"].as_i64().unwrap();
-    assert!((7200..7260).contains(&idle), "idle {idle}");
+    let last_seen = alert["previous_holder"]["last_seen"].as_str().unwrap();
+    let since: i64 = admin
+        .query_one("SELECT floor(extract(epoch FROM clock_timestamp() - $1::text::timestamptz))::bigint", &[&last_seen])
+        .unwrap()
+        .get(0);
+    assert!(idle >= 7200 && idle <= since, "idle {idle}, {since} s since last_seen");
 
     let log: String = admin.query_one("SELECT pg_read_file(pg_current_logfile())", &[]).unwrap().get(0);
     let line = log
@@ -127,11 +134,13 @@ fn thresholds_follow_the_settings() {
     let c = claim(&mut admin, "svc", "10.0.0.1", 1).unwrap();
     assert_eq!((c.machine_id, c.outcome.as_str()), (3, "idle_1h"));
     // The lease follows too: last heartbeat + 15 min - 1 min.
+    let lease_until: String =
+        admin.query_one("SELECT idgen_heartbeat('svc', 3::smallint, '10.0.0.1', 1, 2)::text", &[]).unwrap().get(0);
+    // The heartbeat set last_seen: the lease runs from the write, whenever it landed.
     let lease: String = admin
         .query_one(
-            // heartbeat sets last_seen = clock_timestamp(), a moment after the statement's start
-            "SELECT date_trunc('second', idgen_heartbeat('svc', 3::smallint, '10.0.0.1', 1, 2) - now())::text",
-            &[],
+            "SELECT ($1::text::timestamptz - last_seen)::text FROM system_nodes WHERE machine_id = 3",
+            &[&lease_until],
         )
         .unwrap()
         .get(0);
