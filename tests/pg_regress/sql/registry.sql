@@ -32,7 +32,10 @@ SELECT * FROM idgen_claim('orders', '10.0.0.1', 0);
 SELECT idgen_heartbeat('orders', 1024::smallint, '10.0.0.1', 1, 1);
 SELECT idgen_heartbeat('orders', 0::smallint, '10.0.0.1', 1, 0);
 SELECT idgen_release('orders', NULL, '10.0.0.1', 1, 1);
+-- (Its DETAIL shows the clock: terse here.)
+\set VERBOSITY terse
 SELECT idgen_heartbeat('orders', 0::smallint, '10.0.0.5', 8080, 2, clock_timestamp() + interval '3 days');
+\set VERBOSITY default
 SET idgen.takeover_idle_1d = '30min';
 SELECT * FROM idgen_claim('orders', '10.0.0.1', 1);
 RESET idgen.takeover_idle_1d;
