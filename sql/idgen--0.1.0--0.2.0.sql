@@ -120,6 +120,18 @@ COMMENT ON TRIGGER idgen_rows_truncated ON system_nodes IS
     'Keeps the watermarks of truncated rows in idgen_registry.floor and starts a new epoch.';
 
 REVOKE ALL ON idgen_registry FROM PUBLIC;
+
+-- Guards that make a claim never wait for another session, locked with FOR UPDATE
+-- SKIP LOCKED by the extension owner only: unlike advisory-lock keys, no other role
+-- can hold them (see core/src/guard.rs). Keys hash onto these rows.
+CREATE TABLE idgen_claim_guards (
+    bucket INTEGER PRIMARY KEY CONSTRAINT idgen_claim_guards_bucket_in_range CHECK (bucket BETWEEN 0 AND 16383)
+);
+INSERT INTO idgen_claim_guards (bucket) SELECT pg_catalog.generate_series(0, 16383);
+COMMENT ON TABLE idgen_claim_guards IS
+    'Row locks that serialise claims of one node identity, and inserts of one new machine id, without waiting (FOR UPDATE SKIP LOCKED). Private to the extension owner, so no other role can hold them.';
+COMMENT ON COLUMN idgen_claim_guards.bucket IS 'A guard: node identities and new machine ids hash onto 16,384 of them.';
+REVOKE ALL ON idgen_claim_guards FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idgen_registry_rows_removed() FROM PUBLIC;
 
 -- Functions whose signature changed. DROP loses their grants: keep them and grant them again.

@@ -10,7 +10,7 @@ use pgrx::{PgLogLevel, PgSqlErrorCode};
 pub fn alert(alert: &Alert) {
     warn_and_log(alert);
     let payload = alert.payload.to_string();
-    Spi::run_with_args("SELECT pg_catalog.pg_notify($1, $2)", &[ALERT_CHANNEL.into(), payload.into()])
+    Spi::run_with_args(crate::registry::sql::NOTIFY_ALERT, &[ALERT_CHANNEL.into(), payload.into()])
         .unwrap_or_else(|e| panic!("idgen: could not send NOTIFY {ALERT_CHANNEL}: {e}"));
 }
 

@@ -55,8 +55,7 @@ unsafe fn set_search_path(value: &str) {
 
 /// The extension owner and its schema, quoted for a search_path.
 fn extension_owner_and_schema() -> (pg_sys::Oid, String) {
-    let sql = "SELECT e.extowner, quote_ident(n.nspname) FROM pg_extension e \
-               JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'idgen'";
+    let sql = crate::registry::sql::EXTENSION_OWNER_AND_SCHEMA;
     let row = Spi::get_two::<pg_sys::Oid, String>(sql)
         .unwrap_or_else(|e| panic!("idgen: could not look up the idgen extension: {e}"));
     match row {

@@ -7,12 +7,14 @@
 //! - [`lease`]: a backend's leases and how they follow its transactions.
 //! - [`policy`]: the claim tiers, their order and thresholds, and the lease.
 //! - [`watermark`]: what a claim must know of the times earlier holders stamped.
+//! - [`guard`]: which private guard row a claim locks instead of an advisory lock.
 //! - [`input`]: validation of the registry functions' arguments.
 //! - [`messages`]: the errors, warnings and alerts people read.
 //! - [`error`]: errors as values with their SQLSTATE.
 
 pub mod error;
 pub mod generator;
+pub mod guard;
 pub mod input;
 pub mod layout;
 pub mod lease;

@@ -1,9 +1,11 @@
 //! The machine-id registry: `system_nodes` and the functions that write it.
 //!
 //! - `claim`: runs the core's claim policy (the tier order lives in `idgen_core::policy`).
-//! - `store`: every SQL statement the registry runs.
+//! - `sql`: every statement run with the extension owner's rights, and the rule they follow.
+//! - `store`: runs those statements with their parameters.
 //! - `api`: the SQL functions `idgen_claim`, `idgen_heartbeat`, `idgen_release`.
 
 pub mod api;
 pub mod claim;
+pub mod sql;
 pub mod store;

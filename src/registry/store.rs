@@ -1,10 +1,12 @@
-//! The registry's SQL: each statement of the claim, heartbeat, release and
-//! backend-verification paths, with parameters only. Callers run as the
-//! extension owner with search_path pinned to the extension's schema (SECURITY
-//! DEFINER functions, or `privilege::as_extension_owner` for backends).
+//! Runs the registry's statements (`sql.rs`) for the claim, heartbeat,
+//! release and backend-verification paths, with parameters only. Callers run as the
+//! extension owner with search_path pinned to `pg_catalog, <extension schema>,
+//! pg_temp` (SECURITY DEFINER functions, or `privilege::as_extension_owner`
+//! for backends).
 //!
-//! Nothing here waits on another session's claim: candidate machine ids are
-//! guarded by transaction-level try-locks and rows by `FOR UPDATE SKIP LOCKED`.
+//! The statements themselves, and the rule every statement run with the
+//! owner's rights follows (no operator or function resolved through the
+//! search_path, no advisory locks), are in `sql.rs`.
 //!
 //! Times written are `clock_timestamp()`, not `now()`: a backend may claim or
 //! renew late in a long transaction, and its lease runs from the write.
@@ -12,13 +14,14 @@
 //! make rows look younger than they are.
 //!
 //! Watermarks (`issued_until`, see `idgen_core::watermark`): every write raises
-//! it with `greatest`, never lowers it. A claim reads the bound earlier holders
+//! it with `GREATEST`, never lowers it. A claim reads the bound earlier holders
 //! left (a node's own row: its `issued_until`; a row taken over:
 //! `idgen_holder_bound`, defined once in `sql/registry.sql`) before it writes,
 //! and skips rows whose bound is further ahead of the clock than the claimant
-//! may wait. Durations are passed as `float8` seconds or milliseconds, so that
-//! `float8 * interval` matches pg_catalog's operator exactly.
+//! may wait.
 
+use super::sql;
+use idgen_core::guard;
 use idgen_core::input::{Holding, NodeIdentity};
 use idgen_core::messages::RowFacts;
 use pgrx::datum::{DatumWithOid, Inet, TimestampWithTimeZone};
@@ -74,112 +77,16 @@ pub enum Victims {
     Idle { min_idle_secs: i64, cooldown_secs: i64 },
 }
 
-/// The columns of [`RowFacts`], for a table or alias `$t`, times as UTC ISO-8601.
-#[rustfmt::skip]
-macro_rules! facts_columns {
-    ($t:literal) => {
-        concat!(
-            $t, ".machine_id, host(", $t, ".host), ", $t, ".port, ", $t, ".version, ",
-            "to_char(", $t, ".last_seen AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), ",
-            "greatest(0, floor(extract(epoch FROM now() - ", $t, ".last_seen)))::bigint, ",
-            "to_char(", $t, ".released_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), ",
-            $t, ".backend_slot"
-        )
-    };
-}
-
-/// The columns of [`Won`] after an UPDATE or INSERT of `n`; `$lease` is the
-/// parameter holding the lease in seconds, `$bound` the earlier holders' bound.
-macro_rules! won_columns {
-    ($lease:literal, $bound:literal) => {
-        concat!(
-            "n.machine_id, n.version, n.last_seen + ",
-            $lease,
-            "::float8 * interval '1 second', n.last_seen, ",
-            $bound,
-            ", n.issued_until"
-        )
-    };
-}
-
-/// `idgen_holder_bound` of row `$t`, with the lease in `$5` and the take-back age in `$9` (seconds).
-macro_rules! holder_bound {
-    ($t:literal) => {
-        concat!("idgen_holder_bound(", $t, ", $5::float8 * interval '1 second', $9::float8 * interval '1 second')")
-    };
-}
-
-/// A take-over: lock one victim row without waiting, hand it to the claimant.
-/// Returns the won row (columns 1-6) and the previous holder's facts (7-14).
-/// Parameters: $1-$4 the claimant, $5 lease (s), $6 minimum idle age (s), $7
-/// cooldown (s), $8 tolerance (ms), $9 take-back age (s), $10 window (ms).
-macro_rules! take_over_sql {
-    ($filter:literal, $order:literal) => {
-        concat!(
-            "WITH victim AS (SELECT v.*, ",
-            holder_bound!("v"),
-            " AS bound FROM system_nodes v WHERE v.service = $1 AND ",
-            $filter,
-            " AND ",
-            holder_bound!("v"),
-            " <= clock_timestamp() + $8::float8 * interval '1 millisecond'",
-            " ORDER BY ",
-            $order,
-            ", v.machine_id LIMIT 1 FOR UPDATE SKIP LOCKED) ",
-            "UPDATE system_nodes n SET host = $2, port = $3, backend_slot = $4, version = n.version + 1, ",
-            "last_seen = clock_timestamp(), released_at = NULL, ",
-            "issued_until = greatest(v.bound, clock_timestamp() + $10::float8 * interval '1 millisecond') ",
-            "FROM victim v WHERE n.service = v.service AND n.machine_id = v.machine_id ",
-            "RETURNING ",
-            won_columns!("$5", "v.bound"),
-            ", ",
-            facts_columns!("v")
-        )
-    };
-}
-
-const TAKE_RELEASED: &str =
-    take_over_sql!("v.released_at <= now() - $7::float8 * interval '1 second'", "v.released_at");
-const TAKE_IDLE: &str = take_over_sql!(
-    "v.last_seen < now() - $6::float8 * interval '1 second' AND (v.released_at IS NULL OR v.released_at <= now() - $7::float8 * interval '1 second')",
-    "v.last_seen"
-);
-
-/// The caller's own rows: `$1..$4` are service, host, port and backend_slot.
-macro_rules! own_identity {
-    ($t:literal) => {
-        concat!(
-            $t,
-            ".service = $1 AND ",
-            $t,
-            ".host = $2 AND ",
-            $t,
-            ".port = $3 AND ",
-            $t,
-            ".backend_slot IS NOT DISTINCT FROM $4"
-        )
-    };
-}
-
-/// The row a holding names, still held: `$1..$6` are service, machine_id,
-/// host, port, backend_slot and version.
-macro_rules! holding_matches {
-    () => {
-        "service = $1 AND machine_id = $2 AND host = $3 AND port = $4 AND backend_slot IS NOT DISTINCT FROM $5 \
-         AND version = $6 AND released_at IS NULL"
-    };
-}
-
 /// Serialises claims of one identity without waiting (a second claimant gets
 /// `None` at once), and reads the registry's epoch and floor.
 pub fn try_lock_identity(client: &mut SpiClient, node: &NodeIdentity) -> Option<Registry> {
-    let sql = "SELECT pg_try_advisory_xact_lock(hashtext(concat_ws('/', 'idgen/node', $1, $2, $4)), $3), \
-                      r.epoch, nullif(r.floor, '-infinity') \
-               FROM idgen_registry r";
-    let args = [text(&node.service), text(&node.host), node.port.into(), node.backend_slot.into()];
+    let sql = sql::LOCK_GUARD_AND_READ_REGISTRY;
+    let args = [guard::identity_guard(node).into()];
     let row = first_row(client.update(sql, Some(1), &args))
         .unwrap_or_else(|| panic!("idgen: idgen_registry has no row; reinstall the extension"));
-    column::<bool>(&row, 1).then(|| Registry { epoch: column(&row, 2), floor: spi(row.get(3)) })
+    let floor: TimestampWithTimeZone = column(&row, 3);
+    column::<bool>(&row, 1)
+        .then(|| Registry { epoch: column(&row, 2), floor: (!floor.is_neg_infinity()).then_some(floor) })
 }
 
 /// Step 1, part 1: the caller's own held row, if its watermark is further
@@ -191,17 +98,7 @@ pub fn release_own_row_ahead(
     node: &NodeIdentity,
     times: &ClaimTimes,
 ) -> Option<(i16, TimestampWithTimeZone)> {
-    let sql = concat!(
-        "WITH own AS (SELECT o.service, o.machine_id, o.issued_until FROM system_nodes o WHERE ",
-        own_identity!("o"),
-        " AND o.released_at IS NULL AND o.issued_until > clock_timestamp() + $8::float8 * interval '1 millisecond' ",
-        "FOR UPDATE SKIP LOCKED) ",
-        "UPDATE system_nodes n SET version = n.version + 1, released_at = clock_timestamp(), ",
-        "issued_until = greatest(n.issued_until, ",
-        holder_bound!("n"),
-        ") FROM own WHERE n.service = own.service AND n.machine_id = own.machine_id ",
-        "RETURNING n.machine_id, own.issued_until"
-    );
+    let sql = sql::RELEASE_OWN_ROW_AHEAD;
     let args = claim_args(node, times, None);
     first_row(client.update(sql, Some(1), &args)).map(|row| (column(&row, 1), column(&row, 2)))
 }
@@ -210,26 +107,12 @@ pub fn release_own_row_ahead(
 /// caller), unless another transaction has it locked or its watermark is too
 /// far ahead. Its own `issued_until` is the bound: the caller is its last holder.
 pub fn reuse_own_row(client: &mut SpiClient, node: &NodeIdentity, times: &ClaimTimes) -> OwnRow {
-    let sql = concat!(
-        "WITH own AS (SELECT o.service, o.machine_id, o.issued_until AS bound FROM system_nodes o WHERE ",
-        own_identity!("o"),
-        " AND o.issued_until <= clock_timestamp() + $8::float8 * interval '1 millisecond' ",
-        "AND (o.released_at IS NULL OR NOT EXISTS (SELECT FROM system_nodes h WHERE ",
-        own_identity!("h"),
-        " AND h.released_at IS NULL)) ",
-        "ORDER BY o.released_at IS NOT NULL, o.machine_id LIMIT 1 FOR UPDATE SKIP LOCKED) ",
-        "UPDATE system_nodes n SET version = n.version + 1, last_seen = clock_timestamp(), released_at = NULL, ",
-        "issued_until = greatest(n.issued_until, clock_timestamp() + $10::float8 * interval '1 millisecond') ",
-        "FROM own WHERE n.service = own.service AND n.machine_id = own.machine_id ",
-        "RETURNING ",
-        won_columns!("$5", "own.bound")
-    );
+    let sql = sql::REUSE_OWN_ROW;
     let args = claim_args(node, times, None);
     if let Some(won) = first_row(client.update(sql, Some(1), &args)).map(|row| won(&row)) {
         return OwnRow::Won(won);
     }
-    let sql =
-        concat!("SELECT n.machine_id FROM system_nodes n WHERE ", own_identity!("n"), " AND n.released_at IS NULL");
+    let sql = sql::OWN_HELD_ROW;
     match first_value::<i16>(client.update(sql, Some(1), &args[..4])) {
         Some(machine_id) => OwnRow::Busy(machine_id),
         None => OwnRow::Absent,
@@ -238,17 +121,15 @@ pub fn reuse_own_row(client: &mut SpiClient, node: &NodeIdentity, times: &ClaimT
 
 /// Step 2, part 1: machine ids in `first..=last` with no row, lowest first, as of now.
 pub fn unregistered_machine_ids(client: &mut SpiClient, service: &str, first: u16, last: u16) -> Vec<i16> {
-    let sql = "SELECT m::smallint FROM generate_series($2::integer, $3::integer) AS m \
-               WHERE NOT EXISTS (SELECT 1 FROM system_nodes n WHERE n.service = $1 AND n.machine_id = m) \
-               ORDER BY m";
+    let sql = sql::UNREGISTERED_MACHINE_IDS;
     let args = [text(service), i32::from(first).into(), i32::from(last).into()];
     let table = spi(client.update(sql, None, &args));
     table.map(|row| spi(row.get::<i16>(1)).expect("machine_id is not null")).collect()
 }
 
 /// Step 2, part 2: insert the row for `machine_id` unless another claimant is
-/// inserting it (try-lock taken) or it was committed meanwhile (no conflict wait:
-/// the try-lock guarantees no uncommitted insert of this id is in flight).
+/// inserting it (its guard row taken) or it was committed meanwhile (no conflict
+/// wait: the guard means no uncommitted insert of this id is in flight).
 /// A never-registered id has no earlier holder: its bound is none.
 pub fn insert_unregistered(
     client: &mut SpiClient,
@@ -256,15 +137,9 @@ pub fn insert_unregistered(
     machine_id: i16,
     times: &ClaimTimes,
 ) -> Option<Won> {
-    let sql = concat!(
-        "INSERT INTO system_nodes AS n (service, machine_id, host, port, backend_slot, version, last_seen, issued_until) ",
-        "SELECT $1, $11, $2, $3, $4, 1, clock_timestamp(), clock_timestamp() + $10::float8 * interval '1 millisecond' ",
-        "WHERE pg_try_advisory_xact_lock(hashtext('idgen/machine_id/' || $1), $11) ",
-        "ON CONFLICT DO NOTHING ",
-        "RETURNING ",
-        won_columns!("$5", "NULL::timestamptz")
-    );
-    let args = claim_args(node, times, Some(machine_id));
+    let sql = sql::INSERT_UNREGISTERED;
+    let mut args = claim_args(node, times, Some(machine_id));
+    args.push(guard::new_id_guard(&node.service, machine_id).into());
     first_row(client.update(sql, Some(1), &args)).map(|row| won(&row))
 }
 
@@ -276,8 +151,8 @@ pub fn take_over(
     times: &ClaimTimes,
 ) -> Option<(Won, RowFacts)> {
     let (sql, min_idle_secs, cooldown_secs) = match victims {
-        Victims::Released { cooldown_secs } => (TAKE_RELEASED, 0, cooldown_secs),
-        Victims::Idle { min_idle_secs, cooldown_secs } => (TAKE_IDLE, min_idle_secs, cooldown_secs),
+        Victims::Released { cooldown_secs } => (sql::TAKE_RELEASED, 0, cooldown_secs),
+        Victims::Idle { min_idle_secs, cooldown_secs } => (sql::TAKE_IDLE, min_idle_secs, cooldown_secs),
     };
     let mut args = claim_args(node, times, None);
     args[5] = (min_idle_secs as f64).into();
@@ -305,20 +180,15 @@ fn claim_args(node: &NodeIdentity, times: &ClaimTimes, machine_id: Option<i16>) 
 
 /// The row of `machine_id` as it stands, if any.
 pub fn current_row(client: &mut SpiClient, service: &str, machine_id: i16) -> Option<RowFacts> {
-    let sql =
-        concat!("SELECT ", facts_columns!("n"), " FROM system_nodes n WHERE n.service = $1 AND n.machine_id = $2");
+    let sql = sql::CURRENT_ROW;
     first_row(client.update(sql, Some(1), &[text(service), machine_id.into()])).map(|row| row_facts(&row, 1))
 }
 
 /// How many ids the service holds and its least recently seen holder.
 pub fn least_recently_seen(client: &mut SpiClient, service: &str) -> (i64, Option<RowFacts>) {
-    let count = "SELECT count(*) FROM system_nodes WHERE service = $1";
+    let count = sql::COUNT_HELD;
     let held = first_value::<i64>(client.update(count, Some(1), &[text(service)])).unwrap_or(0);
-    let sql = concat!(
-        "SELECT ",
-        facts_columns!("n"),
-        " FROM system_nodes n WHERE n.service = $1 ORDER BY n.last_seen, n.machine_id LIMIT 1"
-    );
+    let sql = sql::LEAST_RECENTLY_SEEN;
     (held, first_row(client.update(sql, Some(1), &[text(service)])).map(|row| row_facts(&row, 1)))
 }
 
@@ -332,12 +202,7 @@ pub fn heartbeat(
     lease_secs: i64,
     reported: Option<TimestampWithTimeZone>,
 ) -> Option<TimestampWithTimeZone> {
-    let sql = concat!(
-        "UPDATE system_nodes SET last_seen = clock_timestamp(), ",
-        "issued_until = greatest(issued_until, coalesce($8, clock_timestamp())) WHERE ",
-        holding_matches!(),
-        " RETURNING last_seen + $7::float8 * interval '1 second'"
-    );
+    let sql = sql::HEARTBEAT;
     let mut args = holding_args(held, Some(lease_secs));
     args.push(reported.into());
     first_value(client.update(sql, Some(1), &args))
@@ -352,13 +217,7 @@ pub fn release(
     margin_secs: i64,
     reported: Option<TimestampWithTimeZone>,
 ) -> bool {
-    let sql = concat!(
-        "UPDATE system_nodes SET version = version + 1, released_at = t.now, ",
-        "issued_until = greatest(issued_until, coalesce($8, t.now + $7::float8 * interval '1 second')) ",
-        "FROM (SELECT clock_timestamp() AS now) t WHERE ",
-        holding_matches!(),
-        " RETURNING version"
-    );
+    let sql = sql::RELEASE;
     let mut args = holding_args(held, Some(margin_secs));
     args.push(reported.into());
     first_value::<i32>(client.update(sql, Some(1), &args)).is_some()
@@ -385,15 +244,7 @@ pub fn renew_backend_lease(
     epoch: i64,
     window_ms: i64,
 ) -> BackendCheck {
-    let sql = concat!(
-        "WITH own AS (SELECT service, machine_id FROM system_nodes WHERE ",
-        holding_matches!(),
-        " AND EXISTS (SELECT FROM idgen_registry r WHERE r.epoch = $8) FOR UPDATE SKIP LOCKED) ",
-        "UPDATE system_nodes n SET last_seen = clock_timestamp(), ",
-        "issued_until = greatest(n.issued_until, clock_timestamp() + $9::float8 * interval '1 millisecond') ",
-        "FROM own WHERE n.service = own.service AND n.machine_id = own.machine_id ",
-        "RETURNING n.last_seen, n.last_seen + $7::float8 * interval '1 second', n.issued_until"
-    );
+    let sql = sql::RENEW_BACKEND_LEASE;
     let mut args = holding_args(held, Some(lease_secs));
     args.extend([epoch.into(), (window_ms as f64).into()]);
     if let Some(row) = first_row(client.update(sql, Some(1), &args)) {
@@ -412,11 +263,7 @@ pub fn renew_backend_lease(
 /// A backend's version-checked read, for read-only transactions: confirms
 /// ownership without moving `lease_until` or the watermark.
 pub fn read_backend_lease(client: &mut SpiClient, held: &Holding, lease_secs: i64, epoch: i64) -> BackendCheck {
-    let sql = concat!(
-        "SELECT clock_timestamp(), last_seen + $7::float8 * interval '1 second', issued_until FROM system_nodes WHERE ",
-        holding_matches!(),
-        " AND EXISTS (SELECT FROM idgen_registry r WHERE r.epoch = $8)"
-    );
+    let sql = sql::READ_BACKEND_LEASE;
     let mut args = holding_args(held, Some(lease_secs));
     args.push(epoch.into());
     match first_row(client.update(sql, Some(1), &args)) {

@@ -51,8 +51,7 @@ fn tiers_are_taken_in_order_then_a_full_registry_fails() {
 
     // Nothing is left: 11 is cooling down, 50 is not idle for an hour.
     // (The server log outlives test runs: read only what is written from here on.)
-    let log_offset: i64 =
-        admin.query_one("SELECT (pg_stat_file(pg_current_logfile())).size", &[]).unwrap().get(0);
+    let log_offset: i64 = admin.query_one("SELECT (pg_stat_file(pg_current_logfile())).size", &[]).unwrap().get(0);
     let err = claim(&mut claimant, "tiers", "10.9.0.7", 1).unwrap_err();
     let e = db_error(&err);
     assert_eq!(e.code().code(), "53000");
@@ -97,7 +96,10 @@ fn tiers_are_taken_in_order_then_a_full_registry_fails() {
     assert!(idle >= 7200 && idle <= since, "idle {idle}, {since} s since last_seen");
 
     let log: String = admin
-        .query_one("SELECT pg_read_file(pg_current_logfile(), $1, (pg_stat_file(pg_current_logfile())).size - $1)", &[&log_offset])
+        .query_one(
+            "SELECT pg_read_file(pg_current_logfile(), $1, (pg_stat_file(pg_current_logfile())).size - $1)",
+            &[&log_offset],
+        )
         .unwrap()
         .get(0);
     let line = log

@@ -1,0 +1,309 @@
+//! Every SQL statement that idgen runs with the extension owner's rights, as
+//! complete constants. Plain Rust with no pgrx, so that the meta-test in
+//! tests/cluster/tests/hijack.rs can include this file and check each statement;
+//! the edge modules (store, privilege, diagnostics) hold no SQL of their own.
+//!
+//! **The rule for SQL run with the owner's rights.** Since PostgreSQL 15 the
+//! extension's schema (`public`) belongs to the database owner, who can plant
+//! functions and operators there, and an exact match anywhere on the path beats
+//! a pg_catalog candidate that needs an implicit cast, so a pinned path alone is
+//! no defence. Therefore:
+//! - every operator is written `OPERATOR(pg_catalog.x)` (parenthesised: they
+//!   all share one precedence), and every function `pg_catalog.f(...)`;
+//! - nothing resolves `=` through the path either: no `IS [NOT] DISTINCT FROM`
+//!   or `NULLIF`; `COALESCE`, `GREATEST` and `EXISTS` are grammar;
+//! - parameters carry exact types (`$n::float8` durations, `integer` slots), and
+//!   durations are `float8 * interval`, pg_catalog's own operator;
+//! - relations and types are found through the pinned path
+//!   (`pg_catalog, <extension schema>, pg_temp`): pg_catalog comes first, and no
+//!   lower role can replace the extension's own tables;
+//! - the one unqualified call is the extension's own `idgen_holder_bound`, owned
+//!   by the extension owner, with exact argument types.
+//!
+//! Claims never wait on another session: node identities and new machine ids
+//! are guarded by rows of `idgen_claim_guards` locked `FOR UPDATE SKIP LOCKED`
+//! (never advisory locks, whose keys any role can hold), and rows likewise.
+
+/// `$n` seconds as an interval (`float8 * interval`, matched exactly in pg_catalog).
+#[rustfmt::skip]
+macro_rules! secs {
+    ($n:literal) => {
+        concat!("(", $n, "::float8 OPERATOR(pg_catalog.*) interval '1 second')")
+    };
+}
+
+/// `$n` milliseconds as an interval.
+#[rustfmt::skip]
+macro_rules! millis {
+    ($n:literal) => {
+        concat!("(", $n, "::float8 OPERATOR(pg_catalog.*) interval '1 millisecond')")
+    };
+}
+
+/// The columns of `RowFacts`, for a table or alias `$t`, times as UTC ISO-8601.
+#[rustfmt::skip]
+macro_rules! facts_columns {
+    ($t:literal) => {
+        concat!(
+            $t, ".machine_id, pg_catalog.host(", $t, ".host), ", $t, ".port, ", $t, ".version, ",
+            "pg_catalog.to_char(", $t, ".last_seen AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), ",
+            "GREATEST(0, pg_catalog.floor(EXTRACT(epoch FROM (pg_catalog.now() OPERATOR(pg_catalog.-) ", $t, ".last_seen))))::bigint, ",
+            "pg_catalog.to_char(", $t, ".released_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), ",
+            $t, ".backend_slot"
+        )
+    };
+}
+
+/// The columns of `Won` after an UPDATE or INSERT of `$t`; `$lease` is the
+/// parameter holding the lease in seconds, `$bound` the earlier holders' bound.
+#[rustfmt::skip]
+macro_rules! won_columns {
+    ($t:literal, $lease:literal, $bound:literal) => {
+        concat!(
+            $t, ".machine_id, ", $t, ".version, (", $t, ".last_seen OPERATOR(pg_catalog.+) ", secs!($lease), "), ",
+            $t, ".last_seen, ", $bound, ", ", $t, ".issued_until"
+        )
+    };
+}
+
+/// `idgen_holder_bound` of row `$t`, with the lease in `$5` and the take-back age in `$9` (seconds).
+/// The one unqualified call: the extension's own function, owned by its owner, with exact argument
+/// types, on a path where only pg_catalog comes before the extension's schema.
+#[rustfmt::skip]
+macro_rules! holder_bound {
+    ($t:literal) => {
+        concat!("idgen_holder_bound(", $t, ", ", secs!("$5"), ", ", secs!("$9"), ")")
+    };
+}
+
+/// The server's clock plus `$n` milliseconds.
+#[rustfmt::skip]
+macro_rules! clock_plus_millis {
+    ($n:literal) => {
+        concat!("(pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) ", millis!($n), ")")
+    };
+}
+
+/// Rows `$t` and `n` are the same row.
+#[rustfmt::skip]
+macro_rules! same_row {
+    ($t:literal) => {
+        concat!(
+            "n.service OPERATOR(pg_catalog.=) ", $t, ".service AND n.machine_id OPERATOR(pg_catalog.=) ",
+            $t, ".machine_id"
+        )
+    };
+}
+
+/// A take-over: lock one victim row without waiting, hand it to the claimant.
+/// Returns the won row (columns 1-6) and the previous holder's facts (7-14).
+/// Parameters: $1-$4 the claimant, $5 lease (s), $6 minimum idle age (s), $7
+/// cooldown (s), $8 tolerance (ms), $9 take-back age (s), $10 window (ms).
+#[rustfmt::skip]
+macro_rules! take_over_sql {
+    ($order:literal; $($filter:expr),+) => {
+        concat!(
+            "WITH victim AS (SELECT v.*, ", holder_bound!("v"), " AS bound FROM system_nodes v ",
+            "WHERE v.service OPERATOR(pg_catalog.=) $1 AND ", $($filter),+,
+            " AND ", holder_bound!("v"), " OPERATOR(pg_catalog.<=) ", clock_plus_millis!("$8"),
+            " ORDER BY ", $order, ", v.machine_id LIMIT 1 FOR UPDATE SKIP LOCKED) ",
+            "UPDATE system_nodes n SET host = $2, port = $3, backend_slot = $4, ",
+            "version = n.version OPERATOR(pg_catalog.+) 1, last_seen = pg_catalog.clock_timestamp(), released_at = NULL, ",
+            "issued_until = GREATEST(v.bound, ", clock_plus_millis!("$10"), ") ",
+            "FROM victim v WHERE ", same_row!("v"), " RETURNING ", won_columns!("n", "$5", "v.bound"), ", ", facts_columns!("v")
+        )
+    };
+}
+
+/// `pg_catalog.now()` less `$n` seconds.
+#[rustfmt::skip]
+macro_rules! ago {
+    ($n:literal) => {
+        concat!("(pg_catalog.now() OPERATOR(pg_catalog.-) ", secs!($n), ")")
+    };
+}
+
+/// The caller's own rows: `$1..$4` are service, host, port and backend_slot (slots are never negative).
+#[rustfmt::skip]
+macro_rules! own_identity {
+    ($t:literal) => {
+        concat!(
+            $t, ".service OPERATOR(pg_catalog.=) $1 AND ", $t, ".host OPERATOR(pg_catalog.=) $2 AND ",
+            $t, ".port OPERATOR(pg_catalog.=) $3 AND COALESCE(", $t, ".backend_slot, -1) OPERATOR(pg_catalog.=) COALESCE($4, -1)"
+        )
+    };
+}
+
+/// The row a holding names, still held: `$1..$6` are service, machine_id,
+/// host, port, backend_slot and version.
+#[rustfmt::skip]
+macro_rules! holding_matches {
+    () => {
+        "service OPERATOR(pg_catalog.=) $1 AND machine_id OPERATOR(pg_catalog.=) $2 AND host OPERATOR(pg_catalog.=) $3 \
+         AND port OPERATOR(pg_catalog.=) $4 AND COALESCE(backend_slot, -1) OPERATOR(pg_catalog.=) COALESCE($5, -1) \
+         AND version OPERATOR(pg_catalog.=) $6 AND released_at IS NULL"
+    };
+}
+
+/// Locks guard row `$n` of `idgen_claim_guards` unless another transaction holds it (see `idgen_core::guard`).
+#[rustfmt::skip]
+macro_rules! guard_taken {
+    ($n:literal) => {
+        concat!(
+            "EXISTS (SELECT FROM idgen_claim_guards g WHERE g.bucket OPERATOR(pg_catalog.=) ", $n,
+            " FOR UPDATE SKIP LOCKED)"
+        )
+    };
+}
+
+/// Step 3: a released row past its cooldown.
+pub const TAKE_RELEASED: &str = take_over_sql!("v.released_at"; "v.released_at OPERATOR(pg_catalog.<=) ", ago!("$7"));
+/// Steps 4 to 6: a row idle past the step's age.
+pub const TAKE_IDLE: &str = take_over_sql!(
+    "v.last_seen";
+    "v.last_seen OPERATOR(pg_catalog.<) ", ago!("$6"),
+    " AND (v.released_at IS NULL OR v.released_at OPERATOR(pg_catalog.<=) ", ago!("$7"), ")"
+);
+
+/// Takes the claimant's identity guard ($1) unless another claim holds it; reads the registry's epoch and floor.
+pub const LOCK_GUARD_AND_READ_REGISTRY: &str =
+    concat!("SELECT ", guard_taken!("$1"), ", r.epoch, r.floor FROM idgen_registry r");
+
+/// Releases the claimant's held row if its watermark is further ahead than $8 ms, keeping the bound.
+pub const RELEASE_OWN_ROW_AHEAD: &str = concat!(
+        "WITH own AS (SELECT o.service, o.machine_id, o.issued_until FROM system_nodes o WHERE ", own_identity!("o"),
+        " AND o.released_at IS NULL AND o.issued_until OPERATOR(pg_catalog.>) ", clock_plus_millis!("$8"),
+        " FOR UPDATE SKIP LOCKED) ",
+        "UPDATE system_nodes n SET version = n.version OPERATOR(pg_catalog.+) 1, released_at = pg_catalog.clock_timestamp(), ",
+        "issued_until = GREATEST(n.issued_until, ", holder_bound!("n"), ") FROM own WHERE ", same_row!("own"),
+        " RETURNING n.machine_id, own.issued_until"
+    );
+
+/// Step 1: bumps the claimant's own row (held, or else released by it) unless locked or too far ahead.
+pub const REUSE_OWN_ROW: &str = concat!(
+        "WITH own AS (SELECT o.service, o.machine_id, o.issued_until AS bound FROM system_nodes o WHERE ", own_identity!("o"),
+        " AND o.issued_until OPERATOR(pg_catalog.<=) ", clock_plus_millis!("$8"),
+        " AND (o.released_at IS NULL OR NOT EXISTS (SELECT FROM system_nodes h WHERE ", own_identity!("h"),
+        " AND h.released_at IS NULL)) ",
+        "ORDER BY o.released_at IS NOT NULL, o.machine_id LIMIT 1 FOR UPDATE SKIP LOCKED) ",
+        "UPDATE system_nodes n SET version = n.version OPERATOR(pg_catalog.+) 1, last_seen = pg_catalog.clock_timestamp(), ",
+        "released_at = NULL, issued_until = GREATEST(n.issued_until, ", clock_plus_millis!("$10"), ") ",
+        "FROM own WHERE ", same_row!("own"), " RETURNING ", won_columns!("n", "$5", "own.bound")
+    );
+
+/// The claimant's held row, locked or not (to tell busy from absent).
+pub const OWN_HELD_ROW: &str =
+    concat!("SELECT n.machine_id FROM system_nodes n WHERE ", own_identity!("n"), " AND n.released_at IS NULL");
+
+/// Step 2: machine ids of $1 in $2..=$3 with no row, lowest first.
+pub const UNREGISTERED_MACHINE_IDS: &str =
+    "SELECT m::smallint FROM pg_catalog.generate_series($2::integer, $3::integer) AS m \
+               WHERE NOT EXISTS (SELECT FROM system_nodes n WHERE n.service OPERATOR(pg_catalog.=) $1 \
+                                 AND n.machine_id OPERATOR(pg_catalog.=) m) \
+               ORDER BY m";
+
+/// Step 2: inserts machine id $11 for the claimant if its guard $12 is free.
+pub const INSERT_UNREGISTERED: &str = concat!(
+    "INSERT INTO system_nodes (service, machine_id, host, port, backend_slot, version, last_seen, issued_until) ",
+    "SELECT $1, $11, $2, $3, $4, 1, pg_catalog.clock_timestamp(), ",
+    clock_plus_millis!("$10"),
+    " WHERE ",
+    guard_taken!("$12"),
+    " ON CONFLICT DO NOTHING RETURNING ",
+    won_columns!("system_nodes", "$5", "NULL::timestamptz")
+);
+
+/// The row of machine id $2 of service $1, as facts for messages.
+pub const CURRENT_ROW: &str = concat!(
+    "SELECT ",
+    facts_columns!("n"),
+    " FROM system_nodes n WHERE n.service OPERATOR(pg_catalog.=) $1 AND n.machine_id OPERATOR(pg_catalog.=) $2"
+);
+
+/// How many ids service $1 holds.
+pub const COUNT_HELD: &str = "SELECT pg_catalog.count(*) FROM system_nodes n WHERE n.service OPERATOR(pg_catalog.=) $1";
+
+/// The least recently seen row of service $1, as facts for messages.
+pub const LEAST_RECENTLY_SEEN: &str = concat!(
+    "SELECT ",
+    facts_columns!("n"),
+    " FROM system_nodes n WHERE n.service OPERATOR(pg_catalog.=) $1 ORDER BY n.last_seen, n.machine_id LIMIT 1"
+);
+
+/// A version-checked heartbeat ($1-$6 the holding, $7 lease s, $8 reported watermark).
+pub const HEARTBEAT: &str = concat!(
+    "UPDATE system_nodes SET last_seen = pg_catalog.clock_timestamp(), ",
+    "issued_until = GREATEST(issued_until, COALESCE($8, pg_catalog.clock_timestamp())) WHERE ",
+    holding_matches!(),
+    " RETURNING (last_seen OPERATOR(pg_catalog.+) ",
+    secs!("$7"),
+    ")"
+);
+
+/// A version-checked release ($1-$6 the holding, $7 margin s, $8 reported watermark).
+pub const RELEASE: &str = concat!(
+    "UPDATE system_nodes SET version = version OPERATOR(pg_catalog.+) 1, released_at = t.now, ",
+    "issued_until = GREATEST(issued_until, COALESCE($8, (t.now OPERATOR(pg_catalog.+) ",
+    secs!("$7"),
+    "))) ",
+    "FROM (SELECT pg_catalog.clock_timestamp() AS now) t WHERE ",
+    holding_matches!(),
+    " RETURNING version"
+);
+
+/// A backend's version- and epoch-checked heartbeat that writes its next window ($7 lease s, $8 epoch, $9 window ms).
+pub const RENEW_BACKEND_LEASE: &str = concat!(
+    "WITH own AS (SELECT service, machine_id FROM system_nodes WHERE ",
+    holding_matches!(),
+    " AND EXISTS (SELECT FROM idgen_registry r WHERE r.epoch OPERATOR(pg_catalog.=) $8) FOR UPDATE SKIP LOCKED) ",
+    "UPDATE system_nodes n SET last_seen = pg_catalog.clock_timestamp(), ",
+    "issued_until = GREATEST(n.issued_until, ",
+    clock_plus_millis!("$9"),
+    ") ",
+    "FROM own WHERE ",
+    same_row!("own"),
+    " RETURNING n.last_seen, (n.last_seen OPERATOR(pg_catalog.+) ",
+    secs!("$7"),
+    "), n.issued_until"
+);
+
+/// A backend's version- and epoch-checked read, for read-only transactions ($7 lease s, $8 epoch).
+pub const READ_BACKEND_LEASE: &str = concat!(
+    "SELECT pg_catalog.clock_timestamp(), (last_seen OPERATOR(pg_catalog.+) ",
+    secs!("$7"),
+    "), issued_until ",
+    "FROM system_nodes WHERE ",
+    holding_matches!(),
+    " AND EXISTS (SELECT FROM idgen_registry r WHERE r.epoch OPERATOR(pg_catalog.=) $8)"
+);
+
+/// The extension's owner and its schema, quoted for a search_path (run with the path `pg_catalog, pg_temp`).
+pub const EXTENSION_OWNER_AND_SCHEMA: &str =
+    "SELECT e.extowner, pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_extension e \
+     JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace \
+     WHERE e.extname OPERATOR(pg_catalog.=) 'idgen'::name";
+
+/// An alert to listeners of `idgen_alert` ($1 the channel, $2 the payload).
+pub const NOTIFY_ALERT: &str = "SELECT pg_catalog.pg_notify($1, $2)";
+
+/// Every statement, by name, for the meta-test (tests/cluster/tests/hijack.rs includes this file).
+#[allow(dead_code)]
+pub const ALL: [(&str, &str); 17] = [
+    ("TAKE_RELEASED", TAKE_RELEASED),
+    ("TAKE_IDLE", TAKE_IDLE),
+    ("LOCK_GUARD_AND_READ_REGISTRY", LOCK_GUARD_AND_READ_REGISTRY),
+    ("RELEASE_OWN_ROW_AHEAD", RELEASE_OWN_ROW_AHEAD),
+    ("REUSE_OWN_ROW", REUSE_OWN_ROW),
+    ("OWN_HELD_ROW", OWN_HELD_ROW),
+    ("UNREGISTERED_MACHINE_IDS", UNREGISTERED_MACHINE_IDS),
+    ("INSERT_UNREGISTERED", INSERT_UNREGISTERED),
+    ("CURRENT_ROW", CURRENT_ROW),
+    ("COUNT_HELD", COUNT_HELD),
+    ("LEAST_RECENTLY_SEEN", LEAST_RECENTLY_SEEN),
+    ("HEARTBEAT", HEARTBEAT),
+    ("RELEASE", RELEASE),
+    ("RENEW_BACKEND_LEASE", RENEW_BACKEND_LEASE),
+    ("READ_BACKEND_LEASE", READ_BACKEND_LEASE),
+    ("EXTENSION_OWNER_AND_SCHEMA", EXTENSION_OWNER_AND_SCHEMA),
+    ("NOTIFY_ALERT", NOTIFY_ALERT),
+];
