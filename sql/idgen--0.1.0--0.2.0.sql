@@ -1,4 +1,4 @@
--- idgen 0.1.0 -> 0.2.0: time watermarks (system_nodes.issued_until, not_before),
+-- idgen 0.1.0 -> 0.2.0: time watermarks (system_nodes.issued_until, not_before), a bigint version,
 -- the registry's epoch and floor (idgen_registry), identities that may move off
 -- a machine id whose watermark is ahead.
 --
@@ -9,6 +9,8 @@
 \echo Use "ALTER EXTENSION idgen UPDATE TO '0.2.0'" to load this file. \quit
 
 ALTER TABLE @extschema@.system_nodes ADD COLUMN issued_until TIMESTAMPTZ NOT NULL DEFAULT '-infinity';
+-- Every claim of a row bumps its version: a reconnect-heavy slot must never run out.
+ALTER TABLE @extschema@.system_nodes ALTER COLUMN version TYPE BIGINT;
 
 -- Watermarks for the rows 0.1.0 left, from what 0.1.0 guaranteed: a backend
 -- issued until its next lease check (one heartbeat interval after its last
@@ -125,12 +127,12 @@ REVOKE ALL ON idgen_registry FROM PUBLIC;
 -- SKIP LOCKED by the extension owner only: unlike advisory-lock keys, no other role
 -- can hold them (see core/src/guard.rs). Keys hash onto these rows.
 CREATE TABLE idgen_claim_guards (
-    bucket INTEGER PRIMARY KEY CONSTRAINT idgen_claim_guards_bucket_in_range CHECK (bucket BETWEEN 0 AND 16383)
+    bucket INTEGER PRIMARY KEY CONSTRAINT idgen_claim_guards_bucket_in_range CHECK (bucket BETWEEN 0 AND 65535)
 );
-INSERT INTO idgen_claim_guards (bucket) SELECT pg_catalog.generate_series(0, 16383);
+INSERT INTO idgen_claim_guards (bucket) SELECT pg_catalog.generate_series(0, 65535);
 COMMENT ON TABLE idgen_claim_guards IS
     'Row locks that serialise claims of one node identity, and inserts of one new machine id, without waiting (FOR UPDATE SKIP LOCKED). Private to the extension owner, so no other role can hold them.';
-COMMENT ON COLUMN idgen_claim_guards.bucket IS 'A guard: node identities and new machine ids hash onto 16,384 of them.';
+COMMENT ON COLUMN idgen_claim_guards.bucket IS 'A guard: node identities and new machine ids hash onto 65,536 of them.';
 REVOKE ALL ON idgen_claim_guards FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idgen_registry_rows_removed() FROM PUBLIC;
 
@@ -158,7 +160,7 @@ DROP FUNCTION @extschema@.idgen_release(text, smallint, inet, integer, integer);
 CREATE  FUNCTION "idgen_backend_leases"() RETURNS TABLE (
 	"service" TEXT,  /* String */
 	"machine_id" smallint,  /* i16 */
-	"version" INT,  /* i32 */
+	"version" bigint,  /* i64 */
 	"backend_slot" INT,  /* Option < i32 > */
 	"claimed_at" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
 	"not_before" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
@@ -178,7 +180,7 @@ CREATE  FUNCTION "idgen_claim"(
 	"port" INT /* Option < i32 > */
 ) RETURNS TABLE (
 	"machine_id" smallint,  /* i16 */
-	"version" INT,  /* i32 */
+	"version" bigint,  /* i64 */
 	"outcome" TEXT,  /* String */
 	"lease_until" timestamp with time zone,  /* TimestampWithTimeZone */
 	"not_before" timestamp with time zone  /* TimestampWithTimeZone */
@@ -192,7 +194,7 @@ CREATE  FUNCTION "idgen_heartbeat"(
 	"machine_id" smallint, /* Option < i16 > */
 	"host" inet, /* Option < Inet > */
 	"port" INT, /* Option < i32 > */
-	"version" INT, /* Option < i32 > */
+	"version" bigint, /* Option < i64 > */
 	"issued_until" timestamp with time zone DEFAULT NULL /* Option < TimestampWithTimeZone > */
 ) RETURNS timestamp with time zone /* TimestampWithTimeZone */
 VOLATILE SECURITY DEFINER PARALLEL UNSAFE
@@ -204,7 +206,7 @@ CREATE  FUNCTION "idgen_release"(
 	"machine_id" smallint, /* Option < i16 > */
 	"host" inet, /* Option < Inet > */
 	"port" INT, /* Option < i32 > */
-	"version" INT, /* Option < i32 > */
+	"version" bigint, /* Option < i64 > */
 	"issued_until" timestamp with time zone DEFAULT NULL /* Option < TimestampWithTimeZone > */
 ) RETURNS bool /* bool */
 VOLATILE SECURITY DEFINER PARALLEL UNSAFE
@@ -216,15 +218,15 @@ COMMENT ON FUNCTION idgen_backend_leases() IS
     'This backend''s leases on machine ids, one row per service: machine id, version, slot, when claimed, not_before (its IDs are stamped after it), last verified, lease end, issued_until (the watermark the registry holds; no ID is stamped at or past it), IDs issued and the time of the last one. uncommitted is true while the transaction that claimed or renewed the lease is open.';
 COMMENT ON FUNCTION idgen_claim(text, inet, integer) IS
     'Claim a Snowflake machine id for a service node at boot. Returns (machine_id, version, outcome, lease_until, not_before); outcome is reused, new, released, idle_7d, idle_1d or idle_1h. Stamp no ID at or before not_before (earlier holders may have used that time); heartbeat before lease_until.';
-COMMENT ON FUNCTION idgen_heartbeat(text, smallint, inet, integer, integer, timestamptz) IS
+COMMENT ON FUNCTION idgen_heartbeat(text, smallint, inet, integer, bigint, timestamptz) IS
     'Renew a claim (every idgen.heartbeat_interval, 5 minutes by default), reporting issued_until: the latest timestamp the node has stamped or its clock''s reading, whichever is later (NULL: the server clock stands in). Returns the new lease_until; raises SQLSTATE 55000 when ownership has moved: the caller must stop issuing IDs and exit.';
-COMMENT ON FUNCTION idgen_release(text, smallint, inet, integer, integer, timestamptz) IS
+COMMENT ON FUNCTION idgen_release(text, smallint, inet, integer, bigint, timestamptz) IS
     'Give a machine id back on graceful shutdown, reporting issued_until: the latest timestamp the node stamped. Others may take it after idgen.release_cooldown and after that watermark (without one: the release time plus idgen.lease_safety_margin); the same node may claim it straight back. Returns false, with a WARNING, when the caller does not hold it.';
 
 -- Services get EXECUTE by an explicit GRANT (see the README), never through PUBLIC.
 REVOKE EXECUTE ON FUNCTION idgen_claim(text, inet, integer) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION idgen_heartbeat(text, smallint, inet, integer, integer, timestamptz) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION idgen_release(text, smallint, inet, integer, integer, timestamptz) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idgen_heartbeat(text, smallint, inet, integer, bigint, timestamptz) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idgen_release(text, smallint, inet, integer, bigint, timestamptz) FROM PUBLIC;
 
 DO $$
 DECLARE
@@ -234,8 +236,8 @@ BEGIN
         EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION @extschema@.%s TO %s',
             CASE kept.fn
                 WHEN 'idgen_claim' THEN 'idgen_claim(text, inet, integer)'
-                WHEN 'idgen_heartbeat' THEN 'idgen_heartbeat(text, smallint, inet, integer, integer, timestamptz)'
-                ELSE 'idgen_release(text, smallint, inet, integer, integer, timestamptz)'
+                WHEN 'idgen_heartbeat' THEN 'idgen_heartbeat(text, smallint, inet, integer, bigint, timestamptz)'
+                ELSE 'idgen_release(text, smallint, inet, integer, bigint, timestamptz)'
             END, kept.grantee);
     END LOOP;
 END

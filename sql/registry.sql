@@ -5,7 +5,7 @@ CREATE TABLE system_nodes (
     machine_id  SMALLINT NOT NULL,
     host        INET NOT NULL,
     port        INTEGER NOT NULL,
-    version     INTEGER NOT NULL,
+    version     BIGINT NOT NULL,
     last_seen   TIMESTAMPTZ NOT NULL DEFAULT now(),
     created_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
     released_at TIMESTAMPTZ,
@@ -146,11 +146,11 @@ REVOKE ALL ON idgen_registry FROM PUBLIC;
 -- SKIP LOCKED by the extension owner only: unlike advisory-lock keys, no other role
 -- can hold them (see core/src/guard.rs). Keys hash onto these rows.
 CREATE TABLE idgen_claim_guards (
-    bucket INTEGER PRIMARY KEY CONSTRAINT idgen_claim_guards_bucket_in_range CHECK (bucket BETWEEN 0 AND 16383)
+    bucket INTEGER PRIMARY KEY CONSTRAINT idgen_claim_guards_bucket_in_range CHECK (bucket BETWEEN 0 AND 65535)
 );
-INSERT INTO idgen_claim_guards (bucket) SELECT pg_catalog.generate_series(0, 16383);
+INSERT INTO idgen_claim_guards (bucket) SELECT pg_catalog.generate_series(0, 65535);
 COMMENT ON TABLE idgen_claim_guards IS
     'Row locks that serialise claims of one node identity, and inserts of one new machine id, without waiting (FOR UPDATE SKIP LOCKED). Private to the extension owner, so no other role can hold them.';
-COMMENT ON COLUMN idgen_claim_guards.bucket IS 'A guard: node identities and new machine ids hash onto 16,384 of them.';
+COMMENT ON COLUMN idgen_claim_guards.bucket IS 'A guard: node identities and new machine ids hash onto 65,536 of them.';
 REVOKE ALL ON idgen_claim_guards FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idgen_registry_rows_removed() FROM PUBLIC;

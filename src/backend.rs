@@ -248,7 +248,7 @@ fn idgen_backend_leases() -> TableIterator<
     (
         name!(service, String),
         name!(machine_id, i16),
-        name!(version, i32),
+        name!(version, i64),
         name!(backend_slot, Option<i32>),
         name!(claimed_at, Option<TimestampWithTimeZone>),
         name!(not_before, Option<TimestampWithTimeZone>),

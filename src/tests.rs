@@ -116,8 +116,8 @@ fn the_registry_is_dumped_and_closed_to_public() {
     let public_can = one::<String>(
         "SELECT format('%s %s %s %s %s %s', \
            has_function_privilege('public', 'idgen_claim(text, inet, integer)', 'EXECUTE'), \
-           has_function_privilege('public', 'idgen_heartbeat(text, smallint, inet, integer, integer, timestamptz)', 'EXECUTE'), \
-           has_function_privilege('public', 'idgen_release(text, smallint, inet, integer, integer, timestamptz)', 'EXECUTE'), \
+           has_function_privilege('public', 'idgen_heartbeat(text, smallint, inet, integer, bigint, timestamptz)', 'EXECUTE'), \
+           has_function_privilege('public', 'idgen_release(text, smallint, inet, integer, bigint, timestamptz)', 'EXECUTE'), \
            has_table_privilege('public', 'system_nodes', 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE'), \
            has_table_privilege('public', 'idgen_registry', 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE'), \
            has_function_privilege('public', 'idgen_registry_rows_removed()', 'EXECUTE'))",

@@ -42,7 +42,7 @@ pub fn node_name(host: &str, port: i32, backend_slot: Option<i32>) -> String {
 pub struct Holding {
     pub node: NodeIdentity,
     pub machine_id: i16,
-    pub version: i32,
+    pub version: i64,
 }
 
 /// Checks `(service, host, port)`. `host` is the text form of an `inet` value.
@@ -77,7 +77,7 @@ pub fn holding(
     machine_id: Option<i16>,
     host: Option<&str>,
     port: Option<i32>,
-    version: Option<i32>,
+    version: Option<i64>,
 ) -> Result<Holding, IdgenError> {
     let service = service_name(function, service)?;
     let machine_id = machine_id_in_layout(function, layout, machine_id)?;
@@ -151,7 +151,7 @@ pub fn machine_id_in_layout(function: &str, layout: &Layout, machine_id: Option<
     Ok(machine_id)
 }
 
-pub fn positive_version(function: &str, version: Option<i32>) -> Result<i32, IdgenError> {
+pub fn positive_version(function: &str, version: Option<i64>) -> Result<i64, IdgenError> {
     let version = required(function, "version", version)?;
     if version <= 0 {
         return Err(bad_value(function, "version", "must be positive")

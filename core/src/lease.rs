@@ -19,7 +19,7 @@ pub type SubXactId = u32;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Terms {
     pub machine_id: u16,
-    pub version: i32,
+    pub version: i64,
     /// The registry incarnation the claim was made in; a lease check in another fails.
     pub registry_epoch: i64,
     /// When the row was claimed (the claim's `last_seen`), Unix ms.
@@ -316,7 +316,7 @@ mod tests {
         }
     }
 
-    fn terms(machine_id: u16, version: i32, at: i64) -> Terms {
+    fn terms(machine_id: u16, version: i64, at: i64) -> Terms {
         Terms {
             machine_id,
             version,

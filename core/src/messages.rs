@@ -16,7 +16,7 @@ pub struct RowFacts {
     pub machine_id: i16,
     pub host: String,
     pub port: i32,
-    pub version: i32,
+    pub version: i64,
     pub last_seen: String,
     /// Seconds since `last_seen`, at the time of reading.
     pub idle_secs: i64,
@@ -164,7 +164,7 @@ pub fn takeover_alert(
     outcome: Outcome,
     claimant: &NodeIdentity,
     machine_id: i16,
-    new_version: i32,
+    new_version: i64,
     previous: &RowFacts,
 ) -> Alert {
     Alert {
@@ -388,7 +388,7 @@ fn row_json(row: &RowFacts) -> serde_json::Value {
     value
 }
 
-fn holder_json(node: &NodeIdentity, version: Option<i32>) -> serde_json::Value {
+fn holder_json(node: &NodeIdentity, version: Option<i64>) -> serde_json::Value {
     let mut value = json!({ "host": node.host, "port": node.port });
     if let Some(version) = version {
         value["version"] = json!(version);
@@ -412,7 +412,7 @@ mod tests {
         NodeIdentity { service: "orders".into(), host: host.into(), port, backend_slot: None }
     }
 
-    fn row(host: &str, port: i32, version: i32, released_at: Option<&str>) -> RowFacts {
+    fn row(host: &str, port: i32, version: i64, released_at: Option<&str>) -> RowFacts {
         RowFacts {
             machine_id: 5,
             host: host.into(),

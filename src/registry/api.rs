@@ -36,7 +36,7 @@ fn idgen_claim(
     'static,
     (
         name!(machine_id, i16),
-        name!(version, i32),
+        name!(version, i64),
         name!(outcome, String),
         name!(lease_until, TimestampWithTimeZone),
         name!(not_before, TimestampWithTimeZone),
@@ -75,7 +75,7 @@ fn idgen_heartbeat(
     machine_id: Option<i16>,
     host: Option<Inet>,
     port: Option<i32>,
-    version: Option<i32>,
+    version: Option<i64>,
     issued_until: default!(Option<TimestampWithTimeZone>, "NULL"),
 ) -> TimestampWithTimeZone {
     const F: &str = "idgen_heartbeat";
@@ -100,7 +100,7 @@ fn idgen_release(
     machine_id: Option<i16>,
     host: Option<Inet>,
     port: Option<i32>,
-    version: Option<i32>,
+    version: Option<i64>,
     issued_until: default!(Option<TimestampWithTimeZone>, "NULL"),
 ) -> bool {
     const F: &str = "idgen_release";

@@ -18,7 +18,7 @@ use pgrx::PgLogLevel;
 /// A claimed machine id.
 pub struct Claim {
     pub machine_id: i16,
-    pub version: i32,
+    pub version: i64,
     pub outcome: Outcome,
     pub lease_until: TimestampWithTimeZone,
     /// The moment of the claim: the row's new `last_seen`.
@@ -59,9 +59,7 @@ pub fn claim(
     };
     let cx = Context { function, node, layout, times };
     Spi::connect_mut(|client| {
-        let Some(registry) = store::try_lock_identity(client, node) else {
-            return Err(messages::identity_busy(function, node, None));
-        };
+        let registry = store::read_registry(client);
         let now = SystemClock.now_unix_ms();
         let floor = registry.floor.map(unix_ms);
         if !watermark::usable(floor, now, times.tolerance_ms) {
@@ -73,7 +71,16 @@ pub fn claim(
             now_unix_ms: now,
             tolerance_ms: times.tolerance_ms,
         });
+        let mut guarded = false;
         for step in policy.steps() {
+            // A node's own row serialises its claims exactly (row lock); every other step gives the
+            // identity a row it does not have yet, so claims of the identity take turns on its guard.
+            if step != ClaimStep::ReuseOwnRow
+                && !std::mem::replace(&mut guarded, true)
+                && !store::take_identity_guard(client, node)
+            {
+                return Err(messages::identity_busy(function, node, None));
+            }
             if let Some((won, outcome)) = run_step(client, &cx, step)? {
                 if let Some(ahead) = &moved {
                     report(messages::moved_past_watermark(function, node, ahead, won.machine_id), PgLogLevel::WARNING);

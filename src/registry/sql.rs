@@ -165,9 +165,11 @@ pub const TAKE_IDLE: &str = take_over_sql!(
     " AND (v.released_at IS NULL OR v.released_at OPERATOR(pg_catalog.<=) ", ago!("$7"), ")"
 );
 
-/// Takes the claimant's identity guard ($1) unless another claim holds it; reads the registry's epoch and floor.
-pub const LOCK_GUARD_AND_READ_REGISTRY: &str =
-    concat!("SELECT ", guard_taken!("$1"), ", r.epoch, r.floor FROM idgen_registry r");
+/// The registry's epoch and floor.
+pub const READ_REGISTRY: &str = "SELECT r.epoch, r.floor FROM idgen_registry r";
+
+/// Takes guard $1 unless another transaction holds it.
+pub const TAKE_GUARD: &str = concat!("SELECT ", guard_taken!("$1"));
 
 /// Releases the claimant's held row if its watermark is further ahead than $8 ms, keeping the bound.
 pub const RELEASE_OWN_ROW_AHEAD: &str = concat!(
@@ -288,10 +290,11 @@ pub const NOTIFY_ALERT: &str = "SELECT pg_catalog.pg_notify($1, $2)";
 
 /// Every statement, by name, for the meta-test (tests/cluster/tests/hijack.rs includes this file).
 #[allow(dead_code)]
-pub const ALL: [(&str, &str); 17] = [
+pub const ALL: [(&str, &str); 18] = [
     ("TAKE_RELEASED", TAKE_RELEASED),
     ("TAKE_IDLE", TAKE_IDLE),
-    ("LOCK_GUARD_AND_READ_REGISTRY", LOCK_GUARD_AND_READ_REGISTRY),
+    ("READ_REGISTRY", READ_REGISTRY),
+    ("TAKE_GUARD", TAKE_GUARD),
     ("RELEASE_OWN_ROW_AHEAD", RELEASE_OWN_ROW_AHEAD),
     ("REUSE_OWN_ROW", REUSE_OWN_ROW),
     ("OWN_HELD_ROW", OWN_HELD_ROW),

@@ -30,7 +30,7 @@ use pgrx::spi::{SpiClient, SpiHeapTupleData, SpiResult};
 /// A row won by a claim.
 pub struct Won {
     pub machine_id: i16,
-    pub version: i32,
+    pub version: i64,
     pub lease_until: TimestampWithTimeZone,
     /// The row's new `last_seen`: the moment of the claim.
     pub claimed_at: TimestampWithTimeZone,
@@ -77,16 +77,19 @@ pub enum Victims {
     Idle { min_idle_secs: i64, cooldown_secs: i64 },
 }
 
-/// Serialises claims of one identity without waiting (a second claimant gets
-/// `None` at once), and reads the registry's epoch and floor.
-pub fn try_lock_identity(client: &mut SpiClient, node: &NodeIdentity) -> Option<Registry> {
-    let sql = sql::LOCK_GUARD_AND_READ_REGISTRY;
-    let args = [guard::identity_guard(node).into()];
-    let row = first_row(client.update(sql, Some(1), &args))
+/// The registry's epoch and floor.
+pub fn read_registry(client: &mut SpiClient) -> Registry {
+    let row = first_row(client.update(sql::READ_REGISTRY, Some(1), &[]))
         .unwrap_or_else(|| panic!("idgen: idgen_registry has no row; reinstall the extension"));
-    let floor: TimestampWithTimeZone = column(&row, 3);
-    column::<bool>(&row, 1)
-        .then(|| Registry { epoch: column(&row, 2), floor: (!floor.is_neg_infinity()).then_some(floor) })
+    let floor: TimestampWithTimeZone = column(&row, 2);
+    Registry { epoch: column(&row, 1), floor: (!floor.is_neg_infinity()).then_some(floor) }
+}
+
+/// Serialises claims that give `node` a new row, without waiting: false when
+/// another transaction holds its guard (see `idgen_core::guard`).
+pub fn take_identity_guard(client: &mut SpiClient, node: &NodeIdentity) -> bool {
+    let args = [guard::identity_guard(node).into()];
+    first_value::<bool>(client.update(sql::TAKE_GUARD, Some(1), &args)).unwrap_or(false)
 }
 
 /// Step 1, part 1: the caller's own held row, if its watermark is further
@@ -220,7 +223,7 @@ pub fn release(
     let sql = sql::RELEASE;
     let mut args = holding_args(held, Some(margin_secs));
     args.push(reported.into());
-    first_value::<i32>(client.update(sql, Some(1), &args)).is_some()
+    first_value::<i64>(client.update(sql, Some(1), &args)).is_some()
 }
 
 /// What a backend's check of its lease found.

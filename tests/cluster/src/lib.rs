@@ -89,7 +89,7 @@ impl Notices {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claimed {
     pub machine_id: i16,
-    pub version: i32,
+    pub version: i64,
     pub outcome: String,
 }
 
@@ -107,7 +107,7 @@ pub fn heartbeat(
     machine_id: i16,
     host: &str,
     port: i32,
-    version: i32,
+    version: i64,
 ) -> Result<(), postgres::Error> {
     call_with_holding(client, "idgen_heartbeat", service, machine_id, host, port, version).map(|_| ())
 }
@@ -118,7 +118,7 @@ pub fn release(
     machine_id: i16,
     host: &str,
     port: i32,
-    version: i32,
+    version: i64,
 ) -> Result<bool, postgres::Error> {
     call_with_holding(client, "idgen_release", service, machine_id, host, port, version).map(|row| row.get(0))
 }
@@ -131,7 +131,7 @@ fn call_with_holding(
     machine_id: i16,
     host: &str,
     port: i32,
-    version: i32,
+    version: i64,
 ) -> Result<postgres::Row, postgres::Error> {
     client.query_one(
         &format!("SELECT {function}($1, $2, $3::text::inet, $4, $5)"),
@@ -185,7 +185,7 @@ pub fn registry_snapshot(client: &mut Client) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendLease {
     pub machine_id: i16,
-    pub version: i32,
+    pub version: i64,
     pub backend_slot: i32,
     pub ids_issued: i64,
     pub uncommitted: bool,

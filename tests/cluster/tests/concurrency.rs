@@ -14,7 +14,14 @@ fn two_hundred_concurrent_claims_get_two_hundred_distinct_ids() {
             thread::spawn(move || {
                 let mut client = db.connect();
                 start.wait();
-                claim(&mut client, "crowd", &format!("10.2.{}.{}", i / 100, i % 100), 7000 + i).unwrap()
+                // As the client contract says: 55P03 (here: two new identities sharing a guard at
+                // the same moment) is retried.
+                loop {
+                    match claim(&mut client, "crowd", &format!("10.2.{}.{}", i / 100, i % 100), 7000 + i) {
+                        Err(err) if sqlstate(&err) == "55P03" => continue,
+                        result => return result.unwrap(),
+                    }
+                }
             })
         })
         .collect();

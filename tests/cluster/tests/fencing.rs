@@ -44,7 +44,7 @@ fn after_a_takeover_the_old_holders_heartbeat_fails_with_55000() {
     let row = admin
         .query_one("SELECT host::text, version, released_at IS NULL FROM system_nodes WHERE machine_id = 7", &[])
         .unwrap();
-    assert_eq!((row.get::<_, String>(0), row.get::<_, i32>(1), row.get::<_, bool>(2)), ("10.0.0.2/32".into(), 2, true));
+    assert_eq!((row.get::<_, String>(0), row.get::<_, i64>(1), row.get::<_, bool>(2)), ("10.0.0.2/32".into(), 2, true));
 }
 
 #[test]
@@ -121,7 +121,7 @@ fn a_released_id_cools_down_for_others_but_not_for_its_holder() {
             &[],
         )
         .unwrap();
-    let taken = (row.get::<_, i16>(0), row.get::<_, i32>(1), row.get::<_, String>(2));
+    let taken = (row.get::<_, i16>(0), row.get::<_, i64>(1), row.get::<_, String>(2));
     assert_eq!(taken, (5, 5, "released".to_owned()));
     assert!(row.get::<_, bool>(3), "not_before is the released holder's watermark");
     // Releasing what you no longer hold changes nothing and warns.

@@ -396,8 +396,8 @@ fn attack(name: &str, planter: &str, grant_create: bool) {
              CREATE SEQUENCE public.hijack_calls;
              GRANT USAGE, SELECT ON SEQUENCE public.hijack_calls TO PUBLIC;
              GRANT EXECUTE ON FUNCTION public.idgen_claim(text, inet, integer),
-                 public.idgen_heartbeat(text, smallint, inet, integer, integer, timestamptz),
-                 public.idgen_release(text, smallint, inet, integer, integer, timestamptz) TO {planter};
+                 public.idgen_heartbeat(text, smallint, inet, integer, bigint, timestamptz),
+                 public.idgen_release(text, smallint, inet, integer, bigint, timestamptz) TO {planter};
              GRANT CREATE ON SCHEMA public TO {planter};"
         ))
         .unwrap();

@@ -38,8 +38,8 @@ fn a_service_role_needs_a_grant_and_never_writes_the_table_directly() {
     admin
         .batch_execute(&format!(
             "GRANT EXECUTE ON FUNCTION idgen_claim(text, inet, integer), \
-                 idgen_heartbeat(text, smallint, inet, integer, integer, timestamptz), \
-                 idgen_release(text, smallint, inet, integer, integer, timestamptz) TO {SERVICE_ROLE}"
+                 idgen_heartbeat(text, smallint, inet, integer, bigint, timestamptz), \
+                 idgen_release(text, smallint, inet, integer, bigint, timestamptz) TO {SERVICE_ROLE}"
         ))
         .unwrap();
     as_service_role(
@@ -52,10 +52,10 @@ fn a_service_role_needs_a_grant_and_never_writes_the_table_directly() {
     for sql in ["SELECT * FROM system_nodes", "UPDATE system_nodes SET version = 99", "DELETE FROM system_nodes"] {
         assert_eq!(sqlstate(&as_service_role(&mut admin, sql).expect_err(sql)), "42501", "{sql}");
     }
-    let version: i32 = admin.query_one("SELECT version FROM system_nodes", &[]).unwrap().get(0);
+    let version: i64 = admin.query_one("SELECT version FROM system_nodes", &[]).unwrap().get(0);
     assert_eq!(version, 2, "claimed at 1, released to 2, through the functions only");
     settings_are_for_superusers_only(&db);
-    admin.batch_execute(&format!("REVOKE ALL ON FUNCTION idgen_claim(text, inet, integer), idgen_heartbeat(text, smallint, inet, integer, integer, timestamptz), idgen_release(text, smallint, inet, integer, integer, timestamptz) FROM {SERVICE_ROLE}")).unwrap();
+    admin.batch_execute(&format!("REVOKE ALL ON FUNCTION idgen_claim(text, inet, integer), idgen_heartbeat(text, smallint, inet, integer, bigint, timestamptz), idgen_release(text, smallint, inet, integer, bigint, timestamptz) FROM {SERVICE_ROLE}")).unwrap();
 }
 
 #[test]

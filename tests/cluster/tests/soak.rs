@@ -63,7 +63,7 @@ impl XorShift {
 }
 
 /// One grant: the machine id, at a version, to a node.
-type GrantKey = (i16, i32);
+type GrantKey = (i16, i64);
 
 /// A grant's life as its node lived it: from the claim's answer to the moment it stopped issuing.
 #[derive(Debug, Clone)]
@@ -196,7 +196,7 @@ impl Node {
             }
         };
         let granted_at = Instant::now();
-        let (machine_id, version, outcome, not_before_ms): (i16, i32, String, i64) =
+        let (machine_id, version, outcome, not_before_ms): (i16, i64, String, i64) =
             (row.get(0), row.get(1), row.get(2), row.get(3));
         *tally.outcomes.entry(outcome.clone()).or_default() += 1;
         self.running = Some(Running {

@@ -83,8 +83,8 @@ fn an_update_keeps_rows_and_grants_and_gives_every_row_a_watermark() {
         )
         .unwrap();
     let node: i16 = 0;
-    let before: Vec<(String, i16, i32)> = client
-        .query("SELECT service, machine_id, version FROM system_nodes ORDER BY 1, 2", &[])
+    let before: Vec<(String, i16, i64)> = client
+        .query("SELECT service, machine_id, version::bigint FROM system_nodes ORDER BY 1, 2", &[])
         .unwrap()
         .iter()
         .map(|r| (r.get(0), r.get(1), r.get(2)))
@@ -95,8 +95,8 @@ fn an_update_keeps_rows_and_grants_and_gives_every_row_a_watermark() {
     let version: String =
         client.query_one("SELECT extversion FROM pg_extension WHERE extname = 'idgen'", &[]).unwrap().get(0);
     assert_eq!(version, "0.2.0");
-    let after: Vec<(String, i16, i32)> = client
-        .query("SELECT service, machine_id, version FROM system_nodes ORDER BY 1, 2", &[])
+    let after: Vec<(String, i16, i64)> = client
+        .query("SELECT service, machine_id, version::bigint FROM system_nodes ORDER BY 1, 2", &[])
         .unwrap()
         .iter()
         .map(|r| (r.get(0), r.get(1), r.get(2)))
@@ -124,8 +124,8 @@ fn an_update_keeps_rows_and_grants_and_gives_every_row_a_watermark() {
         .query_one(
             "SELECT format('%s %s %s %s',
                  has_function_privilege('idgen_t_upgrade_svc', 'idgen_claim(text, inet, integer)', 'EXECUTE'),
-                 has_function_privilege('idgen_t_upgrade_svc', 'idgen_heartbeat(text, smallint, inet, integer, integer, timestamptz)', 'EXECUTE'),
-                 has_function_privilege('idgen_t_upgrade_svc', 'idgen_release(text, smallint, inet, integer, integer, timestamptz)', 'EXECUTE'),
+                 has_function_privilege('idgen_t_upgrade_svc', 'idgen_heartbeat(text, smallint, inet, integer, bigint, timestamptz)', 'EXECUTE'),
+                 has_function_privilege('idgen_t_upgrade_svc', 'idgen_release(text, smallint, inet, integer, bigint, timestamptz)', 'EXECUTE'),
                  has_function_privilege('public', 'idgen_claim(text, inet, integer)', 'EXECUTE'))",
             &[],
         )

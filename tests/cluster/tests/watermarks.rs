@@ -30,7 +30,7 @@ impl Clock for NodeClock {
 #[derive(Debug)]
 struct Grant {
     machine_id: i16,
-    version: i32,
+    version: i64,
     outcome: String,
     not_before_ms: i64,
 }
@@ -266,7 +266,7 @@ fn a_truncated_and_restored_registry_fences_leases_of_the_old_epoch() {
     next_id(&mut backend).unwrap();
     let warned = notices.take().iter().any(|n| n.severity() == "WARNING" && n.message().contains("is no longer held"));
     assert!(warned, "a lease granted in another epoch is dropped at its next check");
-    let version: i32 = backend
+    let version: i64 = backend
         .query_one("SELECT version FROM idgen_backend_leases() WHERE service = current_database()", &[])
         .unwrap()
         .get(0);
