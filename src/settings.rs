@@ -1,6 +1,10 @@
-//! The idgen.* settings. Only a superuser may change them (PGC_SUSET), except
-//! `idgen.service`, which any session may set to choose its service. Each has a
-//! range here, and the core's `ClaimPolicy::validate` checks how they relate.
+//! The idgen.* settings. The thresholds that holders compute their leases with
+//! and claimants take ids back by are the same for every session of the
+//! cluster (PGC_SIGHUP: postgresql.conf or ALTER SYSTEM, then a reload): one
+//! claimant with shorter ones could take an id from a holder inside its lease.
+//! `idgen.node_host` and `idgen.max_clock_backward` are superuser-only
+//! (PGC_SUSET); `idgen.service` is any session's choice. Each has a range here,
+//! and the core's `ClaimPolicy::validate` checks how they relate.
 
 use idgen_core::policy::DAY;
 use idgen_core::{ClaimPolicy, IdgenError};
@@ -64,7 +68,7 @@ pub fn register() {
             setting,
             min as i32,
             max as i32,
-            GucContext::Suset,
+            GucContext::Sighup,
             GucFlags::UNIT_S,
         );
     };

@@ -62,17 +62,21 @@ fn settings_have_the_documented_defaults() {
          idgen.node_host=127.0.0.1, idgen.release_cooldown=60s, idgen.service=, \
          idgen.takeover_idle_1d=86400s, idgen.takeover_idle_1h=3600s, idgen.takeover_idle_7d=604800s"
     );
-    // Only the choice of service is open to every session.
+    // The thresholds are one for the whole cluster; the choice of service is open to every session.
     let contexts = one::<String>(
-        "SELECT string_agg(context || ':' || name, ',' ORDER BY name) FROM pg_settings WHERE name LIKE 'idgen.%' AND context <> 'superuser'",
+        "SELECT string_agg(context || ':' || name, ',' ORDER BY name) FROM pg_settings WHERE name LIKE 'idgen.%'",
     );
-    assert_eq!(contexts, "user:idgen.service");
+    assert_eq!(
+        contexts,
+        "sighup:idgen.heartbeat_interval,sighup:idgen.lease_safety_margin,superuser:idgen.max_clock_backward,\
+         superuser:idgen.node_host,sighup:idgen.release_cooldown,user:idgen.service,sighup:idgen.takeover_idle_1d,\
+         sighup:idgen.takeover_idle_1h,sighup:idgen.takeover_idle_7d"
+    );
 }
 
-#[pg_test(error = "idgen settings are inconsistent")]
-fn inconsistent_settings_refuse_claims() {
+#[pg_test(error = "parameter \"idgen.takeover_idle_1h\" cannot be changed now")]
+fn thresholds_cannot_be_set_for_one_session() {
     Spi::run("SET LOCAL idgen.takeover_idle_1h = '2d'").unwrap();
-    Spi::run("SELECT idgen_claim('inconsistent', '10.0.0.5', 8080)").unwrap();
 }
 
 #[pg_test]

@@ -265,3 +265,72 @@ impl ClockCluster {
 pub fn real_unix_secs() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64()
 }
+
+/// Cluster-wide settings (`ALTER SYSTEM` + reload) on a cluster, in force until dropped. idgen's
+/// thresholds are PGC_SIGHUP: a test that needs other values must change them for every session,
+/// so it runs on the clock-step cluster and takes its turn there.
+pub struct SystemSettings {
+    dsn: String,
+    names: Vec<String>,
+}
+
+impl SystemSettings {
+    pub fn set(cluster_dsn: &str, settings: &[(&str, &str)]) -> SystemSettings {
+        let dsn = format!("{cluster_dsn} dbname=postgres");
+        let mut admin = Client::connect(&dsn, NoTls).unwrap();
+        // ALTER SYSTEM checks the names: they are known once idgen is loaded.
+        admin.batch_execute("LOAD 'idgen'").unwrap();
+        for (name, value) in settings {
+            admin.batch_execute(&format!("ALTER SYSTEM SET {name} = '{value}'")).unwrap();
+        }
+        let names = settings.iter().map(|(n, _)| n.to_string()).collect();
+        let applied = SystemSettings { dsn, names };
+        applied.reload(settings);
+        applied
+    }
+
+    /// Reloads and waits until a new session sees every value (the reload is asynchronous).
+    fn reload(&self, expected: &[(&str, &str)]) {
+        let mut admin = Client::connect(&self.dsn, NoTls).unwrap();
+        admin.batch_execute("SELECT pg_reload_conf()").unwrap();
+        loop {
+            let mut fresh = Client::connect(&self.dsn, NoTls).unwrap();
+            fresh.batch_execute("LOAD 'idgen'").unwrap();
+            let all_seen = expected.iter().all(|(name, value)| {
+                let wanted: String = fresh
+                    .query_one("SELECT $1::text::interval = current_setting($2)::interval", &[value, name])
+                    .map(|r| r.get::<_, bool>(0).to_string())
+                    .unwrap();
+                wanted == "true"
+            });
+            if all_seen {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for SystemSettings {
+    fn drop(&mut self) {
+        let Ok(mut admin) = Client::connect(&self.dsn, NoTls) else { return };
+        let _ = admin.batch_execute("LOAD 'idgen'");
+        for name in &self.names {
+            let _ = admin.batch_execute(&format!("ALTER SYSTEM RESET {name}"));
+        }
+        let _ = admin.batch_execute("SELECT pg_reload_conf()");
+        let defaults: Vec<(&str, String)> = self
+            .names
+            .iter()
+            .map(|n| {
+                let default: String = admin
+                    .query_one("SELECT boot_val || coalesce(unit, '') FROM pg_settings WHERE name = $1", &[n])
+                    .map(|r| r.get(0))
+                    .unwrap_or_default();
+                (n.as_str(), default)
+            })
+            .collect();
+        let expected: Vec<(&str, &str)> = defaults.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        self.reload(&expected);
+    }
+}

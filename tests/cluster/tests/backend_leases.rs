@@ -64,7 +64,6 @@ fn a_verification_rolled_back_is_done_again_before_the_next_id() {
     let db = TestDb::create("verify_rollback");
     let service = db.name.clone();
     let mut client = db.connect();
-    client.batch_execute("SET idgen.heartbeat_interval = '1s'").unwrap();
     next_id(&mut client).unwrap();
     let seen = |c: &mut postgres::Client| -> String {
         c.query_one("SELECT last_seen::text FROM system_nodes WHERE service = $1", &[&service]).unwrap().get(0)
@@ -154,7 +153,7 @@ fn a_verification_finding_its_row_locked_fails_at_once_with_55p03() {
     let mut backend = db.connect();
     // The other transaction holds the row until the end: waiting for it could only end by this
     // timeout, whose 55P03 says "lock timeout"; idgen's says the entry "is busy".
-    backend.batch_execute("SET idgen.heartbeat_interval = '1s'; SET lock_timeout = '5s'").unwrap();
+    backend.batch_execute("SET lock_timeout = '5s'").unwrap();
     next_id(&mut backend).unwrap();
     let mut other = db.connect();
     other.batch_execute("BEGIN").unwrap();

@@ -106,6 +106,10 @@ fn settings_are_for_superusers_only(db: &TestDb) {
     assert_eq!(lease, "00:55:00", "the placeholder did not shorten the lease");
     let shown: String = fresh.query_one("SHOW idgen.takeover_idle_1h", &[]).unwrap().get(0);
     assert_eq!(shown, "1h");
+    // Once idgen is loaded: thresholds cannot be set per session by anyone (55P02), the
+    // superuser-only settings not by this role (42501).
     let err = fresh.batch_execute("SET idgen.takeover_idle_1h = '20min'").unwrap_err();
-    assert_eq!(sqlstate(&err), "42501");
+    assert_eq!(sqlstate(&err), "55P02", "{err:?}");
+    let err = fresh.batch_execute("SET idgen.max_clock_backward = '10s'").unwrap_err();
+    assert_eq!(sqlstate(&err), "42501", "{err:?}");
 }

@@ -1,5 +1,6 @@
 //! A bounded soak of service nodes on real time: 16 nodes contend for 6 free
-//! machine ids with take-back ages of seconds (set for this database only).
+//! machine ids with take-back ages of seconds (set cluster-wide on the
+//! clock-step cluster, whose clock stays real here).
 //! Nodes mint IDs with the core's generator while their lease lasts,
 //! heartbeat with their watermark, and at random release, crash, or lose the
 //! database for longer than the 1-hour tier (still minting until their lease
@@ -213,11 +214,13 @@ impl Node {
 
 #[test]
 fn holders_never_overlap_and_no_id_is_minted_twice_through_takebacks_fencing_and_partitions() {
-    let db = Arc::new(TestDb::create("soak"));
+    // The thresholds are cluster-wide: the soak runs on the clock-step cluster (its clock left real),
+    // where no other test runs meanwhile.
+    let cluster = ClockCluster::from_env();
+    cluster.set("+0");
+    let _settings = SystemSettings::set(&cluster.dsn, &SETTINGS);
+    let db = Arc::new(TestDb::create_on(&cluster.dsn, "soak"));
     let mut admin = db.connect();
-    for (name, value) in SETTINGS {
-        admin.batch_execute(&format!("ALTER DATABASE {} SET {name} = '{value}'", db.name)).unwrap();
-    }
     let free: Vec<i16> = (0..FREE_IDS).collect();
     fill_registry_except(&mut admin, "soak", &free);
     // The other ids stay busy for good: contention is among the soak's nodes.
@@ -315,5 +318,4 @@ fn holders_never_overlap_and_no_id_is_minted_twice_through_takebacks_fencing_and
         tally.ids.len()
     );
     assert!(takebacks > 0 && tally.fenced > 0, "the soak must exercise take-backs and fencing");
-    admin.batch_execute(&format!("ALTER DATABASE {} RESET ALL", db.name)).unwrap();
 }

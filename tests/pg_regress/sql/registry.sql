@@ -36,9 +36,8 @@ SELECT idgen_release('orders', NULL, '10.0.0.1', 1, 1);
 \set VERBOSITY terse
 SELECT idgen_heartbeat('orders', 0::smallint, '10.0.0.5', 8080, 2, clock_timestamp() + interval '3 days');
 \set VERBOSITY default
+-- Thresholds are one for the whole cluster: not per session.
 SET idgen.takeover_idle_1d = '30min';
-SELECT * FROM idgen_claim('orders', '10.0.0.1', 1);
-RESET idgen.takeover_idle_1d;
 
 -- Settings, with units.
 SELECT name, setting, unit, context FROM pg_settings WHERE name LIKE 'idgen.%' ORDER BY name;

@@ -1,0 +1,84 @@
+//! Thresholds are one for the whole cluster (PGC_SIGHUP): they follow postgresql.conf or
+//! ALTER SYSTEM, cannot differ per session, role or database, and fail closed when inconsistent.
+//! These tests change them on the clock-step cluster, one at a time.
+
+use idgen_cluster_tests::*;
+use std::sync::{Mutex, MutexGuard};
+
+static TURN: Mutex<()> = Mutex::new(());
+
+fn turn() -> (ClockCluster, MutexGuard<'static, ()>) {
+    let turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let cluster = ClockCluster::from_env();
+    cluster.set("+0");
+    (cluster, turn)
+}
+
+#[test]
+fn thresholds_follow_the_settings() {
+    let (cluster, _turn) = turn();
+    let db = TestDb::create_on(&cluster.dsn, "thresholds");
+    let mut admin = db.connect();
+    fill_registry(&mut admin, "svc");
+    admin
+        .batch_execute("UPDATE system_nodes SET last_seen = now() - interval '20 minutes' WHERE machine_id = 3")
+        .unwrap();
+    let err = claim(&mut admin, "svc", "10.0.0.1", 1).unwrap_err();
+    assert_eq!(sqlstate(&err), "53000", "20 minutes idle is not enough at the default 1 hour");
+    let _settings = SystemSettings::set(
+        &cluster.dsn,
+        &[("idgen.takeover_idle_1h", "15min"), ("idgen.lease_safety_margin", "1min")],
+    );
+    let mut admin = db.connect();
+    let c = claim(&mut admin, "svc", "10.0.0.1", 1).unwrap();
+    assert_eq!((c.machine_id, c.outcome.as_str()), (3, "idle_1h"));
+    // The lease follows too: last heartbeat + 15 min - 1 min.
+    let lease_until: String =
+        admin.query_one("SELECT idgen_heartbeat('svc', 3::smallint, '10.0.0.1', 1, 2)::text", &[]).unwrap().get(0);
+    // The heartbeat set last_seen: the lease runs from the write, whenever it landed.
+    let lease: String = admin
+        .query_one(
+            "SELECT ($1::text::timestamptz - last_seen)::text FROM system_nodes WHERE machine_id = 3",
+            &[&lease_until],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(lease, "00:14:00");
+}
+
+#[test]
+fn inconsistent_settings_stop_claims_and_heartbeats() {
+    let (cluster, _turn) = turn();
+    let db = TestDb::create_on(&cluster.dsn, "bad_settings");
+    let c = claim(&mut db.connect(), "svc", "10.0.0.1", 1).unwrap();
+    let _settings = SystemSettings::set(&cluster.dsn, &[("idgen.heartbeat_interval", "1h")]);
+    let mut admin = db.connect();
+    for err in [
+        claim(&mut admin, "svc", "10.0.0.2", 1).unwrap_err(),
+        heartbeat(&mut admin, "svc", c.machine_id, "10.0.0.1", 1, c.version).unwrap_err(),
+    ] {
+        let e = db_error(&err);
+        assert_eq!((e.code().code(), e.message()), ("22023", "idgen settings are inconsistent"));
+        assert!(
+            e.detail().unwrap().starts_with("idgen.heartbeat_interval (1h) must be shorter than the lease"),
+            "{:?}",
+            e.detail()
+        );
+    }
+}
+
+#[test]
+fn thresholds_cannot_differ_per_session_role_or_database() {
+    let (cluster, _turn) = turn();
+    let db = TestDb::create_on(&cluster.dsn, "settings_scope");
+    let mut admin = db.connect();
+    admin.batch_execute("LOAD 'idgen'").unwrap();
+    for attempt in [
+        "SET idgen.takeover_idle_1h = '10min'".to_owned(),
+        "ALTER ROLE postgres SET idgen.takeover_idle_1h = '10min'".to_owned(),
+        format!("ALTER DATABASE {} SET idgen.release_cooldown = '0'", db.name),
+    ] {
+        let err = admin.batch_execute(&attempt).expect_err(&attempt);
+        assert_eq!(sqlstate(&err), "55P02", "{attempt}: {err:?}");
+    }
+}
