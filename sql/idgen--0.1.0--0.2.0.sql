@@ -134,6 +134,23 @@ COMMENT ON TABLE idgen_claim_guards IS
     'Row locks that serialise claims of one node identity, and inserts of one new machine id, without waiting (FOR UPDATE SKIP LOCKED). Private to the extension owner, so no other role can hold them.';
 COMMENT ON COLUMN idgen_claim_guards.bucket IS 'A guard: node identities and new machine ids hash onto 65,536 of them.';
 REVOKE ALL ON idgen_claim_guards FROM PUBLIC;
+
+-- Which roles may act for which service (besides superusers and the extension owner;
+-- a database's own backends may use the service named like the database). Managed by
+-- idgen_grant_service and idgen_revoke_service; dumped, and restored by role name.
+CREATE TABLE idgen_service_members (
+    service    VARCHAR(64) NOT NULL,
+    member     REGROLE NOT NULL,
+    granted_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (service, member)
+);
+COMMENT ON TABLE idgen_service_members IS
+    'Roles that may claim, heartbeat and release the machine ids of a service, and use it in idgen_next_id (besides superusers, the extension owner, and a database''s own backends for the service named like the database). Managed with idgen_grant_service and idgen_revoke_service.';
+COMMENT ON COLUMN idgen_service_members.service IS 'The service.';
+COMMENT ON COLUMN idgen_service_members.member IS 'A role that may act for the service; so may the roles that are members of it.';
+COMMENT ON COLUMN idgen_service_members.granted_at IS 'When the grant was made.';
+SELECT pg_catalog.pg_extension_config_dump('idgen_service_members', '');
+REVOKE ALL ON idgen_service_members FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idgen_registry_rows_removed() FROM PUBLIC;
 
 -- Functions whose signature changed. DROP loses their grants: keep them and grant them again.
@@ -227,6 +244,31 @@ COMMENT ON FUNCTION idgen_release(text, smallint, inet, integer, bigint, timesta
 REVOKE EXECUTE ON FUNCTION idgen_claim(text, inet, integer) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idgen_heartbeat(text, smallint, inet, integer, bigint, timestamptz) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idgen_release(text, smallint, inet, integer, bigint, timestamptz) FROM PUBLIC;
+
+CREATE  FUNCTION "idgen_grant_service"(
+	"service" TEXT, /* Option < & str > */
+	"role" TEXT /* Option < & str > */
+) RETURNS bool /* bool */
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path TO pg_catalog, @extschema@, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'idgen_grant_service_wrapper';
+CREATE  FUNCTION "idgen_revoke_service"(
+	"service" TEXT, /* Option < & str > */
+	"role" TEXT /* Option < & str > */
+) RETURNS bool /* bool */
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path TO pg_catalog, @extschema@, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'idgen_revoke_service_wrapper';
+
+COMMENT ON FUNCTION idgen_grant_service(text, text) IS
+    'Let a role (and its members) claim, heartbeat and release the machine ids of a service and use it in idgen_next_id(service); also grants it EXECUTE on idgen_claim, idgen_heartbeat and idgen_release. Returns true when the grant is new. Superusers and the extension owner only.';
+COMMENT ON FUNCTION idgen_revoke_service(text, text) IS
+    'Take a service back from a role; returns true when it had been granted. EXECUTE on the registry functions stays (the role may act for other services). Superusers and the extension owner only.';
+-- Who may act for which service is decided by superusers and the extension owner only.
+REVOKE EXECUTE ON FUNCTION idgen_grant_service(text, text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idgen_revoke_service(text, text) FROM PUBLIC;
 
 DO $$
 DECLARE

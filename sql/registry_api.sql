@@ -11,3 +11,11 @@ COMMENT ON FUNCTION idgen_release(text, smallint, inet, integer, bigint, timesta
 REVOKE EXECUTE ON FUNCTION idgen_claim(text, inet, integer) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idgen_heartbeat(text, smallint, inet, integer, bigint, timestamptz) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idgen_release(text, smallint, inet, integer, bigint, timestamptz) FROM PUBLIC;
+
+COMMENT ON FUNCTION idgen_grant_service(text, text) IS
+    'Let a role (and its members) claim, heartbeat and release the machine ids of a service and use it in idgen_next_id(service); also grants it EXECUTE on idgen_claim, idgen_heartbeat and idgen_release. Returns true when the grant is new. Superusers and the extension owner only.';
+COMMENT ON FUNCTION idgen_revoke_service(text, text) IS
+    'Take a service back from a role; returns true when it had been granted. EXECUTE on the registry functions stays (the role may act for other services). Superusers and the extension owner only.';
+-- Who may act for which service is decided by superusers and the extension owner only.
+REVOKE EXECUTE ON FUNCTION idgen_grant_service(text, text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idgen_revoke_service(text, text) FROM PUBLIC;

@@ -11,12 +11,14 @@
 use crate::clock::{timestamptz, unix_ms, SystemClock};
 use crate::errors::{or_raise, raise, report};
 use crate::privilege::as_extension_owner;
+use crate::registry::access;
 use crate::registry::claim::claim;
 use crate::registry::store::{self, BackendCheck};
 use crate::settings;
 use idgen_core::generator::{Clock, Stop};
 use idgen_core::input;
 use idgen_core::lease::{BackendLeases, Terms};
+use idgen_core::watermark::HolderKind;
 use idgen_core::{messages, watermark, IdgenError, Layout};
 use once_cell::sync::OnceCell;
 use parking_lot::Mutex;
@@ -91,7 +93,8 @@ pub fn next_id_of_session_service(function: &str) -> i64 {
     next_id(function, &service, |name| Ok(name.to_owned()))
 }
 
-fn database_name() -> &'static str {
+/// The current database's name (read once).
+pub fn database_name() -> &'static str {
     DATABASE_NAME.get_or_init(|| {
         // SAFETY: reads the catalog for this backend's own database.
         let name = unsafe { pg_sys::get_database_name(pg_sys::MyDatabaseId) };
@@ -110,6 +113,9 @@ fn renew(function: &str, service: &str) {
     let (on_standby, read_only, subxact) =
         unsafe { (pg_sys::RecoveryInProgress(), pg_sys::XactReadOnly, pg_sys::GetCurrentSubTransactionId()) };
     let writable = !(on_standby || read_only);
+    // The role calling idgen_next_id: the check below runs with the extension owner's rights.
+    // SAFETY: backend-local state.
+    let caller = unsafe { pg_sys::GetUserId() };
     let (holding, terms) = {
         let mut state = STATE.lock();
         let lease = state.leases.get(service);
@@ -154,6 +160,7 @@ fn renew(function: &str, service: &str) {
         if !writable {
             raise(messages::no_lease_read_only(function, service, on_standby));
         }
+        Spi::connect_mut(|client| access::authorize(client, function, HolderKind::Backend, caller, service));
         let node = or_raise(input::backend_identity(service.to_owned(), &settings::node_host(), server_port(), slot()));
         let claimed = or_raise(claim(function, &node, &policy, &Layout::DEFAULT, max_backward_ms));
         let terms = Terms {

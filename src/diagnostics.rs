@@ -1,5 +1,6 @@
 //! Alerts for the person on call: a WARNING to the client, a LOG line that
-//! always reaches the server log, and a NOTIFY on `idgen_alert`.
+//! always reaches the server log, and a NOTIFY on `idgen_alert` without the
+//! holders' addresses (any role can LISTEN).
 
 use idgen_core::messages::{Alert, ALERT_CHANNEL};
 use pgrx::pg_sys::panic::ErrorReport;
@@ -9,7 +10,7 @@ use pgrx::{PgLogLevel, PgSqlErrorCode};
 /// Raises an alert in a transaction that goes on to commit.
 pub fn alert(alert: &Alert) {
     warn_and_log(alert);
-    let payload = alert.payload.to_string();
+    let payload = alert.for_listeners().to_string();
     Spi::run_with_args(crate::registry::sql::NOTIFY_ALERT, &[ALERT_CHANNEL.into(), payload.into()])
         .unwrap_or_else(|e| panic!("idgen: could not send NOTIFY {ALERT_CHANNEL}: {e}"));
 }

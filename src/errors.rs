@@ -17,6 +17,8 @@ fn error_code(state: SqlState) -> PgSqlErrorCode {
         SqlState::DatetimeFieldOverflow => PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
         SqlState::SystemError => PgSqlErrorCode::ERRCODE_SYSTEM_ERROR,
         SqlState::FeatureNotSupported => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+        SqlState::InsufficientPrivilege => PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+        SqlState::UndefinedObject => PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
         SqlState::Warning => PgSqlErrorCode::ERRCODE_WARNING,
     }
 }

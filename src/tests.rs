@@ -82,13 +82,16 @@ fn thresholds_cannot_be_set_for_one_session() {
 #[pg_test]
 fn every_registry_object_explains_itself() {
     let uncommented_columns = one::<i64>(
-        "SELECT count(*) FROM pg_attribute a WHERE a.attrelid IN ('system_nodes'::regclass, 'idgen_registry'::regclass) \
+        "SELECT count(*) FROM pg_attribute a WHERE a.attrelid IN ('system_nodes'::regclass, 'idgen_registry'::regclass, \
+             'idgen_claim_guards'::regclass, 'idgen_service_members'::regclass) \
          AND a.attnum > 0 AND NOT a.attisdropped AND col_description(a.attrelid, a.attnum) IS NULL",
     );
     assert_eq!(uncommented_columns, 0);
     assert!(one::<bool>(
         "SELECT obj_description('system_nodes'::regclass, 'pg_class') IS NOT NULL \
             AND obj_description('idgen_registry'::regclass, 'pg_class') IS NOT NULL \
+            AND obj_description('idgen_claim_guards'::regclass, 'pg_class') IS NOT NULL \
+            AND obj_description('idgen_service_members'::regclass, 'pg_class') IS NOT NULL \
             AND obj_description('system_nodes_node_identity'::regclass, 'pg_class') IS NOT NULL \
             AND (SELECT bool_and(obj_description(oid, 'pg_trigger') IS NOT NULL) FROM pg_trigger \
                  WHERE tgrelid = 'system_nodes'::regclass AND NOT tgisinternal)"
@@ -109,24 +112,29 @@ fn every_registry_object_explains_itself() {
          SELECT format('%s/%s', count(*), count(*) FILTER (WHERE obj_description(m.oid, m.catalog) IS NULL)) \
          FROM member m JOIN pg_depend d ON d.objid = m.oid AND d.deptype = 'e' JOIN ext ON d.refobjid = ext.oid",
     );
-    assert_eq!(members, "12/0", "11 functions and the idgen_id_parts type, none without a comment");
+    assert_eq!(members, "14/0", "13 functions and the idgen_id_parts type, none without a comment");
 }
 
 #[pg_test]
 fn the_registry_is_dumped_and_closed_to_public() {
     assert!(one::<bool>(
-        "SELECT 'system_nodes'::regclass = ANY (extconfig) FROM pg_extension WHERE extname = 'idgen'"
+        "SELECT 'system_nodes'::regclass = ANY (extconfig) AND 'idgen_service_members'::regclass = ANY (extconfig) \
+         FROM pg_extension WHERE extname = 'idgen'"
     ));
     let public_can = one::<String>(
-        "SELECT format('%s %s %s %s %s %s', \
+        "SELECT format('%s %s %s %s %s %s %s %s %s %s', \
            has_function_privilege('public', 'idgen_claim(text, inet, integer)', 'EXECUTE'), \
            has_function_privilege('public', 'idgen_heartbeat(text, smallint, inet, integer, bigint, timestamptz)', 'EXECUTE'), \
            has_function_privilege('public', 'idgen_release(text, smallint, inet, integer, bigint, timestamptz)', 'EXECUTE'), \
            has_table_privilege('public', 'system_nodes', 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE'), \
            has_table_privilege('public', 'idgen_registry', 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE'), \
-           has_function_privilege('public', 'idgen_registry_rows_removed()', 'EXECUTE'))",
+           has_function_privilege('public', 'idgen_registry_rows_removed()', 'EXECUTE'), \
+           has_table_privilege('public', 'idgen_claim_guards', 'SELECT, UPDATE'), \
+           has_table_privilege('public', 'idgen_service_members', 'SELECT, INSERT, UPDATE, DELETE'), \
+           has_function_privilege('public', 'idgen_grant_service(text, text)', 'EXECUTE'), \
+           has_function_privilege('public', 'idgen_revoke_service(text, text)', 'EXECUTE'))",
     );
-    assert_eq!(public_can, "f f f f f f");
+    assert_eq!(public_can, "f f f f f f f f f f");
     // The column default must work for every role: the generator is open to PUBLIC.
     assert!(one::<bool>(
         "SELECT has_function_privilege('public', 'idgen_next_id()', 'EXECUTE') \

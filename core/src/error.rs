@@ -30,6 +30,10 @@ pub enum SqlState {
     SystemError,
     /// 0A000: PREPARE TRANSACTION after idgen wrote this backend's lease.
     FeatureNotSupported,
+    /// 42501: the calling role may not act for the service.
+    InsufficientPrivilege,
+    /// 42704: a role named in an argument does not exist.
+    UndefinedObject,
     /// 01000: a WARNING, not an error (for example a release of what is not held).
     Warning,
 }
@@ -48,6 +52,8 @@ impl SqlState {
             SqlState::DatetimeFieldOverflow => "22008",
             SqlState::SystemError => "58000",
             SqlState::FeatureNotSupported => "0A000",
+            SqlState::InsufficientPrivilege => "42501",
+            SqlState::UndefinedObject => "42704",
             SqlState::Warning => "01000",
         }
     }

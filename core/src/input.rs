@@ -151,6 +151,15 @@ pub fn machine_id_in_layout(function: &str, layout: &Layout, machine_id: Option<
     Ok(machine_id)
 }
 
+/// A role name argument: required, non-empty.
+pub fn role_name(function: &str, role: Option<&str>) -> Result<String, IdgenError> {
+    let role = required(function, "role", role)?;
+    if role.is_empty() {
+        return Err(bad_value(function, "role", "must not be empty"));
+    }
+    Ok(role.to_owned())
+}
+
 pub fn positive_version(function: &str, version: Option<i64>) -> Result<i64, IdgenError> {
     let version = required(function, "version", version)?;
     if version <= 0 {

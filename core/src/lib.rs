@@ -2,6 +2,7 @@
 //! unit-tested with `cargo test -p idgen-core`, and used by the extension's
 //! thin SQL edge.
 //!
+//! - [`access`]: which role may act for which service.
 //! - [`layout`]: how a 64-bit ID is cut into time, machine id and sequence.
 //! - [`generator`]: one backend's Snowflake generator over an injectable clock.
 //! - [`lease`]: a backend's leases and how they follow its transactions.
@@ -12,6 +13,7 @@
 //! - [`messages`]: the errors, warnings and alerts people read.
 //! - [`error`]: errors as values with their SQLSTATE.
 
+pub mod access;
 pub mod error;
 pub mod generator;
 pub mod guard;

@@ -44,6 +44,19 @@ pub struct Alert {
     pub payload: serde_json::Value,
 }
 
+impl Alert {
+    /// What listeners of `idgen_alert` get: any role can LISTEN, so the holders' addresses,
+    /// ports, slots and versions stay in the server log and the claimant's WARNING.
+    pub fn for_listeners(&self) -> serde_json::Value {
+        let mut payload = self.payload.clone();
+        if let Some(fields) = payload.as_object_mut() {
+            fields.remove("holder");
+            fields.remove("previous_holder");
+        }
+        payload
+    }
+}
+
 /// The registry has no row for this identity at this version: ownership moved.
 pub fn ownership_lost(function: &str, held: &Holding, now: Option<&RowFacts>) -> IdgenError {
     let n = &held.node;
@@ -608,5 +621,23 @@ mod tests {
     fn no_hint_advises_a_reconnect_that_would_reissue_time() {
         let behind = clock_behind("idgen_next_id", 10_000, 2_000);
         assert!(!behind.hint.unwrap().contains(", or reconnect"));
+    }
+
+    #[test]
+    fn listeners_hear_no_addresses() {
+        let alert = takeover_alert(
+            "idgen_claim",
+            Outcome::Idle1h,
+            &node("10.0.0.9", 9090),
+            5,
+            8,
+            &row("10.0.0.7", 8080, 7, None),
+        );
+        let heard = alert.for_listeners();
+        assert_eq!(
+            heard,
+            json!({"event": "idle_1h_takeover", "service": "orders", "machine_id": 5, "idle_seconds": 3780})
+        );
+        assert!(alert.payload["previous_holder"]["host"] == "10.0.0.7", "the log keeps them");
     }
 }

@@ -3,12 +3,14 @@
 //! owner (SECURITY DEFINER, search_path pinned), so callers need EXECUTE on
 //! them and no right at all on `system_nodes`.
 
+use super::access;
 use super::claim::claim;
 use super::store;
 use crate::clock::{timestamptz, unix_ms, SystemClock};
 use crate::errors::{or_raise, raise, report};
 use crate::settings::{self, claim_policy};
 use idgen_core::generator::Clock;
+use idgen_core::watermark::HolderKind;
 use idgen_core::{input, messages, watermark, Layout};
 use pgrx::datum::{Inet, TimestampWithTimeZone};
 use pgrx::prelude::*;
@@ -23,6 +25,14 @@ fn ensure_registry_writable(function: &str) {
     if on_standby || read_only {
         raise(messages::read_only(function, on_standby));
     }
+}
+
+/// Refuses (42501) a calling role that may not act for `service`: what it may
+/// see of other nodes (the DETAILs of fencing and releases) is its own service's.
+fn may_act_for(function: &str, service: &str) {
+    Spi::connect_mut(|client| {
+        access::authorize(client, function, HolderKind::Service, access::calling_role(), service)
+    });
 }
 
 /// Claims a machine id for a service node; see the README's client contract.
@@ -45,6 +55,7 @@ fn idgen_claim(
     const F: &str = "idgen_claim";
     ensure_registry_writable(F);
     let node = or_raise(input::node_identity(F, service, host.as_deref(), port));
+    may_act_for(F, &node.service);
     let policy = or_raise(claim_policy());
     let claimed = or_raise(claim(F, &node, &policy, &Layout::DEFAULT, settings::max_clock_backward_ms()));
     let not_before = timestamptz(claimed.not_before_unix_ms).expect("claim times fit timestamptz");
@@ -81,6 +92,7 @@ fn idgen_heartbeat(
     const F: &str = "idgen_heartbeat";
     ensure_registry_writable(F);
     let held = or_raise(input::holding(F, &Layout::DEFAULT, service, machine_id, host.as_deref(), port, version));
+    may_act_for(F, &held.node.service);
     let reported = reported_watermark(F, issued_until);
     let policy = or_raise(claim_policy());
     Spi::connect_mut(|client| match store::heartbeat(client, &held, policy.lease_secs(), reported) {
@@ -106,6 +118,7 @@ fn idgen_release(
     const F: &str = "idgen_release";
     ensure_registry_writable(F);
     let held = or_raise(input::holding(F, &Layout::DEFAULT, service, machine_id, host.as_deref(), port, version));
+    may_act_for(F, &held.node.service);
     let reported = reported_watermark(F, issued_until);
     let policy = or_raise(claim_policy());
     Spi::connect_mut(|client| {

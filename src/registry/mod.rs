@@ -1,10 +1,12 @@
 //! The machine-id registry: `system_nodes` and the functions that write it.
 //!
+//! - `access`: which role may act for which service, and idgen_grant_service / idgen_revoke_service.
 //! - `claim`: runs the core's claim policy (the tier order lives in `idgen_core::policy`).
 //! - `sql`: every statement run with the extension owner's rights, and the rule they follow.
 //! - `store`: runs those statements with their parameters.
 //! - `api`: the SQL functions `idgen_claim`, `idgen_heartbeat`, `idgen_release`.
 
+pub mod access;
 pub mod api;
 pub mod claim;
 pub mod sql;

@@ -288,9 +288,36 @@ pub const EXTENSION_OWNER_AND_SCHEMA: &str =
 /// An alert to listeners of `idgen_alert` ($1 the channel, $2 the payload).
 pub const NOTIFY_ALERT: &str = "SELECT pg_catalog.pg_notify($1, $2)";
 
+/// Who the calling role $1 is, for service $2: its name, superuser, extension owner, member of the service.
+pub const CALLER_STANDING: &str = "SELECT r.rolname::text, r.rolsuper, r.oid OPERATOR(pg_catalog.=) e.extowner, \
+     EXISTS (SELECT FROM idgen_service_members m WHERE m.service OPERATOR(pg_catalog.=) $2 \
+             AND pg_catalog.pg_has_role($1, m.member::pg_catalog.oid, 'MEMBER')) \
+     FROM pg_catalog.pg_roles r, pg_catalog.pg_extension e \
+     WHERE r.oid OPERATOR(pg_catalog.=) $1 AND e.extname OPERATOR(pg_catalog.=) 'idgen'::name";
+
+/// The role named $1 (as `pg_roles` shows it), if any.
+pub const ROLE_BY_NAME: &str =
+    "SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) $1::name";
+
+/// Grants service $1 to role $2; true when the grant is new.
+pub const GRANT_SERVICE: &str =
+    "INSERT INTO idgen_service_members (service, member) VALUES ($1, $2::pg_catalog.regrole) \
+     ON CONFLICT DO NOTHING RETURNING true";
+
+/// The statement that lets role $1 call the three registry functions (quoted from the catalog).
+pub const GRANT_EXECUTE_STATEMENT: &str = "SELECT pg_catalog.format('GRANT EXECUTE ON FUNCTION %s, %s, %s TO %I', \
+     'idgen_claim(text,inet,integer)'::pg_catalog.regprocedure, \
+     'idgen_heartbeat(text,smallint,inet,integer,bigint,timestamptz)'::pg_catalog.regprocedure, \
+     'idgen_release(text,smallint,inet,integer,bigint,timestamptz)'::pg_catalog.regprocedure, r.rolname) \
+     FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) $1";
+
+/// Revokes service $1 from role $2; true when there was a grant.
+pub const REVOKE_SERVICE: &str = "DELETE FROM idgen_service_members m WHERE m.service OPERATOR(pg_catalog.=) $1 \
+     AND m.member::pg_catalog.oid OPERATOR(pg_catalog.=) $2 RETURNING true";
+
 /// Every statement, by name, for the meta-test (tests/cluster/tests/hijack.rs includes this file).
 #[allow(dead_code)]
-pub const ALL: [(&str, &str); 18] = [
+pub const ALL: [(&str, &str); 23] = [
     ("TAKE_RELEASED", TAKE_RELEASED),
     ("TAKE_IDLE", TAKE_IDLE),
     ("READ_REGISTRY", READ_REGISTRY),
@@ -309,4 +336,9 @@ pub const ALL: [(&str, &str); 18] = [
     ("READ_BACKEND_LEASE", READ_BACKEND_LEASE),
     ("EXTENSION_OWNER_AND_SCHEMA", EXTENSION_OWNER_AND_SCHEMA),
     ("NOTIFY_ALERT", NOTIFY_ALERT),
+    ("CALLER_STANDING", CALLER_STANDING),
+    ("ROLE_BY_NAME", ROLE_BY_NAME),
+    ("GRANT_SERVICE", GRANT_SERVICE),
+    ("GRANT_EXECUTE_STATEMENT", GRANT_EXECUTE_STATEMENT),
+    ("REVOKE_SERVICE", REVOKE_SERVICE),
 ];

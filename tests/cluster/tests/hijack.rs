@@ -395,9 +395,7 @@ fn attack(name: &str, planter: &str, grant_create: bool) {
              GRANT INSERT, SELECT ON public.hijack_log TO PUBLIC;
              CREATE SEQUENCE public.hijack_calls;
              GRANT USAGE, SELECT ON SEQUENCE public.hijack_calls TO PUBLIC;
-             GRANT EXECUTE ON FUNCTION public.idgen_claim(text, inet, integer),
-                 public.idgen_heartbeat(text, smallint, inet, integer, bigint, timestamptz),
-                 public.idgen_release(text, smallint, inet, integer, bigint, timestamptz) TO {planter};
+             SELECT public.idgen_grant_service('svc', '{planter}'), public.idgen_grant_service('another', '{planter}');
              GRANT CREATE ON SCHEMA public TO {planter};"
         ))
         .unwrap();

@@ -35,13 +35,7 @@ fn a_service_role_needs_a_grant_and_never_writes_the_table_directly() {
     }
 
     // The grant the README tells a DBA to give.
-    admin
-        .batch_execute(&format!(
-            "GRANT EXECUTE ON FUNCTION idgen_claim(text, inet, integer), \
-                 idgen_heartbeat(text, smallint, inet, integer, bigint, timestamptz), \
-                 idgen_release(text, smallint, inet, integer, bigint, timestamptz) TO {SERVICE_ROLE}"
-        ))
-        .unwrap();
+    admin.batch_execute(&format!("SELECT idgen_grant_service('svc', '{SERVICE_ROLE}')")).unwrap();
     as_service_role(
         &mut admin,
         "SELECT * FROM idgen_claim('svc', '10.0.0.1', 1);
@@ -55,7 +49,7 @@ fn a_service_role_needs_a_grant_and_never_writes_the_table_directly() {
     let version: i64 = admin.query_one("SELECT version FROM system_nodes", &[]).unwrap().get(0);
     assert_eq!(version, 2, "claimed at 1, released to 2, through the functions only");
     settings_are_for_superusers_only(&db);
-    admin.batch_execute(&format!("REVOKE ALL ON FUNCTION idgen_claim(text, inet, integer), idgen_heartbeat(text, smallint, inet, integer, bigint, timestamptz), idgen_release(text, smallint, inet, integer, bigint, timestamptz) FROM {SERVICE_ROLE}")).unwrap();
+    admin.batch_execute(&format!("SELECT idgen_revoke_service('svc', '{SERVICE_ROLE}'); REVOKE ALL ON FUNCTION idgen_claim(text, inet, integer), idgen_heartbeat(text, smallint, inet, integer, bigint, timestamptz), idgen_release(text, smallint, inet, integer, bigint, timestamptz) FROM {SERVICE_ROLE}")).unwrap();
 }
 
 #[test]
@@ -79,11 +73,19 @@ fn a_callers_search_path_cannot_redirect_the_registry_functions() {
         (r.get(0), r.get(1), r.get(2))
     };
     assert_eq!(counts, (1, 0, 0));
-    let pinned: i64 = admin
-        .query_one("SELECT count(*) FROM pg_proc WHERE proname LIKE 'idgen\\_%' AND prosecdef AND proconfig::text LIKE '%search_path=pg_catalog, public, pg_temp%'", &[])
-        .unwrap()
-        .get(0);
-    assert_eq!(pinned, 3, "claim, heartbeat and release are SECURITY DEFINER with a pinned search_path");
+    let (definers, pinned): (i64, i64) = admin
+        .query_one(
+            "SELECT count(*), count(*) FILTER (WHERE proconfig::text LIKE '%search_path=pg_catalog,%') FROM pg_proc \
+             WHERE proname LIKE 'idgen\\_%' AND prosecdef",
+            &[],
+        )
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!(
+        (definers, pinned),
+        (6, 6),
+        "claim, heartbeat, release, grant, revoke and the removal trigger: SECURITY DEFINER, search_path pinned"
+    );
 }
 
 /// Before idgen is loaded in a session, SET of an idgen.* name only makes a
@@ -112,4 +114,64 @@ fn settings_are_for_superusers_only(db: &TestDb) {
     assert_eq!(sqlstate(&err), "55P02", "{err:?}");
     let err = fresh.batch_execute("SET idgen.max_clock_backward = '10s'").unwrap_err();
     assert_eq!(sqlstate(&err), "42501", "{err:?}");
+}
+
+/// The privileges matrix the README shows: each role against each entry point, "ok" or the SQLSTATE.
+#[test]
+fn privileges_matrix() {
+    let db = TestDb::create("matrix");
+    let mut admin = db.connect();
+    let roles = ["idgen_t_m_dbowner", "idgen_t_m_granted", "idgen_t_m_ungranted", "idgen_t_m_inserter"];
+    for role in roles.iter().chain(&["idgen_t_m_bystander"]) {
+        admin
+            .batch_execute(&format!(
+                "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN CREATE ROLE {role} LOGIN; END IF; END $$"
+            ))
+            .unwrap();
+    }
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE {} OWNER TO idgen_t_m_dbowner;
+             SELECT idgen_grant_service('svc', 'idgen_t_m_granted');
+             CREATE TABLE t (id bigint PRIMARY KEY DEFAULT idgen_next_id(), n int);
+             GRANT INSERT ON t TO idgen_t_m_inserter, idgen_t_m_dbowner;",
+            db.name
+        ))
+        .unwrap();
+    let cells = [
+        ("idgen_claim", "SELECT * FROM idgen_claim('svc', '10.1.0.1', 1)"),
+        ("idgen_heartbeat", "SELECT idgen_heartbeat('svc', m, '10.1.0.1', 1, v) FROM (SELECT * FROM idgen_claim('svc', '10.1.0.1', 1)) c(m, v)"),
+        ("idgen_release", "SELECT idgen_release('svc', m, '10.1.0.1', 1, v) FROM (SELECT * FROM idgen_claim('svc', '10.1.0.1', 1)) c(m, v)"),
+        ("idgen_next_id()", "SELECT idgen_next_id()"),
+        ("idgen_next_id('svc')", "SELECT idgen_next_id('svc')"),
+        ("INSERT (DEFAULT idgen_next_id())", "INSERT INTO t (n) VALUES (1)"),
+        ("idgen_grant_service", "SELECT idgen_grant_service('svc', 'idgen_t_m_bystander')"),
+        ("SELECT system_nodes", "SELECT count(*) FROM system_nodes"),
+    ];
+    let mut matrix = Vec::new();
+    for role in ["postgres"].into_iter().chain(roles) {
+        let mut client = postgres::Client::connect(&format!("{} user={role}", db.dsn()), postgres::NoTls).unwrap();
+        let row: Vec<String> = cells
+            .iter()
+            .map(|(_, sql)| match client.batch_execute(sql) {
+                Ok(()) => "ok".to_owned(),
+                Err(err) => sqlstate(&err).to_owned(),
+            })
+            .collect();
+        matrix.push((role, row));
+    }
+    let expected = [
+        ("postgres", ["ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok"]),
+        ("idgen_t_m_dbowner", ["42501", "42501", "42501", "ok", "42501", "ok", "42501", "42501"]),
+        ("idgen_t_m_granted", ["ok", "ok", "ok", "ok", "ok", "42501", "42501", "42501"]),
+        ("idgen_t_m_ungranted", ["42501", "42501", "42501", "ok", "42501", "42501", "42501", "42501"]),
+        ("idgen_t_m_inserter", ["42501", "42501", "42501", "ok", "42501", "ok", "42501", "42501"]),
+    ];
+    for ((role, row), (expected_role, expected_row)) in matrix.iter().zip(expected) {
+        assert_eq!((*role, row.as_slice()), (expected_role, expected_row.map(String::from).as_slice()), "{matrix:?}");
+    }
+    admin.batch_execute(&format!("ALTER DATABASE {} OWNER TO postgres", db.name)).unwrap();
+    for role in roles {
+        admin.batch_execute(&format!("DROP OWNED BY {role}")).unwrap();
+    }
 }

@@ -1,0 +1,81 @@
+//! Which role may act for which service.
+//!
+//! A service's machine ids are claimed, renewed and released by superusers, by
+//! the extension's owner, and by roles granted the service
+//! (`idgen_grant_service`, directly or through a role they are a member of).
+//! A database's own backends may also use the service named like the database
+//! without a grant: the single-database case needs no setup.
+
+use crate::error::{IdgenError, SqlState};
+use crate::watermark::HolderKind;
+
+/// What the registry knows of the calling role, for one service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Caller {
+    pub role: String,
+    pub superuser: bool,
+    pub extension_owner: bool,
+    /// Granted the service (directly or through membership).
+    pub member: bool,
+}
+
+/// Refuses, with 42501, a caller who may not act for `service`.
+pub fn may_act_for(
+    function: &str,
+    kind: HolderKind,
+    caller: &Caller,
+    service: &str,
+    database: &str,
+) -> Result<(), IdgenError> {
+    let own_database = kind == HolderKind::Backend && service == database;
+    if caller.superuser || caller.extension_owner || caller.member || own_database {
+        return Ok(());
+    }
+    Err(IdgenError::new(
+        SqlState::InsufficientPrivilege,
+        format!("{function}: role \"{}\" may not act for service \"{service}\"", caller.role),
+    )
+    .detail("Machine ids of a service are claimed, renewed and released by superusers, the extension's owner, and roles granted the service with idgen_grant_service; a database's own backends may use the service named like the database.")
+    .hint(format!(
+        "A superuser can grant it: SELECT idgen_grant_service('{}', '{}');",
+        service.replace('\'', "''"),
+        caller.role.replace('\'', "''")
+    )))
+}
+
+/// `idgen_grant_service` / `idgen_revoke_service` named a role that does not exist.
+pub fn unknown_role(function: &str, role: &str) -> IdgenError {
+    IdgenError::new(SqlState::UndefinedObject, format!("{function}: role \"{role}\" does not exist"))
+        .hint("Pass the role's name as SELECT rolname FROM pg_roles shows it.")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caller(superuser: bool, owner: bool, member: bool) -> Caller {
+        Caller { role: "app".into(), superuser, extension_owner: owner, member }
+    }
+
+    #[test]
+    fn superusers_owners_and_members_may_act_for_any_service() {
+        for c in [caller(true, false, false), caller(false, true, false), caller(false, false, true)] {
+            assert!(may_act_for("idgen_claim", HolderKind::Service, &c, "orders", "shop").is_ok(), "{c:?}");
+        }
+    }
+
+    #[test]
+    fn backends_may_use_their_database_service_and_nothing_else_ungranted() {
+        let nobody = caller(false, false, false);
+        assert!(may_act_for("idgen_next_id", HolderKind::Backend, &nobody, "shop", "shop").is_ok());
+        // A service node (or an idgen_claim call) gets no such default.
+        assert!(may_act_for("idgen_claim", HolderKind::Service, &nobody, "shop", "shop").is_err());
+        let err = may_act_for("idgen_next_id", HolderKind::Backend, &nobody, "o'rders", "shop").unwrap_err();
+        assert_eq!(err.sqlstate.code(), "42501");
+        assert_eq!(err.message, "idgen_next_id: role \"app\" may not act for service \"o'rders\"");
+        assert_eq!(
+            err.hint.as_deref(),
+            Some("A superuser can grant it: SELECT idgen_grant_service('o''rders', 'app');")
+        );
+    }
+}
