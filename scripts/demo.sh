@@ -19,8 +19,11 @@ SELECT * FROM idgen_claim('orders', '10.0.0.5', 8080);
 SELECT * FROM idgen_claim('orders', '10.0.0.6', 8080);
 \echo '-- the first restarts on the same address: same machine id, next version'
 SELECT * FROM idgen_claim('orders', '10.0.0.5', 8080);
-\echo '-- it heartbeats with its version; the registry renews its lease'
-SELECT idgen_heartbeat('orders', 0::smallint, '10.0.0.5', 8080, 2) AS lease_until;
+\echo '-- it heartbeats with its version and its watermark (its own clock); the registry renews its lease'
+SELECT idgen_heartbeat('orders', 0::smallint, '10.0.0.5', 8080, 2, clock_timestamp()) AS lease_until;
+\echo '-- the orders service runs as its own role, which may act for orders and nothing else'
+DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'orders_svc') THEN CREATE ROLE orders_svc LOGIN; END IF; END $$;
+SELECT idgen_grant_service('orders', 'orders_svc') AS granted;
 \echo '-- a table keyed by the generator; this backend joins the "orders" service with a machine id of its own'
 CREATE TABLE purchases (id bigint PRIMARY KEY DEFAULT idgen_next_id(), item text);
 SET idgen.service = 'orders';
@@ -29,7 +32,7 @@ SELECT p.id, d.ts, d.machine_id, d.sequence, p.item FROM purchases p, idgen_deco
 \echo '-- the lease this backend holds'
 SELECT service, machine_id, version, backend_slot, ids_issued, lease_until FROM idgen_backend_leases();
 \echo '-- the registry: two service nodes and one database backend share the id space of "orders"'
-SELECT service, machine_id, host, port, backend_slot, version, last_seen FROM system_nodes ORDER BY service, machine_id;
+SELECT service, machine_id, host, port, backend_slot, version, last_seen, issued_until FROM system_nodes ORDER BY service, machine_id;
 SQL
 
 cat <<MSG

@@ -1,7 +1,8 @@
 //! The registry's SQL functions. Each validates its arguments, reads the
 //! settings, and hands over to `claim` or `store`. They run as the extension
 //! owner (SECURITY DEFINER, search_path pinned), so callers need EXECUTE on
-//! them and no right at all on `system_nodes`.
+//! them and a grant of the service (`idgen_grant_service` gives both), and no
+//! right at all on `system_nodes`.
 
 use super::access;
 use super::claim::claim;

@@ -334,3 +334,30 @@ impl Drop for SystemSettings {
         self.reload(&expected);
     }
 }
+
+/// Waits until the server's clock has passed `timestamp` (a timestamptz as text): waiting for a
+/// condition, however long the machine takes, never for a fixed time.
+pub fn wait_until_server_clock_passes(client: &mut Client, timestamp: &str) {
+    while !client
+        .query_one("SELECT clock_timestamp() > $1::text::timestamptz", &[&timestamp])
+        .unwrap()
+        .get::<_, bool>(0)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// The watermark (`issued_until`, as text) of this connection's lease for `service`.
+pub fn backend_watermark(backend: &mut Client, service: &str) -> String {
+    backend
+        .query_one("SELECT issued_until::text FROM idgen_backend_leases() WHERE service = $1", &[&service])
+        .unwrap()
+        .get(0)
+}
+
+/// Waits until the server's clock has passed the watermark of `backend`'s lease for `service`,
+/// so that its next `idgen_next_id` checks the lease in the registry.
+pub fn wait_past_backend_watermark(backend: &mut Client, service: &str) {
+    let until = backend_watermark(backend, service);
+    wait_until_server_clock_passes(backend, &until);
+}

@@ -101,10 +101,7 @@ fn a_taken_over_backend_reclaims_before_its_next_id_and_never_stamps_past_its_wa
         .unwrap()
         .get(0);
     // Once the clock has passed the watermark, the backend cannot issue another ID without a lease check.
-    while !admin.query_one("SELECT clock_timestamp() > $1::text::timestamptz", &[&watermark]).unwrap().get::<_, bool>(0)
-    {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until_server_clock_passes(&mut admin, &watermark);
     let after: Vec<i64> = (0..50).map(|_| next_id(&mut backend).unwrap()).collect();
 
     let warnings = notices.take();
@@ -199,10 +196,7 @@ fn read_only_transactions_issue_only_below_the_watermark_the_last_write_recorded
         }
         Err(err) => assert_eq!(sqlstate(&err), "25006", "{err:?}"),
     }
-    while !client.query_one("SELECT clock_timestamp() > $1::text::timestamptz", &[&written]).unwrap().get::<_, bool>(0)
-    {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until_server_clock_passes(&mut client, &written);
     let err = next_id(&mut client).unwrap_err();
     assert_eq!(sqlstate(&err), "25006", "{err:?}");
     assert!(db_error(&err).message().contains("cannot be renewed in a read-only transaction"), "{err:?}");

@@ -345,22 +345,13 @@ fn call_everything(attacker: &mut Client, admin: &mut Client, service: &str) {
     // Backends: the column default, a lease check once the window has passed, a lost lease.
     attacker.batch_execute("CREATE TABLE t (id bigint PRIMARY KEY DEFAULT idgen_next_id(), n int)").unwrap();
     attacker.batch_execute("INSERT INTO t (n) SELECT generate_series(1, 100)").unwrap();
-    let until: String = attacker
-        .query_one("SELECT issued_until::text FROM idgen_backend_leases() WHERE service = $1", &[&service])
-        .unwrap()
-        .get(0);
-    while !admin.query_one("SELECT clock_timestamp() > $1::text::timestamptz", &[&until]).unwrap().get::<_, bool>(0) {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    // (Waited for on the admin's connection: the attacker's has traps planted on its path.)
+    let until = backend_watermark(attacker, service);
+    wait_until_server_clock_passes(admin, &until);
     attacker.batch_execute("INSERT INTO t (n) VALUES (101)").unwrap();
     admin.execute("UPDATE public.system_nodes SET version = version + 1 WHERE service = $1", &[&service]).unwrap();
-    let until: String = attacker
-        .query_one("SELECT issued_until::text FROM idgen_backend_leases() WHERE service = $1", &[&service])
-        .unwrap()
-        .get(0);
-    while !admin.query_one("SELECT clock_timestamp() > $1::text::timestamptz", &[&until]).unwrap().get::<_, bool>(0) {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    let until = backend_watermark(attacker, service);
+    wait_until_server_clock_passes(admin, &until);
     attacker.batch_execute("INSERT INTO t (n) VALUES (102)").unwrap(); // lost: warns, claims anew
     attacker.batch_execute("BEGIN READ ONLY; SELECT idgen_next_id(); ROLLBACK").ok();
     attacker.batch_execute("ROLLBACK").ok();

@@ -230,17 +230,6 @@ fn next_id(client: &mut Client) -> Result<i64, postgres::Error> {
     client.query_one("SELECT idgen_next_id()", &[]).map(|r| r.get(0))
 }
 
-/// Waits until the server's clock has passed this backend's watermark, so its next call checks its lease.
-fn wait_past_watermark(client: &mut Client) {
-    let until: String = client
-        .query_one("SELECT issued_until::text FROM idgen_backend_leases() WHERE service = current_database()", &[])
-        .unwrap()
-        .get(0);
-    while !client.query_one("SELECT clock_timestamp() > $1::text::timestamptz", &[&until]).unwrap().get::<_, bool>(0) {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-}
-
 #[test]
 fn a_truncated_and_restored_registry_fences_leases_of_the_old_epoch() {
     let db = TestDb::create("truncate_epoch");
@@ -262,7 +251,7 @@ fn a_truncated_and_restored_registry_fences_leases_of_the_old_epoch() {
         .unwrap()
         .get(0);
     assert!(floor_covers, "the floor keeps the truncated rows' watermarks");
-    wait_past_watermark(&mut backend);
+    wait_past_backend_watermark(&mut backend, &db.name);
     next_id(&mut backend).unwrap();
     let warned = notices.take().iter().any(|n| n.severity() == "WARNING" && n.message().contains("is no longer held"));
     assert!(warned, "a lease granted in another epoch is dropped at its next check");
@@ -308,7 +297,7 @@ fn create_extension_beside_other_sessions_grants_nothing_before_they_have_checke
         .get(0);
     assert_eq!(g.not_before_ms, floor_ms);
     // The backend finds its lease gone at its next check, and cannot claim before the floor.
-    wait_past_watermark(&mut backend);
+    wait_past_backend_watermark(&mut backend, &db.name);
     let err = next_id(&mut backend).unwrap_err();
     assert_eq!(sqlstate(&err), "55000", "{err:?}");
     // Created with nobody else connected, a registry has no floor.
