@@ -10,7 +10,6 @@ PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
 SCRATCH_PORT=${IDGEN_PORT:-28815}
 CLOCK_PORT=${IDGEN_CLOCK_PORT:-28816}
 APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 libclang-dev clang pkg-config libssl-dev sudo faketime)
-LIBFAKETIME=/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
 export USER=${USER:-$(id -un)}
 export PATH="$HOME/.cargo/bin:$PATH"
 
@@ -148,8 +147,17 @@ start_clock_cluster() {
     CLOCK_RESTART=$CLOCK_DIR/restart.sh
     echo "+0" > "$CLOCK_FILE"
     chmod 644 "$CLOCK_FILE"
-    local environment="LD_PRELOAD=$LIBFAKETIME FAKETIME_TIMESTAMP_FILE=$CLOCK_FILE FAKETIME_NO_CACHE=1 DONT_FAKE_MONOTONIC=1 FAKETIME_DONT_FAKE_MONOTONIC=1 TZ=UTC"
+    # The library's path depends on the architecture: ask the package.
+    local libfaketime
+    libfaketime=$(dpkg -L libfaketime | grep '/libfaketime\.so\.1$' | head -n 1)
+    [ -n "$libfaketime" ] || die "libfaketime.so.1 not found (package libfaketime)"
+    local environment="LD_PRELOAD=$libfaketime FAKETIME_TIMESTAMP_FILE=$CLOCK_FILE FAKETIME_NO_CACHE=1 DONT_FAKE_MONOTONIC=1 FAKETIME_DONT_FAKE_MONOTONIC=1 TZ=UTC"
     init_cluster "$CLOCK_DIR" "$CLOCK_PORT"
+    # Tests set idgen's cluster-wide thresholds here with ALTER SYSTEM and reset them when done; a run
+    # killed in between must not leave them to the next one.
+    if [ -f "$CLOCK_DIR/data/postgresql.auto.conf" ]; then
+        as_pg sed -i '/^idgen\./d' "$CLOCK_DIR/data/postgresql.auto.conf"
+    fi
     start_cluster "$CLOCK_DIR" "$CLOCK_PORT" "$environment"
     local runas=""
     is_root && runas="runuser -u postgres --"

@@ -94,7 +94,7 @@ pub fn identity_busy(function: &str, node: &NodeIdentity, machine_id: Option<i16
         Some(id) => format!(
             "Machine id {id} of this node is being claimed, heartbeated, released or taken over by a transaction that has not finished."
         ),
-        None => "Another transaction is claiming a machine id for the same service, host and port and has not finished.".to_owned(),
+        None => "Another transaction is giving a new machine id to this node, or (rarely) to another new node whose identity shares its guard, and has not finished.".to_owned(),
     };
     IdgenError::new(
         SqlState::LockNotAvailable,
