@@ -8,6 +8,7 @@
 //! - [`lease`]: a backend's leases and how they follow its transactions.
 //! - [`policy`]: the claim tiers, their order and thresholds, and the lease.
 //! - [`watermark`]: what a claim must know of the times earlier holders stamped.
+//! - [`history`]: the ownership history's events, and the tenures they show.
 //! - [`guard`]: which private guard row a claim locks instead of an advisory lock.
 //! - [`input`]: validation of the registry functions' arguments.
 //! - [`messages`]: the errors, warnings and alerts people read.
@@ -17,6 +18,7 @@ pub mod access;
 pub mod error;
 pub mod generator;
 pub mod guard;
+pub mod history;
 pub mod input;
 pub mod layout;
 pub mod lease;

@@ -170,6 +170,38 @@ pub fn exhausted(
     (error, alert)
 }
 
+/// A claim left the service more than `threshold` full: `used` of `capacity` machine ids are
+/// held or cooling down (a claim gets none of them without taking it back).
+pub fn capacity_alert(
+    function: &str,
+    claimant: &NodeIdentity,
+    machine_id: i16,
+    new_version: i64,
+    used: i64,
+    capacity: i64,
+    threshold: f64,
+) -> Alert {
+    let fraction = used as f64 / capacity as f64;
+    Alert {
+        message: format!(
+            "{function}: service \"{}\" is {:.0}% full ({used} of {capacity} machine ids in use), above idgen.capacity_alert ({:.0}%)",
+            claimant.service,
+            fraction * 100.0,
+            threshold * 100.0
+        ),
+        payload: json!({
+            "event": "capacity",
+            "service": claimant.service,
+            "machine_id": machine_id,
+            "holder": holder_json(claimant, Some(new_version)),
+            "held": used,
+            "capacity": capacity,
+            "used_fraction": (fraction * 1000.0).round() / 1000.0,
+            "threshold": threshold,
+        }),
+    }
+}
+
 /// A take-back that a person should hear about (the policy alerts on the 1-hour tier):
 /// event `<outcome>_takeover`, e.g. `idle_1h_takeover`.
 pub fn takeover_alert(

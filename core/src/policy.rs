@@ -165,6 +165,84 @@ impl ClaimPolicy {
     }
 }
 
+/// Where a registry row stands, as `idgen_nodes.state` shows it. Derived from the
+/// same thresholds and the same comparisons the claim steps use, so that a row a
+/// view calls `idle_1d` is exactly one the 1-day tier may take back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeState {
+    /// Held, inside its lease: its holder may be issuing IDs.
+    Live,
+    /// Held, past its lease (its holder must have stopped issuing), not yet takeable.
+    PastLease,
+    /// Held and idle long enough for the 1-hour tier (and not the longer ones).
+    Idle1h,
+    /// Held and idle long enough for the 1-day tier.
+    Idle1d,
+    /// Held and idle long enough for the 7-day tier.
+    Idle7d,
+    /// Released less than the cooldown ago: only its last holder may claim it.
+    Cooling,
+    /// Released and past its cooldown: the next claim of the service may take it.
+    Released,
+}
+
+impl NodeState {
+    pub const ALL: [NodeState; 7] = [
+        NodeState::Live,
+        NodeState::PastLease,
+        NodeState::Idle1h,
+        NodeState::Idle1d,
+        NodeState::Idle7d,
+        NodeState::Cooling,
+        NodeState::Released,
+    ];
+
+    /// The label in `idgen_nodes.state`.
+    pub fn label(self) -> &'static str {
+        match self {
+            NodeState::Live => "live",
+            NodeState::PastLease => "past_lease",
+            NodeState::Idle1h => "idle_1h",
+            NodeState::Idle1d => "idle_1d",
+            NodeState::Idle7d => "idle_7d",
+            NodeState::Cooling => "cooling_down",
+            NodeState::Released => "released",
+        }
+    }
+
+    /// True when a claim gets this id without taking it from a holder (a released id past cooldown).
+    pub fn is_free(self) -> bool {
+        self == NodeState::Released
+    }
+}
+
+impl ClaimPolicy {
+    /// The state of a row idle `idle_secs` (since `last_seen`), released
+    /// `released_secs` ago if it was. Ages are measured as the claim measures
+    /// them: a row is past an age when it is strictly older (`last_seen < now - age`).
+    pub fn node_state(&self, idle_secs: f64, released_secs: Option<f64>) -> NodeState {
+        if let Some(released) = released_secs {
+            return if released >= self.release_cooldown_secs as f64 {
+                NodeState::Released
+            } else {
+                NodeState::Cooling
+            };
+        }
+        let past = |age: i64| idle_secs > age as f64;
+        if past(self.takeover_idle_7d_secs) {
+            NodeState::Idle7d
+        } else if past(self.takeover_idle_1d_secs) {
+            NodeState::Idle1d
+        } else if past(self.takeover_idle_1h_secs) {
+            NodeState::Idle1h
+        } else if idle_secs >= self.lease_secs() as f64 {
+            NodeState::PastLease
+        } else {
+            NodeState::Live
+        }
+    }
+}
+
 impl Default for ClaimPolicy {
     fn default() -> Self {
         ClaimPolicy::DEFAULT
@@ -286,5 +364,28 @@ mod tests {
         assert_eq!(human_duration(59), "59s");
         assert_eq!(human_duration(3600), "1h");
         assert_eq!(human_duration(7 * DAY + 2 * HOUR + 3 * MINUTE + 4), "7d 2h 3m 4s");
+    }
+
+    #[test]
+    fn node_states_follow_the_tiers_the_claim_uses() {
+        let p = ClaimPolicy::DEFAULT;
+        let h = HOUR as f64;
+        let cases = [
+            (0.0, None, NodeState::Live),
+            (55.0 * 60.0 - 0.5, None, NodeState::Live),
+            (55.0 * 60.0, None, NodeState::PastLease),
+            (h, None, NodeState::PastLease), // the claim takes rows strictly older than the age
+            (h + 0.5, None, NodeState::Idle1h),
+            (24.0 * h + 1.0, None, NodeState::Idle1d),
+            (7.0 * 24.0 * h + 1.0, None, NodeState::Idle7d),
+            (9.0 * 24.0 * h, Some(59.0), NodeState::Cooling),
+            (0.0, Some(60.0), NodeState::Released),
+        ];
+        for (idle, released, state) in cases {
+            assert_eq!(p.node_state(idle, released), state, "idle {idle}, released {released:?}");
+        }
+        let labels: Vec<&str> = NodeState::ALL.iter().map(|s| s.label()).collect();
+        assert_eq!(labels, ["live", "past_lease", "idle_1h", "idle_1d", "idle_7d", "cooling_down", "released"]);
+        assert!(NodeState::ALL.iter().filter(|s| s.is_free()).eq([NodeState::Released].iter()));
     }
 }
