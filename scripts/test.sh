@@ -22,8 +22,8 @@ stage cargo pgrx test "pg$PG_MAJOR" --runas "$PG_OS_USER" --pgdata "$pgrx_test_d
 
 # cargo pgrx test installed its test build; install the release build, then restart to load it.
 install_extension
-# The 0.1.0 install script, so that tests/cluster/tests/upgrade.rs can start from it.
-as_root install -m 644 tests/upgrade/idgen--0.1.0.sql "$("$PG_CONFIG" --sharedir)/extension/"
+# The 0.1.0 and 0.2.0 install scripts, so that tests/cluster/tests/upgrade.rs can start from them.
+as_root install -m 644 tests/upgrade/idgen--0.1.0.sql tests/upgrade/idgen--0.2.0.sql "$("$PG_CONFIG" --sharedir)/extension/"
 start_scratch_cluster
 start_clock_cluster
 

@@ -9,6 +9,7 @@
 //! one through `registry::claim`, the same code `idgen_claim` runs.
 
 use crate::clock::{timestamptz, unix_ms, SystemClock};
+use crate::diagnostics::history;
 use crate::errors::{or_raise, raise, report};
 use crate::privilege::as_extension_owner;
 use crate::registry::access;
@@ -153,7 +154,10 @@ fn renew(function: &str, service: &str) {
                 BackendCheck::Busy => raise(messages::identity_busy(function, &held.node, Some(held.machine_id))),
                 BackendCheck::Lost(now) => {
                     STATE.lock().leases.get_or_add(service).lost();
-                    report(messages::backend_lease_lost(function, &held, now.as_ref()), PgLogLevel::WARNING);
+                    let warning = messages::backend_lease_lost(function, &held, now.as_ref());
+                    let lost = history::lost_event(&held, &warning, caller);
+                    Spi::connect_mut(|client| history::record_independently(client, lost));
+                    report(warning, PgLogLevel::WARNING);
                 }
             }
         }
@@ -162,7 +166,7 @@ fn renew(function: &str, service: &str) {
         }
         Spi::connect_mut(|client| access::authorize(client, function, HolderKind::Backend, caller, service));
         let node = or_raise(input::backend_identity(service.to_owned(), &settings::node_host(), server_port(), slot()));
-        let claimed = or_raise(claim(function, &node, &policy, &Layout::DEFAULT, max_backward_ms));
+        let claimed = or_raise(claim(function, &node, &policy, &Layout::DEFAULT, max_backward_ms, caller));
         let terms = Terms {
             machine_id: claimed.machine_id as u16,
             version: claimed.version,

@@ -7,7 +7,8 @@
 //! - `ids`: `idgen_next_id` and the functions that read IDs back.
 //! - `backend`: each backend's own leases (hot path, slow path, transaction hooks).
 //! - `privilege`: the slow path's switch to the extension owner's rights.
-//! - `clock`, `settings`, `errors`, `diagnostics`: the small pieces around them.
+//! - `diagnostics`: alerts, the ownership history, and what the views and `idgen_explain` compute.
+//! - `clock`, `settings`, `errors`: the small pieces around them.
 
 use pgrx::prelude::*;
 
@@ -25,6 +26,12 @@ mod settings;
 extension_sql_file!("../sql/types.sql", name = "types", bootstrap);
 extension_sql_file!("../sql/registry.sql", name = "registry");
 extension_sql_file!("../sql/registry_api.sql", name = "registry_api", finalize);
+extension_sql_file!("../sql/history.sql", name = "history", requires = ["registry"]);
+extension_sql_file!(
+    "../sql/diagnostics.sql",
+    name = "diagnostics",
+    requires = ["registry", "history", idgen_policy, idgen_node_state, idgen_node_name, idgen_slot_pid, idgen_explain]
+);
 extension_sql_file!(
     "../sql/generator.sql",
     name = "generator",

@@ -6,7 +6,7 @@
 //! (PGC_SUSET); `idgen.service` is any session's choice. Each has a range here,
 //! and the core's `ClaimPolicy::validate` checks how they relate.
 
-use idgen_core::policy::DAY;
+use idgen_core::policy::{DAY, HOUR};
 use idgen_core::{ClaimPolicy, IdgenError};
 use pgrx::pg_guard;
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
@@ -25,6 +25,8 @@ pub static LEASE_SAFETY_MARGIN: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT
 pub static SERVICE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 pub static NODE_HOST: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"127.0.0.1"));
 pub static MAX_CLOCK_BACKWARD: GucSetting<i32> = GucSetting::<i32>::new(2_000);
+pub static CAPACITY_ALERT: GucSetting<f64> = GucSetting::<f64>::new(0.8);
+pub static HISTORY_RETENTION: GucSetting<i32> = GucSetting::<i32>::new(90 * DAY as i32);
 
 /// Registers the settings; called from `_PG_init`.
 pub fn register() {
@@ -59,6 +61,16 @@ pub fn register() {
         60_000,
         GucContext::Suset,
         GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_float_guc(
+        c"idgen.capacity_alert",
+        c"Fraction of a service's machine ids in use above which a claim raises an idgen_alert.",
+        c"In use: held or cooling down after a release. idgen_capacity and idgen_health() use the same threshold.",
+        &CAPACITY_ALERT,
+        0.0,
+        1.0,
+        GucContext::Sighup,
+        GucFlags::default(),
     );
     let seconds = |name, short, long, setting, min: i64, max: i64| {
         GucRegistry::define_int_guc(
@@ -112,20 +124,42 @@ pub fn register() {
         c"lease_until = last heartbeat + idgen.takeover_idle_1h - this margin. Covers clock skew and heartbeat latency.",
         &LEASE_SAFETY_MARGIN, 0, DAY,
     );
+    seconds(
+        c"idgen.history_retention",
+        c"How long idgen_purge_history() keeps ownership history events.",
+        c"Events older than this are removed by idgen_purge_history(); idgen_health() reports when some are due.",
+        &HISTORY_RETENTION,
+        HOUR,
+        10 * 365 * DAY,
+    );
 }
 
 /// The policy the registry runs by now, refused when the settings contradict each other.
 pub fn claim_policy() -> Result<ClaimPolicy, IdgenError> {
-    let policy = ClaimPolicy {
+    let policy = policy_as_set();
+    policy.validate()?;
+    Ok(policy)
+}
+
+/// The settings as they are, consistent or not (diagnostics show both).
+pub fn policy_as_set() -> ClaimPolicy {
+    ClaimPolicy {
         takeover_idle_7d_secs: TAKEOVER_IDLE_7D.get().into(),
         takeover_idle_1d_secs: TAKEOVER_IDLE_1D.get().into(),
         takeover_idle_1h_secs: TAKEOVER_IDLE_1H.get().into(),
         release_cooldown_secs: RELEASE_COOLDOWN.get().into(),
         heartbeat_interval_secs: HEARTBEAT_INTERVAL.get().into(),
         lease_safety_margin_secs: LEASE_SAFETY_MARGIN.get().into(),
-    };
-    policy.validate()?;
-    Ok(policy)
+    }
+}
+
+/// `idgen.capacity_alert`, a fraction.
+pub fn capacity_alert() -> f64 {
+    CAPACITY_ALERT.get()
+}
+
+pub fn history_retention_secs() -> i64 {
+    HISTORY_RETENTION.get().into()
 }
 
 /// Bumped whenever `idgen.service` takes a new value (SET, RESET, rollback,

@@ -58,7 +58,8 @@ fn settings_have_the_documented_defaults() {
     );
     assert_eq!(
         shown,
-        "idgen.heartbeat_interval=300s, idgen.lease_safety_margin=300s, idgen.max_clock_backward=2000ms, \
+        "idgen.capacity_alert=0.8, idgen.heartbeat_interval=300s, idgen.history_retention=7776000s, \
+         idgen.lease_safety_margin=300s, idgen.max_clock_backward=2000ms, \
          idgen.node_host=127.0.0.1, idgen.release_cooldown=60s, idgen.service=, \
          idgen.takeover_idle_1d=86400s, idgen.takeover_idle_1h=3600s, idgen.takeover_idle_7d=604800s"
     );
@@ -68,7 +69,8 @@ fn settings_have_the_documented_defaults() {
     );
     assert_eq!(
         contexts,
-        "sighup:idgen.heartbeat_interval,sighup:idgen.lease_safety_margin,superuser:idgen.max_clock_backward,\
+        "sighup:idgen.capacity_alert,sighup:idgen.heartbeat_interval,sighup:idgen.history_retention,\
+         sighup:idgen.lease_safety_margin,superuser:idgen.max_clock_backward,\
          superuser:idgen.node_host,sighup:idgen.release_cooldown,user:idgen.service,sighup:idgen.takeover_idle_1d,\
          sighup:idgen.takeover_idle_1h,sighup:idgen.takeover_idle_7d"
     );
@@ -112,7 +114,7 @@ fn every_registry_object_explains_itself() {
          SELECT format('%s/%s', count(*), count(*) FILTER (WHERE obj_description(m.oid, m.catalog) IS NULL)) \
          FROM member m JOIN pg_depend d ON d.objid = m.oid AND d.deptype = 'e' JOIN ext ON d.refobjid = ext.oid",
     );
-    assert_eq!(members, "14/0", "13 functions and the idgen_id_parts type, none without a comment");
+    assert_eq!(members, "22/0", "21 functions and the idgen_id_parts type, none without a comment");
 }
 
 #[pg_test]
@@ -135,6 +137,19 @@ fn the_registry_is_dumped_and_closed_to_public() {
            has_function_privilege('public', 'idgen_revoke_service(text, text)', 'EXECUTE'))",
     );
     assert_eq!(public_can, "f f f f f f f f f f");
+    // The history: dumped, written and purged by idgen only, read through the filtered views.
+    let history = one::<String>(
+        "SELECT format('%s %s %s %s %s %s', \
+           'idgen_history'::regclass = ANY (extconfig) AND 'idgen_history_purged'::regclass = ANY (extconfig) \
+             AND 'idgen_history_event_id_seq'::regclass = ANY (extconfig), \
+           has_table_privilege('public', 'idgen_history', 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE'), \
+           has_table_privilege('public', 'idgen_history_purged', 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE'), \
+           has_function_privilege('public', 'idgen_purge_history(interval)', 'EXECUTE'), \
+           has_function_privilege('public', 'idgen_history_append_only()', 'EXECUTE'), \
+           has_table_privilege('public', 'idgen_nodes', 'SELECT') AND NOT has_table_privilege('public', 'idgen_nodes', 'INSERT')) \
+         FROM pg_extension WHERE extname = 'idgen'",
+    );
+    assert_eq!(history, "t f f f f t");
     // The column default must work for every role: the generator is open to PUBLIC.
     assert!(one::<bool>(
         "SELECT has_function_privilege('public', 'idgen_next_id()', 'EXECUTE') \

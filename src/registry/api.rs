@@ -8,9 +8,12 @@ use super::access;
 use super::claim::claim;
 use super::store;
 use crate::clock::{timestamptz, unix_ms, SystemClock};
+use crate::diagnostics::history;
 use crate::errors::{or_raise, raise, report};
 use crate::settings::{self, claim_policy};
 use idgen_core::generator::Clock;
+use idgen_core::history::EventKind;
+use idgen_core::messages::iso_utc;
 use idgen_core::watermark::HolderKind;
 use idgen_core::{input, messages, watermark, Layout};
 use pgrx::datum::{Inet, TimestampWithTimeZone};
@@ -58,7 +61,8 @@ fn idgen_claim(
     let node = or_raise(input::node_identity(F, service, host.as_deref(), port));
     may_act_for(F, &node.service);
     let policy = or_raise(claim_policy());
-    let claimed = or_raise(claim(F, &node, &policy, &Layout::DEFAULT, settings::max_clock_backward_ms()));
+    let caller = access::calling_role();
+    let claimed = or_raise(claim(F, &node, &policy, &Layout::DEFAULT, settings::max_clock_backward_ms(), caller));
     let not_before = timestamptz(claimed.not_before_unix_ms).expect("claim times fit timestamptz");
     TableIterator::once((
         claimed.machine_id,
@@ -100,7 +104,9 @@ fn idgen_heartbeat(
         Some(lease_until) => lease_until,
         None => {
             let now = store::current_row(client, &held.node.service, held.machine_id);
-            raise(messages::ownership_lost(F, &held, now.as_ref()))
+            let error = messages::ownership_lost(F, &held, now.as_ref());
+            history::record_independently(client, history::lost_event(&held, &error, access::calling_role()));
+            raise(error)
         }
     })
 }
@@ -123,11 +129,19 @@ fn idgen_release(
     let reported = reported_watermark(F, issued_until);
     let policy = or_raise(claim_policy());
     Spi::connect_mut(|client| {
-        if store::release(client, &held, policy.lease_safety_margin_secs, reported) {
+        if let Some((version, issued_until)) = store::release(client, &held, policy.lease_safety_margin_secs, reported)
+        {
+            let mut event = history::event(EventKind::Release, &held.node, access::calling_role());
+            event.machine_id = Some(held.machine_id);
+            event.version = Some(version);
+            event.issued_until = Some(iso_utc(unix_ms(issued_until)));
+            history::record(client, &event);
             return true;
         }
         let now = store::current_row(client, &held.node.service, held.machine_id);
-        report(messages::release_not_held(&held, now.as_ref()), PgLogLevel::WARNING);
+        let warning = messages::release_not_held(&held, now.as_ref());
+        history::record_independently(client, history::lost_event(&held, &warning, access::calling_role()));
+        report(warning, PgLogLevel::WARNING);
         false
     })
 }

@@ -5,13 +5,17 @@
 use super::store::{self, ClaimTimes, OwnRow, Victims, Won};
 use crate::clock::{unix_ms, SystemClock};
 use crate::diagnostics;
+use crate::diagnostics::history;
 use crate::errors::report;
+use crate::settings;
 use idgen_core::generator::Clock;
+use idgen_core::history::EventKind;
 use idgen_core::input::NodeIdentity;
-use idgen_core::messages::{self, WatermarkAhead};
+use idgen_core::messages::{self, iso_utc, RowFacts, WatermarkAhead};
 use idgen_core::watermark::{self, HolderKind};
 use idgen_core::{ClaimPolicy, ClaimStep, IdgenError, Layout, Outcome};
 use pgrx::datum::TimestampWithTimeZone;
+use pgrx::pg_sys;
 use pgrx::spi::{Spi, SpiClient};
 use pgrx::PgLogLevel;
 
@@ -38,17 +42,32 @@ struct Context<'a> {
     node: &'a NodeIdentity,
     layout: &'a Layout,
     times: ClaimTimes,
+    /// The role that called idgen, for the history.
+    caller: pg_sys::Oid,
+}
+
+/// What a claim step won.
+struct Gained {
+    won: Won,
+    outcome: Outcome,
+    /// The holder a take-back took the id from.
+    previous: Option<RowFacts>,
+    /// A reuse of the node's own row that it had released.
+    was_released: bool,
 }
 
 /// Claims a machine id for `node` in the caller's transaction. `function`
 /// names the SQL entry point in messages; `max_clock_backward_ms` is how long
-/// a backend may wait for a watermark.
+/// a backend may wait for a watermark; `caller` is the role that called idgen.
+/// Ownership changes go into the history in this transaction; refusals are
+/// recorded on their own, as the error will roll this transaction back.
 pub fn claim(
     function: &str,
     node: &NodeIdentity,
     policy: &ClaimPolicy,
     layout: &Layout,
     max_clock_backward_ms: i64,
+    caller: pg_sys::Oid,
 ) -> Result<Claim, IdgenError> {
     let kind = if node.backend_slot.is_some() { HolderKind::Backend } else { HolderKind::Service };
     let times = ClaimTimes {
@@ -57,13 +76,14 @@ pub fn claim(
         window_ms: watermark::claim_window_ms(kind, policy),
         takeover_idle_secs: policy.takeover_idle_1h_secs,
     };
-    let cx = Context { function, node, layout, times };
+    let cx = Context { function, node, layout, times, caller };
     Spi::connect_mut(|client| {
         let registry = store::read_registry(client);
         let now = SystemClock.now_unix_ms();
         let floor = registry.floor.map(unix_ms);
         if !watermark::usable(floor, now, times.tolerance_ms) {
-            return Err(messages::registry_floor_ahead(function, floor.unwrap_or(now), now));
+            let error = messages::registry_floor_ahead(function, floor.unwrap_or(now), now);
+            return Err(refused(client, &cx, EventKind::RefusedWatermark, None, error));
         }
         let moved = store::release_own_row_ahead(client, node, &times).map(|(machine_id, bound)| WatermarkAhead {
             machine_id,
@@ -81,18 +101,30 @@ pub fn claim(
             {
                 return Err(messages::identity_busy(function, node, None));
             }
-            if let Some((won, outcome)) = run_step(client, &cx, step)? {
+            if let Some(gained) = run_step(client, &cx, step)? {
+                let won = &gained.won;
                 if let Some(ahead) = &moved {
                     report(messages::moved_past_watermark(function, node, ahead, won.machine_id), PgLogLevel::WARNING);
+                    let mut set_aside = history::event(EventKind::SetAside, node, caller);
+                    set_aside.machine_id = Some(ahead.machine_id);
+                    set_aside.issued_until = Some(iso_utc(ahead.bound_unix_ms));
+                    history::record(client, &set_aside);
                 }
                 let claimed_at_ms = unix_ms(won.claimed_at);
+                let not_before_unix_ms = watermark::not_before(claimed_at_ms, won.bound.map(unix_ms), floor);
+                record_gain(client, &cx, &gained, not_before_unix_ms);
+                // Only claims that take a free id make the service fuller (a take-back from an idle
+                // holder leaves it as full as it was, and the 1-hour tier alerts on its own).
+                if matches!(gained.outcome, Outcome::New | Outcome::Released) || gained.was_released {
+                    alert_if_nearly_full(client, &cx, policy, won);
+                }
                 return Ok(Claim {
                     machine_id: won.machine_id,
                     version: won.version,
-                    outcome,
+                    outcome: gained.outcome,
                     lease_until: won.lease_until,
                     claimed_at: won.claimed_at,
-                    not_before_unix_ms: watermark::not_before(claimed_at_ms, won.bound.map(unix_ms), floor),
+                    not_before_unix_ms,
                     issued_until: won.issued_until,
                     registry_epoch: registry.epoch,
                 });
@@ -100,7 +132,8 @@ pub fn claim(
         }
         if let Some(ahead) = moved {
             // Nothing else is free: the set-aside row must not stay released by a claim that failed.
-            return Err(messages::watermark_ahead(function, node, &ahead));
+            let error = messages::watermark_ahead(function, node, &ahead);
+            return Err(refused(client, &cx, EventKind::RefusedWatermark, Some(ahead.machine_id), error));
         }
         let (held, oldest) = store::least_recently_seen(client, &node.service);
         let (error, alert) = messages::exhausted(
@@ -112,15 +145,68 @@ pub fn claim(
             oldest.as_ref(),
         );
         diagnostics::alert_before_error(&alert);
-        Err(error)
+        Err(refused(client, &cx, EventKind::RefusedFull, None, error))
     })
 }
 
-fn run_step(client: &mut SpiClient, cx: &Context, step: ClaimStep) -> Result<Option<(Won, Outcome)>, IdgenError> {
+/// Records a refused claim where it outlives the rollback the error brings, and passes the error on.
+fn refused(
+    client: &mut SpiClient,
+    cx: &Context,
+    kind: EventKind,
+    machine_id: Option<i16>,
+    error: IdgenError,
+) -> IdgenError {
+    let mut event = history::event(kind, cx.node, cx.caller);
+    event.machine_id = machine_id;
+    event.detail = Some(history::told_text(&error));
+    history::record_independently(client, event);
+    error
+}
+
+/// Records an ownership change. A reuse of a held row is not one (see `idgen_core::history`).
+fn record_gain(client: &mut SpiClient, cx: &Context, gained: &Gained, not_before_unix_ms: i64) {
+    if gained.outcome == Outcome::Reused && !gained.was_released {
+        return;
+    }
+    let won = &gained.won;
+    let mut event = history::event(EventKind::of_claim(gained.outcome), cx.node, cx.caller);
+    event.machine_id = Some(won.machine_id);
+    event.version = Some(won.version);
+    event.outcome = Some(gained.outcome.label());
+    event.not_before = Some(iso_utc(not_before_unix_ms));
+    if let Some(previous) = &gained.previous {
+        event.previous_host = Some(previous.host.clone());
+        event.previous_port = Some(previous.port);
+        event.previous_backend_slot = previous.backend_slot;
+        event.previous_version = Some(previous.version);
+        event.previous_idle_seconds = Some(previous.idle_secs);
+        event.previous_bound =
+            won.bound.filter(|b| !b.is_infinity() && !b.is_neg_infinity()).map(|bound| iso_utc(unix_ms(bound)));
+    }
+    history::record(client, &event);
+}
+
+/// Alerts when the claim left the service more than `idgen.capacity_alert` full.
+fn alert_if_nearly_full(client: &mut SpiClient, cx: &Context, policy: &ClaimPolicy, won: &Won) {
+    let capacity = cx.layout.machine_id_range().len() as i64;
+    let threshold = settings::capacity_alert();
+    let in_use = store::count_in_use(client, &cx.node.service, policy.release_cooldown_secs);
+    if in_use as f64 / capacity as f64 > threshold {
+        let alert =
+            messages::capacity_alert(cx.function, cx.node, won.machine_id, won.version, in_use, capacity, threshold);
+        diagnostics::alert(&alert);
+    }
+}
+
+fn run_step(client: &mut SpiClient, cx: &Context, step: ClaimStep) -> Result<Option<Gained>, IdgenError> {
     let (node, times) = (cx.node, &cx.times);
+    let gained = |won, outcome, previous| Gained { won, outcome, previous, was_released: false };
     Ok(match step {
         ClaimStep::ReuseOwnRow => match store::reuse_own_row(client, node, times) {
-            OwnRow::Won(won) => Some((won, Outcome::Reused)),
+            OwnRow::Won { won, was_released } => {
+                Some(Gained { won, outcome: Outcome::Reused, previous: None, was_released })
+            }
             OwnRow::Busy(machine_id) => return Err(messages::identity_busy(cx.function, node, Some(machine_id))),
             OwnRow::Absent => None,
         },
@@ -131,11 +217,11 @@ fn run_step(client: &mut SpiClient, cx: &Context, step: ClaimStep) -> Result<Opt
             candidates
                 .into_iter()
                 .find_map(|machine_id| store::insert_unregistered(client, node, machine_id, times))
-                .map(|won| (won, Outcome::New))
+                .map(|won| gained(won, Outcome::New, None))
         }
         ClaimStep::ReleasedPastCooldown { cooldown_secs } => {
             store::take_over(client, node, Victims::Released { cooldown_secs }, times)
-                .map(|(won, _previous)| (won, Outcome::Released))
+                .map(|(won, previous)| gained(won, Outcome::Released, Some(previous)))
         }
         ClaimStep::IdleTakeover { outcome, min_idle_secs, cooldown_secs, alert } => {
             let victims = Victims::Idle { min_idle_secs, cooldown_secs };
@@ -145,7 +231,7 @@ fn run_step(client: &mut SpiClient, cx: &Context, step: ClaimStep) -> Result<Opt
                         messages::takeover_alert(cx.function, outcome, node, won.machine_id, won.version, &previous);
                     diagnostics::alert(&alert);
                 }
-                (won, outcome)
+                gained(won, outcome, Some(previous))
             })
         }
     })

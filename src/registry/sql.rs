@@ -183,14 +183,15 @@ pub const RELEASE_OWN_ROW_AHEAD: &str = concat!(
 
 /// Step 1: bumps the claimant's own row (held, or else released by it) unless locked or too far ahead.
 pub const REUSE_OWN_ROW: &str = concat!(
-        "WITH own AS (SELECT o.service, o.machine_id, o.issued_until AS bound FROM system_nodes o WHERE ", own_identity!("o"),
+        "WITH own AS (SELECT o.service, o.machine_id, o.issued_until AS bound, o.released_at IS NOT NULL AS was_released ",
+        "FROM system_nodes o WHERE ", own_identity!("o"),
         " AND o.issued_until OPERATOR(pg_catalog.<=) ", clock_plus_millis!("$8"),
         " AND (o.released_at IS NULL OR NOT EXISTS (SELECT FROM system_nodes h WHERE ", own_identity!("h"),
         " AND h.released_at IS NULL)) ",
         "ORDER BY o.released_at IS NOT NULL, o.machine_id LIMIT 1 FOR UPDATE SKIP LOCKED) ",
         "UPDATE system_nodes n SET version = n.version OPERATOR(pg_catalog.+) 1, last_seen = pg_catalog.clock_timestamp(), ",
         "released_at = NULL, issued_until = GREATEST(n.issued_until, ", clock_plus_millis!("$10"), ") ",
-        "FROM own WHERE ", same_row!("own"), " RETURNING ", won_columns!("n", "$5", "own.bound")
+        "FROM own WHERE ", same_row!("own"), " RETURNING ", won_columns!("n", "$5", "own.bound"), ", own.was_released"
     );
 
 /// The claimant's held row, locked or not (to tell busy from absent).
@@ -250,7 +251,7 @@ pub const RELEASE: &str = concat!(
     "))) ",
     "FROM (SELECT pg_catalog.clock_timestamp() AS now) t WHERE ",
     holding_matches!(),
-    " RETURNING version"
+    " RETURNING version, issued_until"
 );
 
 /// A backend's version- and epoch-checked heartbeat that writes its next window ($7 lease s, $8 epoch, $9 window ms).
@@ -315,9 +316,72 @@ pub const GRANT_EXECUTE_STATEMENT: &str = "SELECT pg_catalog.format('GRANT EXECU
 pub const REVOKE_SERVICE: &str = "DELETE FROM idgen_service_members m WHERE m.service OPERATOR(pg_catalog.=) $1 \
      AND m.member::pg_catalog.oid OPERATOR(pg_catalog.=) $2 RETURNING true";
 
+/// Inserts history event $1 (JSON whose keys are the columns; `at` missing: the clock).
+pub const INSERT_EVENT: &str = "INSERT INTO idgen_history (at, event, service, machine_id, version, outcome, host, port, \
+     backend_slot, role, pid, not_before, issued_until, previous_host, previous_port, previous_backend_slot, \
+     previous_version, previous_idle_seconds, previous_bound, detail) \
+     SELECT COALESCE(e.at, pg_catalog.clock_timestamp()), e.event, e.service, e.machine_id, e.version, e.outcome, e.host, \
+     e.port, e.backend_slot, e.role, e.pid, e.not_before, e.issued_until, e.previous_host, e.previous_port, \
+     e.previous_backend_slot, e.previous_version, e.previous_idle_seconds, e.previous_bound, e.detail \
+     FROM pg_catalog.json_populate_record(NULL::idgen_history, $1::pg_catalog.json) e";
+
+/// Whether this installation has the history table (0.3.0 on), in the extension's own schema.
+pub const HISTORY_INSTALLED: &str = "SELECT EXISTS (SELECT FROM pg_catalog.pg_class c JOIN pg_catalog.pg_extension e \
+     ON c.relnamespace OPERATOR(pg_catalog.=) e.extnamespace \
+     WHERE e.extname OPERATOR(pg_catalog.=) 'idgen'::name AND c.relname OPERATOR(pg_catalog.=) 'idgen_history'::name)";
+
+/// Sets search_path to $1 for the rest of the transaction (the history recorder's worker).
+pub const PIN_SEARCH_PATH: &str = "SELECT pg_catalog.set_config('search_path', $1, true)";
+
+/// How many machine ids of service $1 a claim cannot get without a take-back: held, or released
+/// less than $2 seconds (the cooldown) ago; see `NodeState::is_free`.
+pub const COUNT_IN_USE: &str = concat!(
+    "SELECT pg_catalog.count(*) FROM system_nodes n WHERE n.service OPERATOR(pg_catalog.=) $1 ",
+    "AND (n.released_at IS NULL OR n.released_at OPERATOR(pg_catalog.>) ",
+    ago!("$2"),
+    ")"
+);
+
+/// Unix ms of timestamptz `$t`, NULL when infinite.
+#[rustfmt::skip]
+macro_rules! epoch_ms {
+    ($t:literal) => {
+        concat!(
+            "CASE WHEN pg_catalog.isfinite(", $t, ") THEN pg_catalog.floor(EXTRACT(epoch FROM ", $t,
+            ") OPERATOR(pg_catalog.*) 1000::numeric)::bigint END"
+        )
+    };
+}
+
+/// The events of machine id $2 of service $1 the caller may read, in order (`idgen_explain`, as the caller).
+pub const EVENTS_OF_MACHINE_ID: &str = concat!(
+    "SELECT ",
+    epoch_ms!("e.at"),
+    ", e.event, pg_catalog.host(e.host), e.port, e.backend_slot, e.role, e.pid, e.version, ",
+    epoch_ms!("e.not_before"),
+    ", ",
+    epoch_ms!("e.issued_until"),
+    ", pg_catalog.host(e.previous_host), e.previous_port, ",
+    "e.previous_backend_slot, ",
+    epoch_ms!("e.previous_bound"),
+    " FROM idgen_events e WHERE e.service OPERATOR(pg_catalog.=) $1 AND e.machine_id OPERATOR(pg_catalog.=) $2",
+    " ORDER BY e.event_id"
+);
+
+/// Services the caller may read that have (or had) machine id $1, and whether events of them were purged.
+pub const SERVICES_OF_MACHINE_ID: &str = "SELECT s.service, EXISTS (SELECT FROM idgen_metrics m \
+     WHERE m.service OPERATOR(pg_catalog.=) s.service AND m.history_events_purged OPERATOR(pg_catalog.>) 0) \
+     FROM (SELECT n.service::text AS service FROM idgen_nodes n WHERE n.machine_id OPERATOR(pg_catalog.=) $1 \
+     UNION SELECT e.service::text FROM idgen_events e WHERE e.machine_id OPERATOR(pg_catalog.=) $1) s \
+     WHERE $2::text IS NULL OR s.service OPERATOR(pg_catalog.=) $2::text ORDER BY s.service";
+
+/// The registry row of machine id $2 of service $1, if the caller may read it: holder, version.
+pub const NODE_OF_MACHINE_ID: &str = "SELECT pg_catalog.host(n.host), n.port, n.backend_slot, n.version \
+     FROM idgen_nodes n WHERE n.service OPERATOR(pg_catalog.=) $1 AND n.machine_id OPERATOR(pg_catalog.=) $2";
+
 /// Every statement, by name, for the meta-test (tests/cluster/tests/hijack.rs includes this file).
 #[allow(dead_code)]
-pub const ALL: [(&str, &str); 23] = [
+pub const ALL: [(&str, &str); 30] = [
     ("TAKE_RELEASED", TAKE_RELEASED),
     ("TAKE_IDLE", TAKE_IDLE),
     ("READ_REGISTRY", READ_REGISTRY),
@@ -341,4 +405,11 @@ pub const ALL: [(&str, &str); 23] = [
     ("GRANT_SERVICE", GRANT_SERVICE),
     ("GRANT_EXECUTE_STATEMENT", GRANT_EXECUTE_STATEMENT),
     ("REVOKE_SERVICE", REVOKE_SERVICE),
+    ("INSERT_EVENT", INSERT_EVENT),
+    ("PIN_SEARCH_PATH", PIN_SEARCH_PATH),
+    ("HISTORY_INSTALLED", HISTORY_INSTALLED),
+    ("COUNT_IN_USE", COUNT_IN_USE),
+    ("EVENTS_OF_MACHINE_ID", EVENTS_OF_MACHINE_ID),
+    ("SERVICES_OF_MACHINE_ID", SERVICES_OF_MACHINE_ID),
+    ("NODE_OF_MACHINE_ID", NODE_OF_MACHINE_ID),
 ];

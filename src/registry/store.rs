@@ -42,7 +42,11 @@ pub struct Won {
 
 /// What the caller's own row looks like to a claim.
 pub enum OwnRow {
-    Won(Won),
+    /// Won back; `was_released` when the caller had released it.
+    Won {
+        won: Won,
+        was_released: bool,
+    },
     /// The row exists but another transaction has it locked.
     Busy(i16),
     Absent,
@@ -112,8 +116,8 @@ pub fn release_own_row_ahead(
 pub fn reuse_own_row(client: &mut SpiClient, node: &NodeIdentity, times: &ClaimTimes) -> OwnRow {
     let sql = sql::REUSE_OWN_ROW;
     let args = claim_args(node, times, None);
-    if let Some(won) = first_row(client.update(sql, Some(1), &args)).map(|row| won(&row)) {
-        return OwnRow::Won(won);
+    if let Some(row) = first_row(client.update(sql, Some(1), &args)) {
+        return OwnRow::Won { won: won(&row), was_released: column(&row, 7) };
     }
     let sql = sql::OWN_HELD_ROW;
     match first_value::<i16>(client.update(sql, Some(1), &args[..4])) {
@@ -214,16 +218,23 @@ pub fn heartbeat(
 /// A version-checked release: bumps the version and starts the cooldown. The
 /// watermark rises to the node's report, or, when it reports none, to the
 /// server clock plus the clock skew the lease margin allows between hosts.
+/// Returns the new version and watermark, or nothing when not held.
 pub fn release(
     client: &mut SpiClient,
     held: &Holding,
     margin_secs: i64,
     reported: Option<TimestampWithTimeZone>,
-) -> bool {
+) -> Option<(i64, TimestampWithTimeZone)> {
     let sql = sql::RELEASE;
     let mut args = holding_args(held, Some(margin_secs));
     args.push(reported.into());
-    first_value::<i64>(client.update(sql, Some(1), &args)).is_some()
+    first_row(client.update(sql, Some(1), &args)).map(|row| (column(&row, 1), column(&row, 2)))
+}
+
+/// How many machine ids of `service` a claim cannot get without a take-back (held or cooling down).
+pub fn count_in_use(client: &mut SpiClient, service: &str, cooldown_secs: i64) -> i64 {
+    let args = [text(service), (cooldown_secs as f64).into()];
+    first_value::<i64>(client.update(sql::COUNT_IN_USE, Some(1), &args)).unwrap_or(0)
 }
 
 /// What a backend's check of its lease found.

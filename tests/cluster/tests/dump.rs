@@ -1,4 +1,4 @@
-//! The registry is state: pg_dump and restore keep its rows.
+//! The registry is state: pg_dump and restore keep its rows and its ownership history.
 
 use idgen_cluster_tests::*;
 use std::process::Command;
@@ -12,6 +12,15 @@ fn registry_rows_survive_pg_dump_and_restore() {
     claim(&mut client, "svc", "10.0.0.1", 1).unwrap();
     release(&mut client, "svc", 1, "10.0.0.2", 2, 1).unwrap();
     let before = registry_snapshot(&mut client);
+    let history = |c: &mut postgres::Client| -> Vec<String> {
+        c.query("SELECT concat_ws(' ', event_id, event, service, machine_id, version, outcome, holder) FROM idgen_events ORDER BY event_id", &[])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    };
+    let events_before = history(&mut client);
+    assert_eq!(events_before.len(), 3, "{events_before:?}");
 
     let dump_file = std::env::temp_dir().join(format!("{}-{}.dump", source.name, std::process::id()));
     let dump = Command::new("pg_dump")
@@ -39,6 +48,13 @@ fn registry_rows_survive_pg_dump_and_restore() {
     assert_eq!(registry_snapshot(&mut restored), before);
     assert!(before.lines().count() == 2 && before.contains("10.0.0.2"), "{before}");
 
+    // The ownership history survives too, and goes on after the last restored event.
+    assert_eq!(history(&mut restored), events_before);
+
     // And the restored registry works: the first node heartbeats at version 2.
     heartbeat(&mut restored, "svc", 0, "10.0.0.1", 1, 2).unwrap();
+    release(&mut restored, "svc", 0, "10.0.0.1", 1, 2).unwrap();
+    let after = history(&mut restored);
+    assert_eq!(after.len(), 4);
+    assert!(after[3].starts_with("4 release svc 0 3 "), "{after:?}");
 }

@@ -181,7 +181,11 @@ fn the_edge_runs_no_sql_of_its_own() {
         "src/registry/claim.rs",
         "src/registry/api.rs",
         "src/privilege.rs",
-        "src/diagnostics.rs",
+        "src/diagnostics/alerts.rs",
+        "src/diagnostics/history.rs",
+        "src/diagnostics/recorder.rs",
+        "src/diagnostics/explain.rs",
+        "src/diagnostics/nodes.rs",
         "src/backend.rs",
         "src/ids.rs",
     ] {
@@ -197,7 +201,7 @@ fn the_edge_runs_no_sql_of_its_own() {
 
 /// Operators the registry's SQL uses, with the argument types it meets them at (and some it
 /// would meet if a parameter lost its exact type), each planted with a body that records it ran.
-const PLANTED_OPERATORS: [(&str, &str, &str, &str, &str); 22] = [
+const PLANTED_OPERATORS: [(&str, &str, &str, &str, &str); 28] = [
     ("=", "varchar", "text", "boolean", "$1::text OPERATOR(pg_catalog.=) $2"),
     ("=", "text", "text", "boolean", "$1 OPERATOR(pg_catalog.=) $2"),
     ("=", "smallint", "smallint", "boolean", "$1 OPERATOR(pg_catalog.=) $2"),
@@ -220,10 +224,17 @@ const PLANTED_OPERATORS: [(&str, &str, &str, &str, &str); 22] = [
     ("+", "integer", "integer", "integer", "$1 OPERATOR(pg_catalog.+) $2"),
     ("+", "bigint", "bigint", "bigint", "$1 OPERATOR(pg_catalog.+) $2"),
     ("||", "text", "text", "text", "$1 OPERATOR(pg_catalog.||) $2"),
+    // And those the diagnostics' views meet.
+    ("<>", "text", "text", "boolean", "$1 OPERATOR(pg_catalog.<>) $2"),
+    ("=", "varchar", "varchar", "boolean", "$1::text OPERATOR(pg_catalog.=) $2::text"),
+    ("/", "numeric", "numeric", "numeric", "$1 OPERATOR(pg_catalog./) $2"),
+    ("/", "float8", "float8", "float8", "$1 OPERATOR(pg_catalog./) $2"),
+    (">", "float8", "float8", "boolean", "$1 OPERATOR(pg_catalog.>) $2"),
+    ("-", "integer", "bigint", "bigint", "$1 OPERATOR(pg_catalog.-) $2"),
 ];
 
 /// Functions the SQL calls (and called before it was qualified), planted with exact signatures.
-const PLANTED_FUNCTIONS: [(&str, &str, &str, &str); 14] = [
+const PLANTED_FUNCTIONS: [(&str, &str, &str, &str); 20] = [
     ("now", "", "timestamptz", "pg_catalog.now()"),
     ("clock_timestamp", "", "timestamptz", "pg_catalog.clock_timestamp()"),
     ("host", "inet", "text", "pg_catalog.host($1)"),
@@ -238,6 +249,12 @@ const PLANTED_FUNCTIONS: [(&str, &str, &str, &str); 14] = [
     ("pg_try_advisory_xact_lock", "integer, integer", "boolean", "pg_catalog.pg_try_advisory_xact_lock($1, $2)"),
     ("pg_try_advisory_xact_lock", "bigint", "boolean", "pg_catalog.pg_try_advisory_xact_lock($1)"),
     ("generate_series", "integer, integer", "SETOF integer", "pg_catalog.generate_series($1, $2)"),
+    ("date_trunc", "text, interval", "interval", "pg_catalog.date_trunc($1, $2)"),
+    ("pg_has_role", "name, name, text", "boolean", "pg_catalog.pg_has_role($1, $2, $3)"),
+    ("pg_has_role", "name, oid, text", "boolean", "pg_catalog.pg_has_role($1, $2, $3)"),
+    ("round", "numeric, integer", "numeric", "pg_catalog.round($1, $2)"),
+    ("isfinite", "timestamptz", "boolean", "pg_catalog.isfinite($1)"),
+    ("set_config", "text, text, boolean", "text", "pg_catalog.set_config($1, $2, $3)"),
 ];
 
 fn ensure_role(admin: &mut Client, role: &str) {
@@ -304,6 +321,8 @@ fn plant_temp(client: &mut Client) {
         .batch_execute(
             "CREATE TEMP TABLE system_nodes (LIKE public.hijack_log); CREATE TEMP TABLE idgen_registry (LIKE public.hijack_log);
              CREATE TEMP TABLE idgen_claim_guards (bucket int);
+             CREATE TEMP TABLE idgen_history (LIKE public.hijack_log);
+             CREATE TEMP TABLE idgen_service_members (LIKE public.hijack_log);
              CREATE FUNCTION pg_temp.now() RETURNS timestamptz LANGUAGE sql AS
                  $$ SELECT CASE WHEN public.idgen_trap('pg_temp.now') THEN pg_catalog.now() END $$;
              CREATE FUNCTION pg_temp.idgen_holder_bound(system_nodes, interval, interval) RETURNS timestamptz LANGUAGE sql AS
@@ -363,6 +382,27 @@ fn call_everything(attacker: &mut Client, admin: &mut Client, service: &str) {
         )
         .unwrap();
     attacker.query("SELECT * FROM idgen_backend_leases()", &[]).unwrap();
+    read_diagnostics(attacker);
+}
+
+/// Every diagnostic view and function, read as the connected role.
+fn read_diagnostics(client: &mut Client) {
+    for view in
+        ["idgen_nodes", "idgen_capacity", "idgen_events", "idgen_metrics", "idgen_visibility", "idgen_registry_status"]
+    {
+        client.query(&format!("SELECT * FROM public.{view}"), &[]).unwrap();
+    }
+    client.query("SELECT * FROM public.idgen_health()", &[]).unwrap();
+    client.query("SELECT * FROM public.idgen_policy()", &[]).unwrap();
+    let ids: Vec<i64> = client
+        .query("SELECT public.idgen_min_id(at) FROM public.idgen_events", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for id in ids {
+        client.query("SELECT * FROM public.idgen_explain($1)", &[&id]).ok();
+    }
 }
 
 fn attack(name: &str, planter: &str, grant_create: bool) {
@@ -405,6 +445,14 @@ fn attack(name: &str, planter: &str, grant_create: bool) {
 
     call_everything(&mut attacker, &mut admin, &db.name);
 
+    assert_no_trap_ran(&mut admin, planter);
+    drop(attacker);
+    drop(admin);
+    superuser.batch_execute(&format!("DROP DATABASE {} WITH (FORCE)", db.name)).unwrap();
+}
+
+/// No planted object ran (the log, and the sequence that survives rollbacks), and the planter is no superuser.
+fn assert_no_trap_ran(admin: &mut Client, planter: &str) {
     let ran: Vec<String> = admin
         .query("SELECT who || ': ' || what FROM public.hijack_log", &[])
         .unwrap()
@@ -416,7 +464,58 @@ fn attack(name: &str, planter: &str, grant_create: bool) {
     let superuser_now: bool =
         admin.query_one("SELECT rolsuper FROM pg_roles WHERE rolname = $1", &[&planter]).unwrap().get(0);
     assert!(!superuser_now, "{planter} became a superuser");
+}
+
+#[test]
+fn objects_planted_before_create_extension_never_run_in_idgen() {
+    // The database owner plants first; a superuser then installs idgen and reads every diagnostic:
+    // views and SQL-standard bodies are bound at CREATE EXTENSION, so they must name pg_catalog's.
+    let planter = "idgen_t_early_planter";
+    let mut superuser = Client::connect(&format!("{} dbname=postgres", base_dsn()), postgres::NoTls).unwrap();
+    ensure_role(&mut superuser, planter);
+    let db = TestDb::empty_on(&base_dsn(), "hijack_early");
+    superuser.batch_execute(&format!("ALTER DATABASE {} OWNER TO {planter}", db.name)).unwrap();
+    let mut admin = db.connect();
+    admin
+        .batch_execute(
+            "CREATE TABLE public.hijack_log (who text, what text); GRANT INSERT, SELECT ON public.hijack_log TO PUBLIC;
+             CREATE SEQUENCE public.hijack_calls; GRANT USAGE, SELECT ON SEQUENCE public.hijack_calls TO PUBLIC;",
+        )
+        .unwrap();
+    let mut attacker = Client::connect(&format!("{} user={planter}", db.dsn()), postgres::NoTls).unwrap();
+    plant(&mut attacker, planter, "public");
+    attacker.query_one("SELECT 'x'::varchar = 'x'::text", &[]).unwrap();
+    admin.batch_execute("DELETE FROM public.hijack_log; ALTER SEQUENCE public.hijack_calls RESTART").unwrap();
+
+    // (With no other session connected, CREATE EXTENSION sets no floor that would hold the claims back.)
     drop(attacker);
+    while admin
+        .query_one("SELECT count(*) FROM pg_stat_activity WHERE usename = $1", &[&planter])
+        .unwrap()
+        .get::<_, i64>(0)
+        > 0
+    {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // The superuser's session has the default search_path: public is on it.
+    admin.batch_execute("CREATE EXTENSION idgen").unwrap();
+    for k in 1..=3 {
+        admin.query_one(&format!("SELECT * FROM idgen_claim('svc', '10.0.0.{k}', 1)"), &[]).unwrap();
+    }
+    admin.query_one("SELECT idgen_next_id('svc')", &[]).unwrap();
+    admin.query_one("SELECT idgen_release('svc', 2::smallint, '10.0.0.3', 1, 1)", &[]).unwrap();
+    admin
+        .batch_execute(
+            "SELECT set_config('search_path', 'pg_catalog', true);
+             INSERT INTO public.system_nodes (service, machine_id, host, port, version, last_seen)
+             SELECT 'svc', m, '192.0.2.1', 1000 + m, 1, now() - interval '9 days' FROM generate_series(4, 1023) m;",
+        )
+        .unwrap();
+    admin.query_one("SELECT * FROM idgen_claim('svc', '10.0.0.9', 1)", &[]).unwrap();
+    read_diagnostics(&mut admin);
+    admin.query_one("SELECT idgen_purge_history()", &[]).unwrap();
+
+    assert_no_trap_ran(&mut admin, planter);
     drop(admin);
     superuser.batch_execute(&format!("DROP DATABASE {} WITH (FORCE)", db.name)).unwrap();
 }

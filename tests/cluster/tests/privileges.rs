@@ -83,8 +83,8 @@ fn a_callers_search_path_cannot_redirect_the_registry_functions() {
         .unwrap();
     assert_eq!(
         (definers, pinned),
-        (6, 6),
-        "claim, heartbeat, release, grant, revoke and the removal trigger: SECURITY DEFINER, search_path pinned"
+        (7, 7),
+        "claim, heartbeat, release, grant, revoke, the removal trigger and the history purge: SECURITY DEFINER, search_path pinned"
     );
 }
 

@@ -65,6 +65,18 @@ fn inconsistent_settings_stop_claims_and_heartbeats() {
             e.detail()
         );
     }
+    // The person on call hears it first from idgen_health(), and idgen_policy() says why.
+    let finding = admin.query_one("SELECT severity, finding, detail FROM idgen_health()", &[]).unwrap();
+    assert_eq!(
+        (finding.get::<_, String>(0).as_str(), finding.get::<_, String>(1).as_str()),
+        ("critical", "settings_inconsistent")
+    );
+    assert!(finding.get::<_, String>(2).contains("idgen.heartbeat_interval (1h) must be shorter than the lease"));
+    let problem: Option<String> = admin.query_one("SELECT problem FROM idgen_policy()", &[]).unwrap().get(0);
+    assert!(problem.is_some());
+    // The views still show every row, by the thresholds as set.
+    let state: String = admin.query_one("SELECT state FROM idgen_nodes", &[]).unwrap().get(0);
+    assert_eq!(state, "live");
 }
 
 #[test]

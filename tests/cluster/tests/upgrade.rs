@@ -1,5 +1,5 @@
-//! `ALTER EXTENSION idgen UPDATE` from 0.1.0 (its install script is in
-//! tests/upgrade; scripts/test.sh installs it): the registry keeps its rows,
+//! `ALTER EXTENSION idgen UPDATE` from 0.1.0 and 0.2.0 (their install scripts are in
+//! tests/upgrade; scripts/test.sh installs them): the registry keeps its rows,
 //! gains watermarks from what 0.1.0 guaranteed, keeps the grants DBAs gave,
 //! and ends up exactly like a fresh install.
 
@@ -21,15 +21,17 @@ SELECT string_agg(line, E'\\n' ORDER BY line) FROM (
          a.attnotnull, coalesce(pg_get_expr(ad.adbin, ad.adrelid), ''), coalesce(col_description(c.oid, a.attnum), ''))
     FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
     LEFT JOIN pg_attrdef ad ON ad.adrelid = c.oid AND ad.adnum = a.attnum
-    WHERE c.oid IN ('system_nodes'::regclass, 'idgen_registry'::regclass)
+    WHERE c.oid IN (SELECT objid FROM member WHERE classid = 'pg_class'::regclass)
   UNION ALL SELECT 'index ' || pg_get_indexdef(indexrelid) || ' -- ' || coalesce(obj_description(indexrelid, 'pg_class'), '')
-    FROM pg_index WHERE indrelid IN ('system_nodes'::regclass, 'idgen_registry'::regclass)
+    FROM pg_index WHERE indrelid IN (SELECT objid FROM member WHERE classid = 'pg_class'::regclass)
   UNION ALL SELECT 'constraint ' || conname || ' ' || pg_get_constraintdef(oid) FROM pg_constraint
-    WHERE conrelid IN ('system_nodes'::regclass, 'idgen_registry'::regclass)
+    WHERE conrelid IN (SELECT objid FROM member WHERE classid = 'pg_class'::regclass)
   UNION ALL SELECT 'trigger ' || pg_get_triggerdef(oid) || ' ' || tgenabled::text || ' -- ' || coalesce(obj_description(oid, 'pg_trigger'), '')
-    FROM pg_trigger WHERE tgrelid = 'system_nodes'::regclass AND NOT tgisinternal
-  UNION ALL SELECT 'table ' || relname || ' ' || coalesce(relacl::text, 'default') FROM pg_class
-    WHERE oid IN ('system_nodes'::regclass, 'idgen_registry'::regclass)
+    FROM pg_trigger WHERE tgrelid IN (SELECT objid FROM member WHERE classid = 'pg_class'::regclass) AND NOT tgisinternal
+  UNION ALL SELECT 'table ' || relname || ' ' || relkind::text || ' ' || coalesce(relacl::text, 'default') || ' ' || coalesce(array_to_string(reloptions, ','), '') FROM pg_class
+    WHERE oid IN (SELECT objid FROM member WHERE classid = 'pg_class'::regclass)
+  UNION ALL SELECT 'view ' || relname || ' ' || pg_get_viewdef(oid) FROM pg_class
+    WHERE oid IN (SELECT objid FROM member WHERE classid = 'pg_class'::regclass) AND relkind = 'v'
   UNION ALL SELECT 'dumped ' || extconfig::regclass[]::text FROM ext
 ) lines";
 
@@ -47,7 +49,7 @@ fn upgraded(name: &str) -> (TestDb, Client) {
 #[test]
 fn an_updated_extension_is_exactly_a_fresh_install() {
     let (_db, mut old) = upgraded("upgrade_shape");
-    old.batch_execute("ALTER EXTENSION idgen UPDATE TO '0.2.0'").unwrap();
+    old.batch_execute("ALTER EXTENSION idgen UPDATE TO '0.2.0'; ALTER EXTENSION idgen UPDATE").unwrap();
     let fresh = TestDb::create("upgrade_fresh");
     let (updated, installed) = (fingerprint(&mut old), fingerprint(&mut fresh.connect()));
     let differences: Vec<String> = {
@@ -94,7 +96,7 @@ fn an_update_keeps_rows_and_grants_and_gives_every_row_a_watermark() {
 
     let version: String =
         client.query_one("SELECT extversion FROM pg_extension WHERE extname = 'idgen'", &[]).unwrap().get(0);
-    assert_eq!(version, "0.2.0");
+    assert_eq!(version, "0.3.0");
     let after: Vec<(String, i16, i64)> = client
         .query("SELECT service, machine_id, version::bigint FROM system_nodes ORDER BY 1, 2", &[])
         .unwrap()
@@ -145,5 +147,28 @@ fn an_update_keeps_rows_and_grants_and_gives_every_row_a_watermark() {
         (node, "reused".to_owned(), true)
     );
     client.query_one("SELECT idgen_heartbeat('svc', $1, '10.0.0.1', 8080, 2, now())", &[&node]).unwrap();
+    // The history starts at the update: older IDs are explained from the registry, and said to be so.
+    let finding: String = client
+        .query_one("SELECT finding FROM idgen_explain(idgen_min_id(now() - interval '1 hour'), 'db')", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(finding, "no_history");
     client.batch_execute("DROP OWNED BY idgen_t_upgrade_svc").unwrap();
+}
+
+#[test]
+fn this_library_claims_against_a_0_2_0_installation_until_it_is_updated() {
+    // Between installing a new build and ALTER EXTENSION UPDATE, the new library meets the old schema.
+    let db = TestDb::empty_on(&base_dsn(), "upgrade_window");
+    let mut client = db.connect();
+    client.batch_execute("CREATE EXTENSION idgen VERSION '0.2.0'").unwrap();
+    let first = claim(&mut client, "svc", "10.0.0.1", 1).unwrap();
+    client.query_one("SELECT idgen_next_id('svc')", &[]).unwrap();
+    client.batch_execute("ALTER EXTENSION idgen UPDATE").unwrap();
+    let mut fresh = db.connect();
+    let second = claim(&mut fresh, "svc", "10.0.0.2", 1).unwrap();
+    assert_eq!((first.outcome.as_str(), second.outcome.as_str()), ("new", "new"));
+    let events: Vec<String> =
+        fresh.query("SELECT holder FROM idgen_events", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(events, ["10.0.0.2:1"], "the history starts with the update");
 }

@@ -1,0 +1,533 @@
+-- idgen 0.2.0 -> 0.3.0: diagnostics. Adds the ownership history (idgen_history,
+-- idgen_purge_history), the views idgen_nodes, idgen_capacity, idgen_events,
+-- idgen_metrics, idgen_visibility and idgen_registry_status, idgen_health(),
+-- idgen_explain() and the functions behind them. Nothing existing changes; the
+-- history starts empty (explain says so for older IDs).
+\echo Use "ALTER EXTENSION idgen UPDATE TO '0.3.0'" to load this file. \quit
+
+-- Functions in the library (src/diagnostics), as the install script creates them.
+-- idgen::diagnostics::nodes::idgen_policy
+CREATE  FUNCTION "idgen_policy"() RETURNS TABLE (
+	"lease" interval,  /* Interval */
+	"heartbeat_interval" interval,  /* Interval */
+	"lease_safety_margin" interval,  /* Interval */
+	"release_cooldown" interval,  /* Interval */
+	"takeover_idle_1h" interval,  /* Interval */
+	"takeover_idle_1d" interval,  /* Interval */
+	"takeover_idle_7d" interval,  /* Interval */
+	"capacity_alert" double precision,  /* f64 */
+	"history_retention" interval,  /* Interval */
+	"machine_ids" INT,  /* i32 */
+	"problem" TEXT  /* Option < String > */
+)
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'idgen_policy_wrapper';
+
+-- idgen::diagnostics::nodes::idgen_node_state
+CREATE  FUNCTION "idgen_node_state"(
+	"last_seen" timestamp with time zone, /* TimestampWithTimeZone */
+	"released_at" timestamp with time zone /* Option < TimestampWithTimeZone > */
+) RETURNS TEXT /* & '_ str */
+STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'idgen_node_state_wrapper';
+
+-- idgen::diagnostics::nodes::idgen_node_name
+CREATE  FUNCTION "idgen_node_name"(
+	"host" inet, /* Option < Inet > */
+	"port" INT, /* Option < i32 > */
+	"backend_slot" INT /* Option < i32 > */
+) RETURNS TEXT /* Option < String > */
+IMMUTABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'idgen_node_name_wrapper';
+
+-- idgen::diagnostics::nodes::idgen_slot_pid
+CREATE  FUNCTION "idgen_slot_pid"(
+	"host" inet, /* Option < Inet > */
+	"port" INT, /* Option < i32 > */
+	"backend_slot" INT /* Option < i32 > */
+) RETURNS INT /* Option < i32 > */
+STABLE PARALLEL RESTRICTED
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'idgen_slot_pid_wrapper';
+
+-- idgen::diagnostics::explain::idgen_explain
+CREATE  FUNCTION "idgen_explain"(
+	"id" bigint, /* i64 */
+	"service" TEXT DEFAULT NULL /* Option < & str > */
+) RETURNS TABLE (
+	"service" TEXT,  /* String */
+	"machine_id" smallint,  /* i16 */
+	"stamped_at" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"sequence" INT,  /* i32 */
+	"finding" TEXT,  /* String */
+	"holder" TEXT,  /* Option < String > */
+	"role" TEXT,  /* Option < String > */
+	"pid" INT,  /* Option < i32 > */
+	"version" bigint,  /* Option < i64 > */
+	"stamps_after" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"stamps_until" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"detail" TEXT  /* String */
+)
+STABLE PARALLEL RESTRICTED
+SET search_path TO pg_catalog, @extschema@, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'idgen_explain_wrapper';
+
+-- The ownership history: an append-only record of every change of who holds a
+-- machine id, and of claims refused. Written by idgen's functions with the
+-- extension owner's rights; events that come with an error (a refused claim,
+-- a heartbeat that finds ownership moved) are written by a short-lived
+-- background worker, so that they survive the caller's rollback.
+CREATE SEQUENCE idgen_history_event_id_seq AS bigint;
+CREATE TABLE idgen_history (
+    event_id              BIGINT PRIMARY KEY DEFAULT pg_catalog.nextval('idgen_history_event_id_seq'::regclass),
+    at                    TIMESTAMPTZ NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    event                 TEXT NOT NULL,
+    service               VARCHAR(64) NOT NULL,
+    machine_id            SMALLINT,
+    version               BIGINT,
+    outcome               TEXT,
+    host                  INET,
+    port                  INTEGER,
+    backend_slot          INTEGER,
+    role                  TEXT,
+    pid                   INTEGER,
+    not_before            TIMESTAMPTZ,
+    issued_until          TIMESTAMPTZ,
+    previous_host         INET,
+    previous_port         INTEGER,
+    previous_backend_slot INTEGER,
+    previous_version      BIGINT,
+    previous_idle_seconds BIGINT,
+    previous_bound        TIMESTAMPTZ,
+    detail                TEXT,
+    CONSTRAINT idgen_history_event_known CHECK (event OPERATOR(pg_catalog.=) ANY (ARRAY[
+        'claim', 'take_back', 'release', 'set_aside', 'ownership_lost', 'refused_full', 'refused_watermark'])),
+    CONSTRAINT idgen_history_outcome_known CHECK (outcome OPERATOR(pg_catalog.=) ANY (ARRAY[
+        'new', 'reused', 'released', 'idle_7d', 'idle_1d', 'idle_1h']))
+);
+ALTER SEQUENCE idgen_history_event_id_seq OWNED BY idgen_history.event_id;
+CREATE INDEX idgen_history_machine_id ON idgen_history (service, machine_id, event_id);
+CREATE INDEX idgen_history_at ON idgen_history (at);
+
+COMMENT ON TABLE idgen_history IS
+    'idgen ownership history, append-only: claims, take-backs, releases, ownership losses and refused claims. Read it through the view idgen_events; purge it with idgen_purge_history().';
+COMMENT ON COLUMN idgen_history.event_id IS 'Order of recording.';
+COMMENT ON COLUMN idgen_history.at IS 'When it happened (server clock).';
+COMMENT ON COLUMN idgen_history.event IS
+    'claim (a new id, or a node''s own released id back), take_back (from a released or idle holder; outcome names the tier), release, set_aside (a node''s own id left because its watermark was too far ahead), ownership_lost (a holder learnt it lost the id), refused_full, refused_watermark.';
+COMMENT ON COLUMN idgen_history.service IS 'The service.';
+COMMENT ON COLUMN idgen_history.machine_id IS 'The machine id concerned; NULL for a claim refused because the service is full.';
+COMMENT ON COLUMN idgen_history.version IS 'Ownership epoch after the event (claims, take-backs, releases) or the one the holder had (losses).';
+COMMENT ON COLUMN idgen_history.outcome IS 'For claims and take-backs: new, reused, released, idle_7d, idle_1d or idle_1h.';
+COMMENT ON COLUMN idgen_history.host IS 'The node''s address (for a backend: idgen.node_host).';
+COMMENT ON COLUMN idgen_history.port IS 'The node''s port (for a backend: the server''s).';
+COMMENT ON COLUMN idgen_history.backend_slot IS 'The backend''s slot; NULL for service nodes.';
+COMMENT ON COLUMN idgen_history.role IS 'The role that called idgen (the session''s user).';
+COMMENT ON COLUMN idgen_history.pid IS 'The server process that recorded it: the backend, or the service''s session.';
+COMMENT ON COLUMN idgen_history.not_before IS 'For claims and take-backs: the holder stamps IDs strictly after this.';
+COMMENT ON COLUMN idgen_history.issued_until IS 'For releases and set-asides: the watermark the holder left (it stamped nothing later).';
+COMMENT ON COLUMN idgen_history.previous_host IS 'For take-backs: the address of the holder the id was taken from.';
+COMMENT ON COLUMN idgen_history.previous_port IS 'For take-backs: its port.';
+COMMENT ON COLUMN idgen_history.previous_backend_slot IS 'For take-backs: its backend slot, if a backend.';
+COMMENT ON COLUMN idgen_history.previous_version IS 'For take-backs: its version.';
+COMMENT ON COLUMN idgen_history.previous_idle_seconds IS 'For take-backs: how long it had been idle.';
+COMMENT ON COLUMN idgen_history.previous_bound IS 'For take-backs: the latest time it may have stamped, as the claim assumed.';
+COMMENT ON COLUMN idgen_history.detail IS 'For refusals and losses: what the caller was told.';
+COMMENT ON INDEX idgen_history_machine_id IS 'idgen_explain reads one machine id''s events in order.';
+COMMENT ON INDEX idgen_history_at IS 'idgen_purge_history deletes by age.';
+
+-- Append-only: not even the owner updates an event.
+CREATE FUNCTION idgen_history_append_only() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION 'idgen_history is append-only'
+        USING ERRCODE = 'object_not_in_prerequisite_state',
+              DETAIL = 'Events are never changed; old ones are removed by idgen_purge_history().';
+END
+$$;
+COMMENT ON FUNCTION idgen_history_append_only() IS 'Trigger of idgen_history: refuses UPDATE.';
+CREATE TRIGGER idgen_history_append_only BEFORE UPDATE ON idgen_history
+    FOR EACH STATEMENT EXECUTE FUNCTION idgen_history_append_only();
+ALTER TABLE idgen_history ENABLE ALWAYS TRIGGER idgen_history_append_only;
+COMMENT ON TRIGGER idgen_history_append_only ON idgen_history IS 'Events are never changed.';
+REVOKE EXECUTE ON FUNCTION idgen_history_append_only() FROM PUBLIC;
+
+-- Events purged, counted per kind, so that the metrics stay monotonic counters.
+CREATE TABLE idgen_history_purged (
+    service VARCHAR(64) NOT NULL,
+    event   TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    events  BIGINT NOT NULL,
+    last_purged_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (service, event, outcome)
+);
+COMMENT ON TABLE idgen_history_purged IS
+    'How many events idgen_purge_history() removed, per service, event and outcome: the metrics add them to the events still in idgen_history.';
+COMMENT ON COLUMN idgen_history_purged.service IS 'The service.';
+COMMENT ON COLUMN idgen_history_purged.event IS 'The event kind.';
+COMMENT ON COLUMN idgen_history_purged.outcome IS 'The claim outcome, or an empty string.';
+COMMENT ON COLUMN idgen_history_purged.events IS 'How many were purged.';
+COMMENT ON COLUMN idgen_history_purged.last_purged_at IS 'When the last of them was purged.';
+
+SELECT pg_catalog.pg_extension_config_dump('idgen_history', '');
+SELECT pg_catalog.pg_extension_config_dump('idgen_history_event_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('idgen_history_purged', '');
+REVOKE ALL ON idgen_history, idgen_history_purged FROM PUBLIC;
+REVOKE ALL ON SEQUENCE idgen_history_event_id_seq FROM PUBLIC;
+
+-- Removes events older than the retention (idgen.history_retention unless given),
+-- counting them into idgen_history_purged. Bound when created, so nothing on a
+-- caller's search_path takes part.
+CREATE FUNCTION idgen_purge_history(older_than interval DEFAULT NULL)
+    RETURNS bigint
+    LANGUAGE sql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    WITH cutoff AS (
+        SELECT pg_catalog.now() OPERATOR(pg_catalog.-)
+               COALESCE(older_than, pg_catalog.current_setting('idgen.history_retention', true)::interval, interval '90 days') AS at
+    ), purged AS (
+        DELETE FROM @extschema@.idgen_history h USING cutoff c
+         WHERE h.at OPERATOR(pg_catalog.<) c.at
+        RETURNING h.service, h.event, COALESCE(h.outcome, ''::text) AS outcome
+    ), counted AS (
+        INSERT INTO @extschema@.idgen_history_purged AS t (service, event, outcome, events, last_purged_at)
+        SELECT p.service, p.event, p.outcome, pg_catalog.count(*), pg_catalog.now() FROM purged p
+         GROUP BY p.service, p.event, p.outcome
+        ON CONFLICT (service, event, outcome) DO UPDATE
+           SET events = t.events OPERATOR(pg_catalog.+) excluded.events, last_purged_at = excluded.last_purged_at
+        RETURNING t.events
+    )
+    SELECT pg_catalog.count(*) FROM purged;
+END;
+COMMENT ON FUNCTION idgen_purge_history(interval) IS
+    'Removes history events older than older_than (default: the setting idgen.history_retention, 90 days) and returns how many; the metrics keep counting them. Superusers and the extension owner, or roles granted EXECUTE. Schedule it daily (cron, pg_cron).';
+REVOKE EXECUTE ON FUNCTION idgen_purge_history(interval) FROM PUBLIC;
+
+-- Diagnostics for the person on call: views over the registry and its history,
+-- idgen_health(), and the metrics. States and thresholds come from the Rust
+-- functions idgen_policy() and idgen_node_state() (src/diagnostics/nodes.rs),
+-- the same code the claim runs by.
+--
+-- Who sees what: superusers, the extension owner and members of pg_monitor see
+-- every service; any other role sees the services granted to it (or to a role
+-- it is a member of) with idgen_grant_service. The rule is the view
+-- idgen_visibility; every other view filters through it.
+--
+-- Views and SQL-standard function bodies are bound when created, and every
+-- operator and function below is pg_catalog's, named so: nothing a lower role
+-- plants on a search_path takes part when a superuser reads them.
+
+CREATE VIEW idgen_visibility AS
+SELECT pg_catalog.pg_has_role(CURRENT_USER, 'pg_monitor'::name, 'MEMBER'::text)
+       OR EXISTS (SELECT FROM pg_catalog.pg_extension e
+                   WHERE e.extname OPERATOR(pg_catalog.=) 'idgen'::name
+                     AND pg_catalog.pg_has_role(CURRENT_USER, e.extowner, 'MEMBER'::text)) AS reads_all,
+       ARRAY(SELECT DISTINCT m.service::text FROM idgen_service_members m
+              WHERE pg_catalog.pg_has_role(CURRENT_USER, m.member::pg_catalog.oid, 'MEMBER'::text)) AS services;
+COMMENT ON VIEW idgen_visibility IS
+    'Which services the current role may read in the idgen views: all of them (reads_all: superusers, the extension owner, pg_monitor), or those granted to it with idgen_grant_service.';
+COMMENT ON COLUMN idgen_visibility.reads_all IS 'True when the role reads every service.';
+COMMENT ON COLUMN idgen_visibility.services IS 'The services granted to the role (or to roles it is a member of).';
+
+CREATE VIEW idgen_nodes WITH (security_barrier) AS
+SELECT n.service,
+       n.machine_id,
+       CASE WHEN n.backend_slot IS NULL THEN 'service'::text ELSE 'backend'::text END AS kind,
+       idgen_node_state(n.last_seen, n.released_at) AS state,
+       idgen_node_name(n.host, n.port, n.backend_slot) AS holder,
+       pg_catalog.date_trunc('second'::text, pg_catalog.now() OPERATOR(pg_catalog.-) n.last_seen) AS idle,
+       n.last_seen OPERATOR(pg_catalog.+) p.lease AS lease_until,
+       n.issued_until,
+       n.version,
+       a.pid,
+       a.usename AS "user",
+       a.datname AS database,
+       a.application_name,
+       a.backend_start,
+       n.host,
+       n.port,
+       n.backend_slot,
+       n.last_seen,
+       n.released_at,
+       n.created_at
+  FROM system_nodes n
+ CROSS JOIN idgen_policy() p
+ CROSS JOIN idgen_visibility v
+  LEFT JOIN pg_catalog.pg_stat_activity a
+         ON a.pid OPERATOR(pg_catalog.=) idgen_slot_pid(n.host, n.port, n.backend_slot)
+ WHERE v.reads_all OR n.service::text OPERATOR(pg_catalog.=) ANY (v.services);
+COMMENT ON VIEW idgen_nodes IS
+    'Every registry row (system_nodes) you may read, with its kind, its state by the claim''s own rules, its lease and watermark, and for a backend row the live connection now in its slot.';
+COMMENT ON COLUMN idgen_nodes.service IS 'The service.';
+COMMENT ON COLUMN idgen_nodes.machine_id IS 'The Snowflake machine id.';
+COMMENT ON COLUMN idgen_nodes.kind IS 'service (a node that called idgen_claim) or backend (a database backend''s own lease).';
+COMMENT ON COLUMN idgen_nodes.state IS
+    'live (inside its lease), past_lease (its holder must have stopped issuing; not takeable yet), idle_1h / idle_1d / idle_7d (idle long enough for that take-back tier), cooling_down (released, within idgen.release_cooldown), released (released, free for the next claim).';
+COMMENT ON COLUMN idgen_nodes.holder IS 'The holder: host:port, or backend slot N of host:port.';
+COMMENT ON COLUMN idgen_nodes.idle IS 'Time since the last claim or heartbeat (to the second).';
+COMMENT ON COLUMN idgen_nodes.lease_until IS 'When the holder must stop issuing unless it heartbeats: last_seen plus the lease (idgen_policy()).';
+COMMENT ON COLUMN idgen_nodes.issued_until IS 'The watermark: no holder of this id stamped an ID after it; the next holder starts after it.';
+COMMENT ON COLUMN idgen_nodes.version IS 'Ownership epoch.';
+COMMENT ON COLUMN idgen_nodes.pid IS 'Backend rows of this server: the process in the row''s slot now, if any (it holds the row, or reuses it on its first idgen_next_id()).';
+COMMENT ON COLUMN idgen_nodes."user" IS 'That process''s user (pg_stat_activity.usename).';
+COMMENT ON COLUMN idgen_nodes.database IS 'That process''s database.';
+COMMENT ON COLUMN idgen_nodes.application_name IS 'That process''s application_name.';
+COMMENT ON COLUMN idgen_nodes.backend_start IS 'When that process started (visible to its own user, superusers and pg_read_all_stats).';
+COMMENT ON COLUMN idgen_nodes.host IS 'The holder''s address.';
+COMMENT ON COLUMN idgen_nodes.port IS 'The holder''s port.';
+COMMENT ON COLUMN idgen_nodes.backend_slot IS 'The backend slot; NULL for service nodes.';
+COMMENT ON COLUMN idgen_nodes.last_seen IS 'Last claim or heartbeat.';
+COMMENT ON COLUMN idgen_nodes.released_at IS 'When it was released; NULL while held.';
+COMMENT ON COLUMN idgen_nodes.created_at IS 'When the machine id was first registered for the service.';
+
+CREATE VIEW idgen_capacity WITH (security_barrier) AS
+SELECT s.service,
+       p.machine_ids AS capacity,
+       s.in_use,
+       p.machine_ids OPERATOR(pg_catalog.-) s.in_use AS free,
+       pg_catalog.round(s.in_use::numeric OPERATOR(pg_catalog./) p.machine_ids::numeric, 3) AS used,
+       (s.in_use::float8 OPERATOR(pg_catalog./) p.machine_ids::float8) OPERATOR(pg_catalog.>) p.capacity_alert AS above_alert,
+       s.held,
+       s.live,
+       s.past_lease,
+       s.takeable_7d,
+       s.takeable_1d,
+       s.takeable_1h,
+       s.cooling_down,
+       s.released,
+       o.machine_id AS oldest_idle_machine_id,
+       o.holder AS oldest_idle_holder,
+       o.idle AS oldest_idle
+  FROM (SELECT n.service,
+               pg_catalog.count(*) FILTER (WHERE n.state OPERATOR(pg_catalog.<>) 'released'::text) AS in_use,
+               pg_catalog.count(*) FILTER (WHERE n.released_at IS NULL) AS held,
+               pg_catalog.count(*) FILTER (WHERE n.state OPERATOR(pg_catalog.=) 'live'::text) AS live,
+               pg_catalog.count(*) FILTER (WHERE n.state OPERATOR(pg_catalog.=) 'past_lease'::text) AS past_lease,
+               pg_catalog.count(*) FILTER (WHERE n.state OPERATOR(pg_catalog.=) 'idle_7d'::text) AS takeable_7d,
+               pg_catalog.count(*) FILTER (WHERE n.state OPERATOR(pg_catalog.=) 'idle_1d'::text) AS takeable_1d,
+               pg_catalog.count(*) FILTER (WHERE n.state OPERATOR(pg_catalog.=) 'idle_1h'::text) AS takeable_1h,
+               pg_catalog.count(*) FILTER (WHERE n.state OPERATOR(pg_catalog.=) 'cooling_down'::text) AS cooling_down,
+               pg_catalog.count(*) FILTER (WHERE n.state OPERATOR(pg_catalog.=) 'released'::text) AS released
+          FROM idgen_nodes n GROUP BY n.service) s
+ CROSS JOIN idgen_policy() p
+  LEFT JOIN LATERAL (SELECT n.machine_id, n.holder, n.idle FROM idgen_nodes n
+                      WHERE n.service OPERATOR(pg_catalog.=) s.service AND n.released_at IS NULL
+                      ORDER BY n.last_seen, n.machine_id LIMIT 1) o ON true;
+COMMENT ON VIEW idgen_capacity IS
+    'Per service you may read: how many machine ids are in use (held, or cooling down after a release), free for the next claim, and takeable per tier, and the oldest idle holder. A claim that leaves a service above idgen.capacity_alert raises an idgen_alert.';
+COMMENT ON COLUMN idgen_capacity.service IS 'The service.';
+COMMENT ON COLUMN idgen_capacity.capacity IS 'Machine ids a service can have (the ID layout''s range).';
+COMMENT ON COLUMN idgen_capacity.in_use IS 'Held, or released and still cooling down: a claim gets none of them without a take-back.';
+COMMENT ON COLUMN idgen_capacity.free IS 'Never registered, or released past the cooldown: the next claims get these first.';
+COMMENT ON COLUMN idgen_capacity.used IS 'in_use / capacity.';
+COMMENT ON COLUMN idgen_capacity.above_alert IS 'used is above idgen.capacity_alert.';
+COMMENT ON COLUMN idgen_capacity.held IS 'Rows not released (live, past their lease, or idle).';
+COMMENT ON COLUMN idgen_capacity.live IS 'Held inside their lease.';
+COMMENT ON COLUMN idgen_capacity.past_lease IS 'Held past their lease, not yet takeable.';
+COMMENT ON COLUMN idgen_capacity.takeable_7d IS 'Held, idle long enough for the 7-day tier.';
+COMMENT ON COLUMN idgen_capacity.takeable_1d IS 'Held, idle long enough for the 1-day tier (and not the 7-day one).';
+COMMENT ON COLUMN idgen_capacity.takeable_1h IS 'Held, idle long enough for the 1-hour tier only (taking one raises an alert).';
+COMMENT ON COLUMN idgen_capacity.cooling_down IS 'Released within idgen.release_cooldown.';
+COMMENT ON COLUMN idgen_capacity.released IS 'Released past the cooldown (counted in free).';
+COMMENT ON COLUMN idgen_capacity.oldest_idle_machine_id IS 'The held machine id seen longest ago.';
+COMMENT ON COLUMN idgen_capacity.oldest_idle_holder IS 'Its holder.';
+COMMENT ON COLUMN idgen_capacity.oldest_idle IS 'How long it has been idle.';
+
+CREATE VIEW idgen_events WITH (security_barrier) AS
+SELECT h.at,
+       h.event,
+       h.service,
+       h.machine_id,
+       h.version,
+       h.outcome,
+       idgen_node_name(h.host, h.port, h.backend_slot) AS holder,
+       h.role,
+       h.pid,
+       idgen_node_name(h.previous_host, h.previous_port, h.previous_backend_slot) AS previous_holder,
+       h.previous_version,
+       h.previous_idle_seconds::float8 OPERATOR(pg_catalog.*) interval '1 second' AS previous_idle,
+       h.not_before,
+       h.issued_until,
+       h.previous_bound,
+       h.detail,
+       h.event_id,
+       h.host,
+       h.port,
+       h.backend_slot,
+       h.previous_host,
+       h.previous_port,
+       h.previous_backend_slot
+  FROM idgen_history h
+ CROSS JOIN idgen_visibility v
+ WHERE v.reads_all OR h.service::text OPERATOR(pg_catalog.=) ANY (v.services);
+COMMENT ON VIEW idgen_events IS
+    'The ownership history (idgen_history) of the services you may read: who got which machine id when and how, who it was taken from, releases, losses and refused claims. Reuses of a held row by the same node are not recorded (ownership does not move).';
+COMMENT ON COLUMN idgen_events.at IS 'When it happened.';
+COMMENT ON COLUMN idgen_events.event IS 'claim, take_back, release, set_aside, ownership_lost, refused_full or refused_watermark.';
+COMMENT ON COLUMN idgen_events.service IS 'The service.';
+COMMENT ON COLUMN idgen_events.machine_id IS 'The machine id; NULL for refused_full.';
+COMMENT ON COLUMN idgen_events.version IS 'Ownership epoch after the event (or the one a loser held).';
+COMMENT ON COLUMN idgen_events.outcome IS 'Claims and take-backs: new, reused, released, idle_7d, idle_1d, idle_1h.';
+COMMENT ON COLUMN idgen_events.holder IS 'The node: host:port, or backend slot N of host:port.';
+COMMENT ON COLUMN idgen_events.role IS 'The role that called idgen.';
+COMMENT ON COLUMN idgen_events.pid IS 'The server process that recorded it.';
+COMMENT ON COLUMN idgen_events.previous_holder IS 'Take-backs: who the id was taken from.';
+COMMENT ON COLUMN idgen_events.previous_version IS 'Take-backs: its version.';
+COMMENT ON COLUMN idgen_events.previous_idle IS 'Take-backs: how long it had been idle.';
+COMMENT ON COLUMN idgen_events.not_before IS 'Claims and take-backs: the holder stamps after this.';
+COMMENT ON COLUMN idgen_events.issued_until IS 'Releases and set-asides: the watermark left.';
+COMMENT ON COLUMN idgen_events.previous_bound IS 'Take-backs: the latest time the previous holder may have stamped.';
+COMMENT ON COLUMN idgen_events.detail IS 'Refusals and losses: what the caller was told.';
+COMMENT ON COLUMN idgen_events.event_id IS 'Order of recording.';
+COMMENT ON COLUMN idgen_events.host IS 'The node''s address.';
+COMMENT ON COLUMN idgen_events.port IS 'The node''s port.';
+COMMENT ON COLUMN idgen_events.backend_slot IS 'The backend slot; NULL for service nodes.';
+COMMENT ON COLUMN idgen_events.previous_host IS 'Take-backs: the previous holder''s address.';
+COMMENT ON COLUMN idgen_events.previous_port IS 'Take-backs: its port.';
+COMMENT ON COLUMN idgen_events.previous_backend_slot IS 'Take-backs: its backend slot, if a backend.';
+
+CREATE VIEW idgen_metrics WITH (security_barrier) AS
+SELECT c.service,
+       c.held,
+       c.in_use,
+       c.capacity,
+       c.free,
+       c.used::float8 AS used_ratio,
+       COALESCE(t.take_backs_released, 0)::bigint AS take_backs_released,
+       COALESCE(t.take_backs_7d, 0)::bigint AS take_backs_7d,
+       COALESCE(t.take_backs_1d, 0)::bigint AS take_backs_1d,
+       COALESCE(t.take_backs_1h, 0)::bigint AS take_backs_1h,
+       COALESCE(t.ownership_losses, 0)::bigint AS ownership_losses,
+       COALESCE(t.refused_claims, 0)::bigint AS refused_claims,
+       COALESCE(pg_catalog.date_part('epoch'::text, c.oldest_idle), 0::float8) AS oldest_idle_seconds,
+       COALESCE(t.history_events_purged, 0)::bigint AS history_events_purged
+  FROM idgen_capacity c
+  LEFT JOIN LATERAL (
+       SELECT pg_catalog.sum(k.n) FILTER (WHERE k.event OPERATOR(pg_catalog.=) 'take_back'::text
+                                           AND k.outcome OPERATOR(pg_catalog.=) 'released'::text) AS take_backs_released,
+              pg_catalog.sum(k.n) FILTER (WHERE k.event OPERATOR(pg_catalog.=) 'take_back'::text
+                                           AND k.outcome OPERATOR(pg_catalog.=) 'idle_7d'::text) AS take_backs_7d,
+              pg_catalog.sum(k.n) FILTER (WHERE k.event OPERATOR(pg_catalog.=) 'take_back'::text
+                                           AND k.outcome OPERATOR(pg_catalog.=) 'idle_1d'::text) AS take_backs_1d,
+              pg_catalog.sum(k.n) FILTER (WHERE k.event OPERATOR(pg_catalog.=) 'take_back'::text
+                                           AND k.outcome OPERATOR(pg_catalog.=) 'idle_1h'::text) AS take_backs_1h,
+              pg_catalog.sum(k.n) FILTER (WHERE k.event OPERATOR(pg_catalog.=) 'ownership_lost'::text) AS ownership_losses,
+              pg_catalog.sum(k.n) FILTER (WHERE k.event OPERATOR(pg_catalog.=) ANY (ARRAY['refused_full'::text, 'refused_watermark'::text])) AS refused_claims,
+              pg_catalog.sum(k.n) FILTER (WHERE k.purged) AS history_events_purged
+         FROM (SELECT h.event, h.outcome, pg_catalog.count(*) AS n, false AS purged FROM idgen_history h
+                WHERE h.service OPERATOR(pg_catalog.=) c.service GROUP BY h.event, h.outcome
+               UNION ALL
+               SELECT p.event, CASE WHEN p.outcome OPERATOR(pg_catalog.=) ''::text THEN NULL ELSE p.outcome END, p.events, true
+                 FROM idgen_history_purged p WHERE p.service OPERATOR(pg_catalog.=) c.service) k
+  ) t ON true;
+COMMENT ON VIEW idgen_metrics IS
+    'One row per service you may read, numeric columns only, for postgres_exporter (see the README''s queries.yaml). The counters count every event since the extension was created, purged ones included.';
+COMMENT ON COLUMN idgen_metrics.service IS 'The service (a label).';
+COMMENT ON COLUMN idgen_metrics.held IS 'Machine ids held (not released).';
+COMMENT ON COLUMN idgen_metrics.in_use IS 'Held or cooling down.';
+COMMENT ON COLUMN idgen_metrics.capacity IS 'Machine ids a service can have.';
+COMMENT ON COLUMN idgen_metrics.free IS 'Free for the next claim without a take-back.';
+COMMENT ON COLUMN idgen_metrics.used_ratio IS 'in_use / capacity, 0 to 1.';
+COMMENT ON COLUMN idgen_metrics.take_backs_released IS 'Counter: released ids taken over by another node.';
+COMMENT ON COLUMN idgen_metrics.take_backs_7d IS 'Counter: take-backs in the 7-day tier.';
+COMMENT ON COLUMN idgen_metrics.take_backs_1d IS 'Counter: take-backs in the 1-day tier.';
+COMMENT ON COLUMN idgen_metrics.take_backs_1h IS 'Counter: take-backs in the 1-hour tier (each also alerted).';
+COMMENT ON COLUMN idgen_metrics.ownership_losses IS 'Counter: holders that learnt their id had moved.';
+COMMENT ON COLUMN idgen_metrics.refused_claims IS 'Counter: claims refused (service full, or watermark ahead).';
+COMMENT ON COLUMN idgen_metrics.oldest_idle_seconds IS 'Idle time of the held id seen longest ago, in seconds.';
+COMMENT ON COLUMN idgen_metrics.history_events_purged IS 'Counter: history events removed by idgen_purge_history().';
+
+CREATE VIEW idgen_registry_status AS
+SELECT r.created_at, r.floor FROM idgen_registry r;
+COMMENT ON VIEW idgen_registry_status IS 'When this registry was created, and its floor (no claim grants an id stamped at or before it).';
+COMMENT ON COLUMN idgen_registry_status.created_at IS 'When the registry was created (CREATE EXTENSION).';
+COMMENT ON COLUMN idgen_registry_status.floor IS 'Raised by rows deleted or truncated by hand; claims wait or refuse while it is ahead of the clock.';
+
+-- One row per finding; none means healthy. Reads only the views above, as the caller.
+CREATE FUNCTION idgen_health()
+    RETURNS TABLE (severity text, finding text, subject text, detail text, action text)
+    LANGUAGE sql STABLE
+BEGIN ATOMIC
+SELECT f.severity, f.finding, f.subject, f.detail, f.action FROM (
+    SELECT 'critical'::text AS severity, 'settings_inconsistent'::text AS finding, 'idgen.*'::text AS subject,
+           p.problem AS detail,
+           'Correct the idgen.* settings (ALTER SYSTEM SET ..., then SELECT pg_reload_conf()). Until then no machine id is claimed or renewed.'::text AS action
+      FROM idgen_policy() p WHERE p.problem IS NOT NULL
+    UNION ALL
+    SELECT 'critical', 'server_clock_behind', 'registry',
+           pg_catalog.format('The newest registry write (last_seen %s) is %s ahead of the server clock: the clock stepped back.',
+                             x.newest, x.newest OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp()),
+           'Fix the time source (chronyc tracking, timedatectl). Backends wait out up to idgen.max_clock_backward and then refuse; IDs never reuse time. Do not move the clock back further.'
+      FROM (SELECT pg_catalog.max(n.last_seen) AS newest FROM idgen_nodes n) x
+     WHERE x.newest OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
+    UNION ALL
+    SELECT 'critical', 'registry_floor_ahead', 'registry',
+           pg_catalog.format('The registry''s floor is %s, %s ahead of the clock: rows were deleted or truncated by hand while their holders may still issue.',
+                             r.floor, r.floor OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp()),
+           'Claims of new holders fail with SQLSTATE 55000 until then. Wait; next time free ids with idgen_release, not DELETE.'
+      FROM idgen_registry_status r WHERE r.floor OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
+    UNION ALL
+    SELECT CASE WHEN c.free OPERATOR(pg_catalog.=) 0
+                 AND (c.takeable_7d OPERATOR(pg_catalog.+) c.takeable_1d OPERATOR(pg_catalog.+) c.takeable_1h) OPERATOR(pg_catalog.=) 0
+                THEN 'critical' ELSE 'warning' END,
+           'capacity', c.service,
+           pg_catalog.format('%s of %s machine ids in use (%s), above idgen.capacity_alert; %s free, takeable 7d/1d/1h: %s/%s/%s; oldest idle: machine id %s, %s, idle %s.',
+                             c.in_use, c.capacity, c.used, c.free, c.takeable_7d, c.takeable_1d, c.takeable_1h,
+                             c.oldest_idle_machine_id, c.oldest_idle_holder, c.oldest_idle),
+           pg_catalog.format('Find why so many nodes hold ids: SELECT * FROM idgen_nodes WHERE service = %L ORDER BY last_seen; release the ids of nodes stopped for good (README: freeing an id by hand), or give the nodes their own service names.', c.service)
+      FROM idgen_capacity c WHERE c.above_alert
+    UNION ALL
+    SELECT 'warning', 'holder_past_lease', pg_catalog.format('%s machine id %s', n.service, n.machine_id),
+           pg_catalog.format('%s last heartbeat %s ago; its lease ended at %s, so it must have stopped issuing IDs.', n.holder, n.idle, n.lease_until),
+           'If the node still runs, it lost the database or its heartbeat died: restart it (it claims its id back). If it is gone for good, nothing is needed: the id is taken back after idgen.takeover_idle_1h, or release it by hand.'
+      FROM idgen_nodes n
+     WHERE n.kind OPERATOR(pg_catalog.=) 'service'::text
+       AND n.state OPERATOR(pg_catalog.=) ANY (ARRAY['past_lease'::text, 'idle_1h'::text])
+    UNION ALL
+    SELECT 'warning', 'watermark_ahead', pg_catalog.format('%s machine id %s', n.service, n.machine_id),
+           pg_catalog.format('Its watermark %s is %s ahead of the server clock, more than a lease and a heartbeat interval: %s reported time from a clock that ran ahead, or the server clock stepped back.',
+                             n.issued_until, n.issued_until OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp(), n.holder),
+           'No other node can use this id until then (claims skip it). Check the clocks of the node and of the server.'
+      FROM idgen_nodes n CROSS JOIN idgen_policy() p
+     WHERE n.issued_until OPERATOR(pg_catalog.>)
+           (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) p.lease OPERATOR(pg_catalog.+) p.heartbeat_interval)
+    UNION ALL
+    SELECT 'notice', 'stale_backend_rows', b.service,
+           pg_catalog.format('%s backend rows idle longer than idgen.takeover_idle_7d (machine ids %s): their slots have not used idgen since.', b.n, b.ids),
+           'Nothing is wrong: the next claims of the service take them back first. To tidy up, see the README (freeing an id by hand).'
+      FROM (SELECT n.service, pg_catalog.count(*) AS n, pg_catalog.string_agg(n.machine_id::text, ', '::text ORDER BY n.machine_id) AS ids
+              FROM idgen_nodes n
+             WHERE n.kind OPERATOR(pg_catalog.=) 'backend'::text AND n.state OPERATOR(pg_catalog.=) 'idle_7d'::text
+             GROUP BY n.service) b
+    UNION ALL
+    SELECT 'notice', 'history_purge_due', 'idgen_history',
+           pg_catalog.format('The oldest history event is from %s, older than idgen.history_retention (%s).', e.oldest, p.history_retention),
+           'SELECT idgen_purge_history(); and schedule it daily (cron or pg_cron).'
+      FROM (SELECT pg_catalog.min(e.at) AS oldest FROM idgen_events e) e CROSS JOIN idgen_policy() p
+     WHERE e.oldest OPERATOR(pg_catalog.<)
+           (pg_catalog.now() OPERATOR(pg_catalog.-) p.history_retention OPERATOR(pg_catalog.-) interval '1 day')
+) f
+ORDER BY CASE WHEN f.severity OPERATOR(pg_catalog.=) 'critical'::text THEN 1
+              WHEN f.severity OPERATOR(pg_catalog.=) 'warning'::text THEN 2 ELSE 3 END, f.finding, f.subject;
+END;
+COMMENT ON FUNCTION idgen_health() IS
+    'What the person on call must know, one row per finding (severity critical, warning or notice; what; which rows; what to do), over the services you may read. No rows: healthy.';
+
+GRANT SELECT ON idgen_visibility, idgen_nodes, idgen_capacity, idgen_events, idgen_metrics, idgen_registry_status TO PUBLIC;
+
+COMMENT ON FUNCTION idgen_policy() IS
+    'The effective idgen settings as the claim uses them, one row: the lease, heartbeat interval, cooldown, take-back ages, capacity alert, history retention, the machine ids a service can have, and problem (why the settings are inconsistent, or NULL).';
+COMMENT ON FUNCTION idgen_node_state(timestamptz, timestamptz) IS
+    'The state of a registry row from its last_seen and released_at, by the claim''s own thresholds: live, past_lease, idle_1h, idle_1d, idle_7d, cooling_down or released.';
+COMMENT ON FUNCTION idgen_node_name(inet, integer, integer) IS 'How idgen names a node: host:port, or backend slot N of host:port.';
+COMMENT ON FUNCTION idgen_slot_pid(inet, integer, integer) IS
+    'For a backend row of this server (host idgen.node_host, this port): the pid of the process in its slot now, or NULL.';
+COMMENT ON FUNCTION idgen_explain(bigint, text) IS
+    'Who made an ID: decodes it and names the holder of its machine id at its timestamp, with the version then in force, from the history and the registry; one row per service you may read (or the one given). Says when the history does not reach back that far, and warns when two holders overlap.';

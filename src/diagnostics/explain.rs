@@ -1,0 +1,181 @@
+//! `idgen_explain(id [, service])`: who made an ID. It runs as the caller and
+//! reads the views `idgen_events` and `idgen_nodes`, so it shows only the
+//! services the caller may read; the reading of tenures is the core's
+//! (`idgen_core::history`).
+
+use crate::clock::timestamptz;
+use crate::errors::{raise, report};
+use crate::registry::sql;
+use idgen_core::history::{self, EventKind, Finding, Holder, Recorded};
+use idgen_core::{messages, IdgenError, Layout, SqlState};
+use pgrx::datum::TimestampWithTimeZone;
+use pgrx::prelude::*;
+use pgrx::spi::{Spi, SpiClient, SpiHeapTupleData};
+use pgrx::PgLogLevel;
+
+type ExplainRow = (
+    String,
+    i16,
+    Option<TimestampWithTimeZone>,
+    i32,
+    String,
+    Option<String>,
+    Option<String>,
+    Option<i32>,
+    Option<i64>,
+    Option<TimestampWithTimeZone>,
+    Option<TimestampWithTimeZone>,
+    String,
+);
+
+/// Decodes `id` and names the holder of its machine id at its timestamp, per service.
+#[pg_extern(stable, parallel_restricted)]
+#[search_path(pg_catalog, @extschema@, pg_temp)]
+#[allow(clippy::type_complexity)]
+fn idgen_explain(
+    id: i64,
+    service: default!(Option<&str>, "NULL"),
+) -> TableIterator<
+    'static,
+    (
+        name!(service, String),
+        name!(machine_id, i16),
+        name!(stamped_at, Option<TimestampWithTimeZone>),
+        name!(sequence, i32),
+        name!(finding, String),
+        name!(holder, Option<String>),
+        name!(role, Option<String>),
+        name!(pid, Option<i32>),
+        name!(version, Option<i64>),
+        name!(stamps_after, Option<TimestampWithTimeZone>),
+        name!(stamps_until, Option<TimestampWithTimeZone>),
+        name!(detail, String),
+    ),
+> {
+    const F: &str = "idgen_explain";
+    let layout = Layout::DEFAULT;
+    let parts = layout.decompose(id).unwrap_or_else(|_| raise(messages::negative_id(F, id)));
+    let stamp_ms = layout.unix_ms_of(parts.ticks);
+    let machine_id = parts.machine_id as i16;
+    let sequence = parts.sequence as i32;
+    let rows = Spi::connect_mut(|client| {
+        let services = services_of(client, machine_id, service);
+        if services.is_empty() {
+            raise(nothing_known(F, machine_id, service));
+        }
+        let mut rows: Vec<ExplainRow> = Vec::new();
+        for (service, purged) in services {
+            let events = events_of(client, &service, machine_id);
+            let finding = if events.is_empty() { None } else { Some(history::explain(&events, stamp_ms, !purged)) };
+            let explained = match &finding {
+                Some(finding) => history::explained(finding, &service, machine_id, stamp_ms),
+                None => registry_only(client, &service, machine_id),
+            };
+            if let Some(Finding::Overlap(holders)) = &finding {
+                report(overlap_warning(F, &service, machine_id, stamp_ms, holders.len()), PgLogLevel::WARNING);
+            }
+            for e in explained {
+                let t = e.tenure.as_ref();
+                rows.push((
+                    service.clone(),
+                    machine_id,
+                    timestamptz(stamp_ms),
+                    sequence,
+                    e.finding.to_owned(),
+                    t.map(|t| t.holder.name()),
+                    t.and_then(|t| t.holder.role.clone()),
+                    t.and_then(|t| t.holder.pid),
+                    t.map(|t| t.version),
+                    t.and_then(|t| timestamptz(t.after_ms)),
+                    t.and_then(|t| t.until_ms).and_then(timestamptz),
+                    e.detail,
+                ));
+            }
+        }
+        rows
+    });
+    TableIterator::new(rows)
+}
+
+/// The services to explain the ID in, with whether their history was purged.
+fn services_of(client: &mut SpiClient, machine_id: i16, service: Option<&str>) -> Vec<(String, bool)> {
+    let args = [machine_id.into(), service.map(str::to_owned).into()];
+    let table = client.select(sql::SERVICES_OF_MACHINE_ID, None, &args).unwrap_or_else(|e| panic!("idgen: {e}"));
+    table.map(|row| (get(&row, 1).unwrap_or_default(), get(&row, 2).unwrap_or(false))).collect()
+}
+
+fn events_of(client: &mut SpiClient, service: &str, machine_id: i16) -> Vec<Recorded> {
+    let args = [service.to_owned().into(), machine_id.into()];
+    let table = client.select(sql::EVENTS_OF_MACHINE_ID, None, &args).unwrap_or_else(|e| panic!("idgen: {e}"));
+    table
+        .filter_map(|row| {
+            let kind = EventKind::from_label(&get::<String>(&row, 2)?)?;
+            let holder = |first: usize| -> Option<Holder> {
+                Some(Holder {
+                    host: get(&row, first)?,
+                    port: get(&row, first + 1)?,
+                    backend_slot: get(&row, first + 2),
+                    role: None,
+                    pid: None,
+                })
+            };
+            let mut current = holder(3);
+            if let Some(h) = current.as_mut() {
+                h.role = get(&row, 6);
+                h.pid = get(&row, 7);
+            }
+            Some(Recorded {
+                at_ms: get(&row, 1)?,
+                kind,
+                holder: current,
+                version: get(&row, 8),
+                not_before_ms: get(&row, 9),
+                issued_until_ms: get(&row, 10),
+                previous_holder: holder(11),
+                previous_bound_ms: get(&row, 14),
+            })
+        })
+        .collect()
+}
+
+/// No event: what the registry says now.
+fn registry_only(client: &mut SpiClient, service: &str, machine_id: i16) -> Vec<history::Explained> {
+    let args = [service.to_owned().into(), machine_id.into()];
+    let table = client.select(sql::NODE_OF_MACHINE_ID, Some(1), &args).unwrap_or_else(|e| panic!("idgen: {e}"));
+    let now = table.into_iter().next().and_then(|row| {
+        let name = idgen_core::input::node_name(&get::<String>(&row, 1)?, get(&row, 2)?, get(&row, 3));
+        Some(format!(
+            " The registry shows it held by {name} at version {} now; whether it held it then is not known.",
+            get::<i64>(&row, 4)?
+        ))
+    });
+    let finding = Finding::NoHistory;
+    let mut rows = history::explained(&finding, service, machine_id, 0);
+    rows[0].detail.push_str(&now.unwrap_or_default());
+    rows
+}
+
+fn get<T: pgrx::FromDatum + pgrx::IntoDatum>(row: &SpiHeapTupleData, ordinal: usize) -> Option<T> {
+    row.get::<T>(ordinal).unwrap_or_else(|e| panic!("idgen_explain: column {ordinal}: {e}"))
+}
+
+fn nothing_known(function: &str, machine_id: i16, service: Option<&str>) -> IdgenError {
+    let within = match service {
+        Some(s) => format!("service \"{s}\""),
+        None => "any service you may read".to_owned(),
+    };
+    IdgenError::new(SqlState::UndefinedObject, format!("{function}: machine id {machine_id} is not known in {within}"))
+        .detail("Neither the registry nor the history has it, or you may not read the service (idgen_visibility).")
+        .hint("Check the ID and the service name; a role sees the services granted to it with idgen_grant_service, pg_monitor sees all.")
+}
+
+fn overlap_warning(function: &str, service: &str, machine_id: i16, stamp_ms: i64, holders: usize) -> IdgenError {
+    IdgenError::new(
+        SqlState::Warning,
+        format!(
+            "{function}: {holders} holders of machine id {machine_id} of service \"{service}\" may have stamped the same millisecond"
+        ),
+    )
+    .detail(format!("Their tenures overlap at {}: two of them may have made the same ID. That is a bug in idgen, or the registry or its history was changed by hand.", messages::iso_utc(stamp_ms)))
+    .hint("Keep the history (do not purge it), look for duplicate IDs of this service around that time, and report it with the rows below.")
+}

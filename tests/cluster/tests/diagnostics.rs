@@ -1,0 +1,323 @@
+//! Diagnostics that need real sessions: the capacity alert as a listener hears
+//! it, the live-backend columns of idgen_nodes, the history of events that come
+//! with an error (recorded though the caller rolls back), purging by retention,
+//! who may read what, and the alert payload's JSON Schema.
+
+use idgen_cluster_tests::*;
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::Client;
+use serde_json::Value;
+use std::path::Path;
+
+fn alert_schema() -> jsonschema::Validator {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/idgen_alert.schema.json");
+    let schema: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    jsonschema::validator_for(&schema).expect("the schema is a valid JSON Schema")
+}
+
+fn assert_valid(validator: &jsonschema::Validator, payload: &Value) {
+    let errors: Vec<String> = validator.iter_errors(payload).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{payload} does not match docs/idgen_alert.schema.json: {errors:?}");
+}
+
+#[test]
+fn every_example_of_the_alert_schema_is_valid_and_each_event_has_one() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/idgen_alert.schema.json");
+    let schema: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let validator = alert_schema();
+    let examples = schema["examples"].as_array().unwrap();
+    for example in examples {
+        assert_valid(&validator, example);
+    }
+    let events: Vec<&Value> = schema["properties"]["event"]["enum"].as_array().unwrap().iter().collect();
+    for event in &events {
+        assert!(examples.iter().any(|e| &&e["event"] == event), "no example of {event}");
+    }
+    // The schema can fail: a payload with an unknown event, or a capacity alert without its numbers.
+    assert!(!validator.is_valid(&serde_json::json!({"event": "hello", "service": "s", "machine_id": 1})));
+    assert!(!validator.is_valid(&serde_json::json!({"event": "capacity", "service": "s", "machine_id": 1})));
+}
+
+/// The next notifications on `listener`, waiting for the first (a claim that commits has sent it).
+fn next_alerts(listener: &mut Client, count: usize) -> Vec<Value> {
+    let mut notifications = listener.notifications();
+    let mut waiting = notifications.blocking_iter();
+    (0..count).map(|_| serde_json::from_str(waiting.next().unwrap().unwrap().payload()).unwrap()).collect()
+}
+
+#[test]
+fn a_claim_that_leaves_a_service_above_the_capacity_alert_is_heard_by_listeners() {
+    let db = TestDb::create("capacity_alert");
+    let mut admin = db.connect();
+    // 818 of 1024 held: the next claim leaves 819 (79.98 %), the one after 820 (80.08 %), above 80 %.
+    admin
+        .batch_execute(
+            "INSERT INTO system_nodes (service, machine_id, host, port, version)
+             SELECT 'cap', m, '192.0.2.1', 1000 + m, 1 FROM generate_series(0, 817) m",
+        )
+        .unwrap();
+    let mut listener = db.connect();
+    listener.batch_execute("LISTEN idgen_alert").unwrap();
+    let (mut claimant, notices) = db.connect_recording();
+    assert_eq!(claim(&mut claimant, "cap", "10.0.0.1", 1).unwrap().machine_id, 818);
+    assert!(notices.take().is_empty(), "79.98 % full is below the threshold");
+    assert_eq!(claim(&mut claimant, "cap", "10.0.0.2", 1).unwrap().machine_id, 819);
+    let warned = notices.take();
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert_eq!(
+        warned[0].message(),
+        "idgen_claim: service \"cap\" is 80% full (820 of 1024 machine ids in use), above idgen.capacity_alert (80%)"
+    );
+    // A backend's claim of a free id alerts too, with its slot in the full payload.
+    claimant.batch_execute("SELECT idgen_next_id('cap')").unwrap();
+    let backend_warning = notices.take();
+    let detail = backend_warning[0].detail().unwrap();
+    let full: Value = serde_json::from_str(detail.strip_prefix("idgen_alert ").unwrap()).unwrap();
+    assert!(full["holder"]["backend_slot"].is_i64(), "{full}");
+
+    // The first alert a listener hears is the one of the claim that crossed the threshold.
+    let heard = next_alerts(&mut listener, 2);
+    assert_eq!(
+        heard[0],
+        serde_json::json!({"event": "capacity", "service": "cap", "machine_id": 819, "held": 820,
+                           "capacity": 1024, "used_fraction": 0.801, "threshold": 0.8})
+    );
+    assert_eq!(heard[1]["held"], 821);
+    let validator = alert_schema();
+    for payload in heard.iter().chain([&full]) {
+        assert_valid(&validator, payload);
+    }
+    // idgen_capacity and idgen_health() say the same.
+    let row = admin
+        .query_one("SELECT in_use, free, used::text, above_alert FROM idgen_capacity WHERE service = 'cap'", &[])
+        .unwrap();
+    assert_eq!(
+        (row.get::<_, i64>(0), row.get::<_, i64>(1), row.get::<_, String>(2), row.get::<_, bool>(3)),
+        (821, 203, "0.802".to_owned(), true)
+    );
+    let findings: Vec<String> = admin
+        .query("SELECT severity || ' ' || finding || ' ' || subject FROM idgen_health()", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(findings, ["warning capacity cap"]);
+}
+
+#[test]
+fn the_exhaustion_alert_in_the_server_log_matches_the_schema() {
+    let db = TestDb::create("exhausted_alert");
+    let mut admin = db.connect();
+    fill_registry(&mut admin, "full");
+    let (mut claimant, notices) = db.connect_recording();
+    let err = claim(&mut claimant, "full", "10.0.0.1", 1).unwrap_err();
+    assert_eq!(sqlstate(&err), "53000");
+    let warning = notices.take().into_iter().find(|n| n.message().contains("are exhausted")).unwrap();
+    let payload: Value = serde_json::from_str(warning.detail().unwrap().strip_prefix("idgen_alert ").unwrap()).unwrap();
+    assert_eq!(payload["event"], "exhausted");
+    assert_valid(&alert_schema(), &payload);
+}
+
+fn slot_and_pid(client: &mut Client) -> (i32, i32) {
+    client.batch_execute("SELECT idgen_next_id()").unwrap();
+    let row = client.query_one("SELECT backend_slot, pg_backend_pid() FROM idgen_backend_leases()", &[]).unwrap();
+    (row.get(0), row.get(1))
+}
+
+#[test]
+fn backend_rows_show_the_live_connection_in_their_slot_and_none_once_it_closed() {
+    let db = TestDb::create("live_backends");
+    let mut observer = db.connect();
+    let mut backend = Client::connect(&format!("{} application_name=orders-api", db.dsn()), postgres::NoTls).unwrap();
+    let (slot, pid) = slot_and_pid(&mut backend);
+    let row = observer
+        .query_one(
+            "SELECT kind, state, pid, \"user\", database, application_name, backend_start IS NOT NULL
+               FROM idgen_nodes WHERE backend_slot = $1",
+            &[&slot],
+        )
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "backend");
+    assert_eq!(row.get::<_, String>(1), "live");
+    assert_eq!(row.get::<_, Option<i32>>(2), Some(pid));
+    assert_eq!(row.get::<_, String>(3), "postgres");
+    assert_eq!(row.get::<_, String>(4), db.name);
+    assert_eq!(row.get::<_, String>(5), "orders-api");
+    assert!(row.get::<_, bool>(6));
+
+    drop(backend);
+    // The server ends the process after the client closed: wait for that, however long it takes.
+    while observer.query_one("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", &[&pid]).unwrap().get::<_, i64>(0)
+        > 0
+    {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // The row stays (the next connection in the slot reuses it); no live process of the old connection.
+    let now: Option<i32> =
+        observer.query_one("SELECT pid FROM idgen_nodes WHERE backend_slot = $1", &[&slot]).unwrap().get(0);
+    assert_ne!(now, Some(pid), "a closed connection is not shown as live");
+    // A service row never shows a process.
+    claim(&mut observer, "svc", "10.0.0.1", 1).unwrap();
+    let service_pid: Option<i32> =
+        observer.query_one("SELECT pid FROM idgen_nodes WHERE service = 'svc'", &[]).unwrap().get(0);
+    assert_eq!(service_pid, None);
+}
+
+#[test]
+fn events_that_come_with_an_error_are_recorded_though_the_caller_rolls_back() {
+    let db = TestDb::create("history_errors");
+    let mut node = db.connect();
+    let mut admin = db.connect();
+    let a = claim(&mut node, "svc", "10.0.0.1", 1).unwrap();
+    admin.batch_execute("UPDATE system_nodes SET version = version + 1 WHERE service = 'svc'").unwrap();
+    // The heartbeat fails with 55000 inside a transaction that then rolls back.
+    node.batch_execute("BEGIN").unwrap();
+    let err = heartbeat(&mut node, "svc", a.machine_id, "10.0.0.1", 1, a.version).unwrap_err();
+    assert_eq!(sqlstate(&err), "55000");
+    node.batch_execute("ROLLBACK").unwrap();
+    // A backend learns at its lease check that its id moved.
+    let mut backend = db.connect();
+    backend.batch_execute("SELECT idgen_next_id('svc')").unwrap();
+    admin
+        .batch_execute(
+            "UPDATE system_nodes SET version = version + 1 WHERE service = 'svc' AND backend_slot IS NOT NULL",
+        )
+        .unwrap();
+    wait_past_backend_watermark(&mut backend, "svc");
+    backend.batch_execute("BEGIN; SELECT idgen_next_id('svc'); ROLLBACK").unwrap();
+    // A claim refused because the service is full.
+    fill_registry(&mut admin, "full");
+    assert_eq!(sqlstate(&claim(&mut node, "full", "10.0.0.9", 9).unwrap_err()), "53000");
+
+    let events: Vec<(String, String, Option<i16>, String, String)> = admin
+        .query(
+            "SELECT event, service, machine_id, holder, role FROM idgen_events
+              WHERE event IN ('ownership_lost', 'refused_full') ORDER BY event_id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+        .collect();
+    assert_eq!(events.len(), 3, "{events:?}");
+    assert_eq!(events[0].0, "ownership_lost");
+    assert_eq!(events[0].3, "10.0.0.1:1");
+    assert_eq!(events[1].0, "ownership_lost");
+    assert!(events[1].3.starts_with("backend slot "), "{events:?}");
+    assert_eq!((events[2].0.as_str(), events[2].1.as_str(), events[2].2), ("refused_full", "full", None));
+    assert!(events.iter().all(|e| e.4 == "postgres"));
+    let counted = admin
+        .query_one("SELECT ownership_losses, refused_claims FROM idgen_metrics WHERE service = 'svc'", &[])
+        .unwrap();
+    assert_eq!((counted.get::<_, i64>(0), counted.get::<_, i64>(1)), (2, 0));
+}
+
+#[test]
+fn purge_removes_events_past_the_retention_and_the_counters_keep_them() {
+    let db = TestDb::create("history_purge");
+    let mut admin = db.connect();
+    claim(&mut admin, "svc", "10.0.0.1", 1).unwrap();
+    // Events as old as a busy week would leave them (written by hand: nodes only write the present).
+    admin
+        .batch_execute(
+            "INSERT INTO idgen_history (at, event, service, machine_id, outcome)
+             VALUES (now() - interval '3 hours', 'take_back', 'svc', 0, 'idle_1d'),
+                    (now() - interval '90 minutes', 'take_back', 'svc', 0, 'idle_1h'),
+                    (now() - interval '30 minutes', 'take_back', 'svc', 0, 'idle_7d')",
+        )
+        .unwrap();
+    let counters = |c: &mut Client| -> (i64, i64, i64, i64) {
+        let r = c
+            .query_one(
+                "SELECT take_backs_7d, take_backs_1d, take_backs_1h, history_events_purged FROM idgen_metrics WHERE service = 'svc'",
+                &[],
+            )
+            .unwrap();
+        (r.get(0), r.get(1), r.get(2), r.get(3))
+    };
+    assert_eq!(counters(&mut admin), (1, 1, 1, 0));
+    // The default retention (90 days) keeps everything.
+    assert_eq!(admin.query_one("SELECT idgen_purge_history()", &[]).unwrap().get::<_, i64>(0), 0);
+    {
+        let _retention = SystemSettings::set(&base_dsn(), &[("idgen.history_retention", "1h")]);
+        let mut fresh = db.connect();
+        assert_eq!(fresh.query_one("SELECT idgen_purge_history()", &[]).unwrap().get::<_, i64>(0), 2);
+        let left: Vec<String> = fresh
+            .query("SELECT coalesce(outcome, event) FROM idgen_events ORDER BY event_id", &[])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert_eq!(left, ["new", "idle_7d"]);
+        assert_eq!(counters(&mut fresh), (1, 1, 1, 2), "purged events still count");
+    }
+}
+
+#[test]
+fn each_role_reads_the_services_it_may_act_for_and_nobody_below_superuser_writes_the_history() {
+    let db = TestDb::create("diag_privileges");
+    let mut admin = db.connect();
+    admin
+        .batch_execute(
+            "DO $$ BEGIN
+                 IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'idgen_t_orders_svc') THEN CREATE ROLE idgen_t_orders_svc LOGIN; END IF;
+                 IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'idgen_t_monitor') THEN CREATE ROLE idgen_t_monitor LOGIN; END IF;
+                 IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'idgen_t_nobody') THEN CREATE ROLE idgen_t_nobody LOGIN; END IF;
+             END $$;
+             GRANT pg_monitor TO idgen_t_monitor;
+             SELECT idgen_grant_service('orders', 'idgen_t_orders_svc');",
+        )
+        .unwrap();
+    claim(&mut admin, "orders", "10.0.0.1", 1).unwrap();
+    claim(&mut admin, "billing", "10.0.0.2", 1).unwrap();
+    let orders_id: i64 = admin.query_one("SELECT idgen_next_id('orders')", &[]).unwrap().get(0);
+    let billing_id: i64 = admin.query_one("SELECT idgen_next_id('billing')", &[]).unwrap().get(0);
+    let connect = |role: &str| Client::connect(&format!("{} user={role}", db.dsn()), postgres::NoTls).unwrap();
+    let services = |c: &mut Client, view: &str| -> Vec<String> {
+        c.query(&format!("SELECT DISTINCT service::text FROM {view} ORDER BY 1"), &[])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    };
+    for (role, expected) in [
+        ("postgres", vec!["billing", "orders"]),
+        ("idgen_t_monitor", vec!["billing", "orders"]),
+        ("idgen_t_orders_svc", vec!["orders"]),
+        ("idgen_t_nobody", vec![]),
+    ] {
+        let mut c = connect(role);
+        for view in ["idgen_nodes", "idgen_capacity", "idgen_events", "idgen_metrics"] {
+            assert_eq!(services(&mut c, view), expected, "{role} reading {view}");
+        }
+        let explained: Vec<String> = [(orders_id, "orders"), (billing_id, "billing")]
+            .iter()
+            .filter_map(|(id, service)| {
+                c.query_one("SELECT finding FROM idgen_explain($1, $2)", &[id, service])
+                    .ok()
+                    .map(|_| service.to_string())
+            })
+            .rev()
+            .collect();
+        assert_eq!(explained, expected, "{role} explaining IDs");
+        c.query("SELECT * FROM idgen_health()", &[]).unwrap();
+        if role != "postgres" {
+            for statement in [
+                "SELECT * FROM idgen_history",
+                "INSERT INTO idgen_history (event, service) VALUES ('release', 'orders')",
+                "DELETE FROM idgen_history",
+                "UPDATE idgen_history SET detail = 'x'",
+                "SELECT idgen_purge_history()",
+                "INSERT INTO idgen_history_purged VALUES ('orders', 'release', '', 1, now())",
+            ] {
+                let err = c.batch_execute(statement).unwrap_err();
+                assert_eq!(sqlstate(&err), "42501", "{role}: {statement}: {err:?}");
+            }
+        }
+    }
+    // An ID of a service the role may not read is not explained to it.
+    let err = connect("idgen_t_orders_svc")
+        .query_one("SELECT * FROM idgen_explain($1, 'billing')", &[&billing_id])
+        .unwrap_err();
+    assert_eq!(sqlstate(&err), "42704");
+}
