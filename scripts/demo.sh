@@ -33,6 +33,11 @@ SELECT p.id, d.ts, d.machine_id, d.sequence, p.item FROM purchases p, idgen_deco
 SELECT service, machine_id, version, backend_slot, ids_issued, lease_until FROM idgen_backend_leases();
 \echo '-- the registry: two service nodes and one database backend share the id space of "orders"'
 SELECT service, machine_id, host, port, backend_slot, version, last_seen, issued_until FROM system_nodes ORDER BY service, machine_id;
+\echo '-- diagnostics: node states, who made an ID, the ownership history, and the health check (no rows: healthy)'
+SELECT service, machine_id, kind, state, holder, idle, pid, application_name FROM idgen_nodes ORDER BY service, machine_id;
+SELECT x.service, x.machine_id, x.finding, x.holder, x.version FROM purchases p, idgen_explain(p.id, 'orders') x ORDER BY p.id LIMIT 1;
+SELECT at, event, machine_id, version, outcome, holder FROM idgen_events ORDER BY event_id;
+SELECT * FROM idgen_health();
 SQL
 
 cat <<MSG
