@@ -34,6 +34,8 @@ SELECT n.service,
        n.last_seen OPERATOR(pg_catalog.+) p.lease AS lease_until,
        n.issued_until,
        n.version,
+       n.machine_id OPERATOR(pg_catalog.>=) p.machine_id_first
+           AND n.machine_id OPERATOR(pg_catalog.<=) p.machine_id_last AS in_range,
        a.pid,
        a.usename AS "user",
        a.datname AS database,
@@ -63,6 +65,7 @@ COMMENT ON COLUMN idgen_nodes.idle IS 'Time since the last claim or heartbeat (t
 COMMENT ON COLUMN idgen_nodes.lease_until IS 'When the holder must stop issuing unless it heartbeats: last_seen plus the lease (idgen_policy()).';
 COMMENT ON COLUMN idgen_nodes.issued_until IS 'The watermark: no holder of this id stamped an ID after it; the next holder starts after it.';
 COMMENT ON COLUMN idgen_nodes.version IS 'Ownership epoch.';
+COMMENT ON COLUMN idgen_nodes.in_range IS 'Inside this server''s idgen.machine_id_range: claims here hand out only such ids. A holder outside keeps its id until it stops.';
 COMMENT ON COLUMN idgen_nodes.pid IS 'Backend rows of this server: the process in the row''s slot now, if any (it holds the row, or reuses it on its first idgen_next_id()).';
 COMMENT ON COLUMN idgen_nodes."user" IS 'That process''s user (pg_stat_activity.usename).';
 COMMENT ON COLUMN idgen_nodes.database IS 'That process''s database.';
@@ -103,15 +106,15 @@ SELECT s.service,
                pg_catalog.count(*) FILTER (WHERE n.state OPERATOR(pg_catalog.=) 'idle_1h'::text) AS takeable_1h,
                pg_catalog.count(*) FILTER (WHERE n.state OPERATOR(pg_catalog.=) 'cooling_down'::text) AS cooling_down,
                pg_catalog.count(*) FILTER (WHERE n.state OPERATOR(pg_catalog.=) 'released'::text) AS released
-          FROM idgen_nodes n GROUP BY n.service) s
+          FROM idgen_nodes n WHERE n.in_range GROUP BY n.service) s
  CROSS JOIN idgen_policy() p
   LEFT JOIN LATERAL (SELECT n.machine_id, n.holder, n.idle FROM idgen_nodes n
-                      WHERE n.service OPERATOR(pg_catalog.=) s.service AND n.released_at IS NULL
+                      WHERE n.service OPERATOR(pg_catalog.=) s.service AND n.in_range AND n.released_at IS NULL
                       ORDER BY n.last_seen, n.machine_id LIMIT 1) o ON true;
 COMMENT ON VIEW idgen_capacity IS
-    'Per service you may read: how many machine ids are in use (held, or cooling down after a release), free for the next claim, and takeable per tier, and the oldest idle holder. A claim that leaves a service above idgen.capacity_alert raises an idgen_alert.';
+    'Per service you may read, within this server''s idgen.machine_id_range: how many machine ids are in use (held, or cooling down after a release), free for the next claim, and takeable per tier, and the oldest idle holder. A claim that leaves a service above idgen.capacity_alert raises an idgen_alert.';
 COMMENT ON COLUMN idgen_capacity.service IS 'The service.';
-COMMENT ON COLUMN idgen_capacity.capacity IS 'Machine ids a service can have (the ID layout''s range).';
+COMMENT ON COLUMN idgen_capacity.capacity IS 'Machine ids a service can have on this server (idgen.machine_id_range, by default the ID layout''s 1,024).';
 COMMENT ON COLUMN idgen_capacity.in_use IS 'Held, or released and still cooling down: a claim gets none of them without a take-back.';
 COMMENT ON COLUMN idgen_capacity.free IS 'Never registered, or released past the cooldown: the next claims get these first.';
 COMMENT ON COLUMN idgen_capacity.used IS 'in_use / capacity.';
@@ -207,7 +210,7 @@ SELECT c.service,
               pg_catalog.sum(k.n) FILTER (WHERE k.event OPERATOR(pg_catalog.=) 'take_back'::text
                                            AND k.outcome OPERATOR(pg_catalog.=) 'idle_1h'::text) AS take_backs_1h,
               pg_catalog.sum(k.n) FILTER (WHERE k.event OPERATOR(pg_catalog.=) 'ownership_lost'::text) AS ownership_losses,
-              pg_catalog.sum(k.n) FILTER (WHERE k.event OPERATOR(pg_catalog.=) ANY (ARRAY['refused_full'::text, 'refused_watermark'::text])) AS refused_claims,
+              pg_catalog.sum(k.n) FILTER (WHERE k.event OPERATOR(pg_catalog.=) ANY (ARRAY['refused_full'::text, 'refused_watermark'::text, 'refused_no_standby'::text])) AS refused_claims,
               pg_catalog.sum(k.n) FILTER (WHERE k.purged) AS history_events_purged
          FROM (SELECT h.event, h.outcome, pg_catalog.count(*) AS n, false AS purged FROM idgen_history h
                 WHERE h.service OPERATOR(pg_catalog.=) c.service GROUP BY h.event, h.outcome
@@ -228,7 +231,7 @@ COMMENT ON COLUMN idgen_metrics.take_backs_7d IS 'Counter: take-backs in the 7-d
 COMMENT ON COLUMN idgen_metrics.take_backs_1d IS 'Counter: take-backs in the 1-day tier.';
 COMMENT ON COLUMN idgen_metrics.take_backs_1h IS 'Counter: take-backs in the 1-hour tier (each also alerted).';
 COMMENT ON COLUMN idgen_metrics.ownership_losses IS 'Counter: holders that learnt their id had moved.';
-COMMENT ON COLUMN idgen_metrics.refused_claims IS 'Counter: claims refused (service full, or watermark ahead).';
+COMMENT ON COLUMN idgen_metrics.refused_claims IS 'Counter: claims refused (service full, watermark ahead, or no synchronous standby).';
 COMMENT ON COLUMN idgen_metrics.oldest_idle_seconds IS 'Idle time of the held id seen longest ago, in seconds.';
 COMMENT ON COLUMN idgen_metrics.history_events_purged IS 'Counter: history events removed by idgen_purge_history().';
 
@@ -287,6 +290,37 @@ SELECT f.severity, f.finding, f.subject, f.detail, f.action FROM (
      WHERE n.issued_until OPERATOR(pg_catalog.>)
            (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) p.lease OPERATOR(pg_catalog.+) p.heartbeat_interval)
     UNION ALL
+    SELECT 'warning', 'outside_range', o.service,
+           pg_catalog.format('%s rows outside idgen.machine_id_range (%s-%s) may still be stamped until %s (machine ids %s): %s of them held.',
+                             o.n, p.machine_id_first, p.machine_id_last, o.until, o.ids, o.held),
+           'This server hands them out no more; their holders keep them until they stop, and move inside the range on restart. Do not give these ids to another server before that time has passed and none is held here (README: sharding).'
+      FROM (SELECT n.service, pg_catalog.count(*) AS n, pg_catalog.count(*) FILTER (WHERE n.released_at IS NULL) AS held,
+                   pg_catalog.max(n.issued_until) AS until,
+                   pg_catalog.string_agg(n.machine_id::text, ', '::text ORDER BY n.machine_id) AS ids
+              FROM idgen_nodes n
+             WHERE NOT n.in_range
+               AND (n.released_at IS NULL OR n.issued_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp())
+             GROUP BY n.service) o
+     CROSS JOIN idgen_policy() p
+    UNION ALL
+    SELECT CASE WHEN r.names THEN 'critical' ELSE 'warning' END,
+           CASE WHEN r.names THEN 'synchronous_standby_missing' ELSE 'replication_async' END,
+           'replication',
+           CASE WHEN r.names
+                THEN pg_catalog.format('synchronous_standby_names is %L but no synchronous standby streams: every registry write waits for one (claims, heartbeats and lease renewals hang).', pg_catalog.current_setting('synchronous_standby_names'))
+                ELSE pg_catalog.format('%s standbys stream from this server, none synchronously: a failover to one of them can lose committed claims, and hand a machine id out twice.', r.standbys)
+           END,
+           CASE WHEN r.names
+                THEN 'Bring a standby back, or change synchronous_standby_names; do not turn synchronous_commit off for idgen (it raises it for its own writes anyway).'
+                ELSE 'Make a standby synchronous (synchronous_standby_names), or keep failover off that standby; idgen.require_synchronous_standby = on refuses claims meanwhile.'
+           END
+      FROM (SELECT pg_catalog.count(*) FILTER (WHERE s.state OPERATOR(pg_catalog.=) 'streaming'::text) AS standbys,
+                   pg_catalog.count(*) FILTER (WHERE s.state OPERATOR(pg_catalog.=) 'streaming'::text
+                                              AND s.sync_state OPERATOR(pg_catalog.=) ANY (ARRAY['sync'::text, 'quorum'::text])) AS synchronous,
+                   pg_catalog.current_setting('synchronous_standby_names') OPERATOR(pg_catalog.<>) ''::text AS names
+              FROM pg_catalog.pg_stat_replication s) r
+     WHERE r.synchronous OPERATOR(pg_catalog.=) 0 AND (r.names OR r.standbys OPERATOR(pg_catalog.>) 0)
+    UNION ALL
     SELECT 'notice', 'stale_backend_rows', b.service,
            pg_catalog.format('%s backend rows idle longer than idgen.takeover_idle_7d (machine ids %s): their slots have not used idgen since.', b.n, b.ids),
            'Nothing is wrong: the next claims of the service take them back first. To tidy up, see the README (freeing an id by hand).'
@@ -311,7 +345,7 @@ COMMENT ON FUNCTION idgen_health() IS
 GRANT SELECT ON idgen_visibility, idgen_nodes, idgen_capacity, idgen_events, idgen_metrics, idgen_registry_status TO PUBLIC;
 
 COMMENT ON FUNCTION idgen_policy() IS
-    'The effective idgen settings as the claim uses them, one row: the lease, heartbeat interval, cooldown, take-back ages, capacity alert, history retention, the machine ids a service can have, and problem (why the settings are inconsistent, or NULL).';
+    'The effective idgen settings as the claim uses them, one row: the lease, heartbeat interval, cooldown, take-back ages, capacity alert, history retention, the machine ids a service can have on this server (idgen.machine_id_range: count, first, last), whether claims require a synchronous standby, and problem (why the settings are inconsistent, or NULL).';
 COMMENT ON FUNCTION idgen_node_state(timestamptz, timestamptz) IS
     'The state of a registry row from its last_seen and released_at, by the claim''s own thresholds: live, past_lease, idle_1h, idle_1d, idle_7d, cooling_down or released.';
 COMMENT ON FUNCTION idgen_node_name(inet, integer, integer) IS 'How idgen names a node: host:port, or backend slot N of host:port.';

@@ -27,7 +27,8 @@ CREATE TABLE idgen_history (
     previous_bound        TIMESTAMPTZ,
     detail                TEXT,
     CONSTRAINT idgen_history_event_known CHECK (event OPERATOR(pg_catalog.=) ANY (ARRAY[
-        'claim', 'take_back', 'release', 'set_aside', 'ownership_lost', 'refused_full', 'refused_watermark'])),
+        'claim', 'take_back', 'release', 'set_aside', 'ownership_lost', 'refused_full', 'refused_watermark',
+        'refused_no_standby'])),
     CONSTRAINT idgen_history_outcome_known CHECK (outcome OPERATOR(pg_catalog.=) ANY (ARRAY[
         'new', 'reused', 'released', 'idle_7d', 'idle_1d', 'idle_1h']))
 );
@@ -40,7 +41,7 @@ COMMENT ON TABLE idgen_history IS
 COMMENT ON COLUMN idgen_history.event_id IS 'Order of recording.';
 COMMENT ON COLUMN idgen_history.at IS 'When it happened (server clock).';
 COMMENT ON COLUMN idgen_history.event IS
-    'claim (a new id, or a node''s own released id back), take_back (from a released or idle holder; outcome names the tier), release, set_aside (a node''s own id left because its watermark was too far ahead), ownership_lost (a holder learnt it lost the id), refused_full, refused_watermark.';
+    'claim (a new id, or a node''s own released id back), take_back (from a released or idle holder; outcome names the tier), release, set_aside (a node''s own id left because its watermark was too far ahead, or it is outside idgen.machine_id_range), ownership_lost (a holder learnt it lost the id), refused_full, refused_watermark, refused_no_standby (idgen.require_synchronous_standby).';
 COMMENT ON COLUMN idgen_history.service IS 'The service.';
 COMMENT ON COLUMN idgen_history.machine_id IS 'The machine id concerned; NULL for a claim refused because the service is full.';
 COMMENT ON COLUMN idgen_history.version IS 'Ownership epoch after the event (claims, take-backs, releases) or the one the holder had (losses).';

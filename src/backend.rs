@@ -10,6 +10,7 @@
 
 use crate::clock::{timestamptz, unix_ms, SystemClock};
 use crate::diagnostics::history;
+use crate::durability;
 use crate::errors::{or_raise, raise, report};
 use crate::privilege::as_extension_owner;
 use crate::registry::access;
@@ -128,6 +129,7 @@ fn renew(function: &str, service: &str) {
             let epoch = terms.registry_epoch;
             let check = Spi::connect_mut(|client| {
                 if writable {
+                    durability::make_commit_durable();
                     // The window grows with the lease's age: see idgen_core::watermark.
                     let age_ms = SystemClock.now_unix_ms() - terms.claimed_at_unix_ms;
                     let window_ms = watermark::backend_window_ms(&policy, age_ms);
@@ -166,7 +168,7 @@ fn renew(function: &str, service: &str) {
         }
         Spi::connect_mut(|client| access::authorize(client, function, HolderKind::Backend, caller, service));
         let node = or_raise(input::backend_identity(service.to_owned(), &settings::node_host(), server_port(), slot()));
-        let claimed = or_raise(claim(function, &node, &policy, &Layout::DEFAULT, max_backward_ms, caller));
+        let claimed = or_raise(claim(function, &node, &policy, max_backward_ms, caller));
         let terms = Terms {
             machine_id: claimed.machine_id as u16,
             version: claimed.version,

@@ -15,6 +15,7 @@ use pgrx::prelude::*;
 mod backend;
 mod clock;
 mod diagnostics;
+mod durability;
 mod errors;
 mod ids;
 mod privilege;

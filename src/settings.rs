@@ -7,10 +7,11 @@
 //! and the core's `ClaimPolicy::validate` checks how they relate.
 
 use idgen_core::policy::{DAY, HOUR};
-use idgen_core::{ClaimPolicy, IdgenError};
+use idgen_core::{input, ClaimPolicy, IdgenError, Layout};
 use pgrx::pg_guard;
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 use std::ffi::{c_char, c_void, CString};
+use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 const DEFAULTS: ClaimPolicy = ClaimPolicy::DEFAULT;
@@ -26,6 +27,8 @@ pub static SERVICE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>:
 pub static NODE_HOST: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"127.0.0.1"));
 pub static MAX_CLOCK_BACKWARD: GucSetting<i32> = GucSetting::<i32>::new(2_000);
 pub static CAPACITY_ALERT: GucSetting<f64> = GucSetting::<f64>::new(0.8);
+pub static MACHINE_ID_RANGE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+pub static REQUIRE_SYNCHRONOUS_STANDBY: GucSetting<bool> = GucSetting::<bool>::new(false);
 pub static HISTORY_RETENTION: GucSetting<i32> = GucSetting::<i32>::new(90 * DAY as i32);
 
 /// Registers the settings; called from `_PG_init`.
@@ -61,6 +64,28 @@ pub fn register() {
         60_000,
         GucContext::Suset,
         GucFlags::UNIT_MS,
+    );
+    // SAFETY: the check hook only parses the value and sets the check's DETAIL and HINT.
+    unsafe {
+        GucRegistry::define_string_guc_with_hooks(
+            c"idgen.machine_id_range",
+            c"The machine ids this server's claims hand out, as first-last (e.g. 0-255); empty means all.",
+            c"Servers whose IDs meet in one table (shards, regions) each get a disjoint range. Rows outside it are never handed out again by this server; their holders keep them until they stop.",
+            &MACHINE_ID_RANGE,
+            GucContext::Sighup,
+            GucFlags::default(),
+            Some(check_machine_id_range),
+            None,
+            None,
+        );
+    }
+    GucRegistry::define_bool_guc(
+        c"idgen.require_synchronous_standby",
+        c"Refuse claims while no synchronous standby is streaming.",
+        c"Without one, a failover can lose a claim's commit and the machine id can be handed out twice. Heartbeats and releases go on.",
+        &REQUIRE_SYNCHRONOUS_STANDBY,
+        GucContext::Sighup,
+        GucFlags::default(),
     );
     GucRegistry::define_float_guc(
         c"idgen.capacity_alert",
@@ -150,6 +175,42 @@ pub fn policy_as_set() -> ClaimPolicy {
         release_cooldown_secs: RELEASE_COOLDOWN.get().into(),
         heartbeat_interval_secs: HEARTBEAT_INTERVAL.get().into(),
         lease_safety_margin_secs: LEASE_SAFETY_MARGIN.get().into(),
+    }
+}
+
+/// The machine ids this server's claims hand out (`idgen.machine_id_range`; checked when set).
+pub fn machine_id_range() -> RangeInclusive<u16> {
+    let text = MACHINE_ID_RANGE.get().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    input::machine_id_range(&text, &Layout::DEFAULT).unwrap_or_else(|_| Layout::DEFAULT.machine_id_range())
+}
+
+pub fn require_synchronous_standby() -> bool {
+    REQUIRE_SYNCHRONOUS_STANDBY.get()
+}
+
+/// Refuses a value of `idgen.machine_id_range` that is not a range inside the layout.
+#[pg_guard]
+unsafe extern "C-unwind" fn check_machine_id_range(
+    new_value: *mut *mut c_char,
+    _extra: *mut *mut c_void,
+    _source: pgrx::pg_sys::GucSource::Type,
+) -> bool {
+    let text = if new_value.is_null() || (*new_value).is_null() {
+        String::new()
+    } else {
+        std::ffi::CStr::from_ptr(*new_value).to_string_lossy().into_owned()
+    };
+    match input::machine_id_range(&text, &Layout::DEFAULT) {
+        Ok(_) => true,
+        Err(err) => {
+            let copy = |text: Option<String>| {
+                text.and_then(|t| CString::new(t).ok())
+                    .map_or(std::ptr::null_mut(), |t| pgrx::pg_sys::pstrdup(t.as_ptr()))
+            };
+            pgrx::pg_sys::GUC_check_errdetail_string = copy(err.detail);
+            pgrx::pg_sys::GUC_check_errhint_string = copy(err.hint);
+            false
+        }
     }
 }
 

@@ -59,8 +59,8 @@ fn settings_have_the_documented_defaults() {
     assert_eq!(
         shown,
         "idgen.capacity_alert=0.8, idgen.heartbeat_interval=300s, idgen.history_retention=7776000s, \
-         idgen.lease_safety_margin=300s, idgen.max_clock_backward=2000ms, \
-         idgen.node_host=127.0.0.1, idgen.release_cooldown=60s, idgen.service=, \
+         idgen.lease_safety_margin=300s, idgen.machine_id_range=, idgen.max_clock_backward=2000ms, \
+         idgen.node_host=127.0.0.1, idgen.release_cooldown=60s, idgen.require_synchronous_standby=off, idgen.service=, \
          idgen.takeover_idle_1d=86400s, idgen.takeover_idle_1h=3600s, idgen.takeover_idle_7d=604800s"
     );
     // The thresholds are one for the whole cluster; the choice of service is open to every session.
@@ -70,8 +70,8 @@ fn settings_have_the_documented_defaults() {
     assert_eq!(
         contexts,
         "sighup:idgen.capacity_alert,sighup:idgen.heartbeat_interval,sighup:idgen.history_retention,\
-         sighup:idgen.lease_safety_margin,superuser:idgen.max_clock_backward,\
-         superuser:idgen.node_host,sighup:idgen.release_cooldown,user:idgen.service,sighup:idgen.takeover_idle_1d,\
+         sighup:idgen.lease_safety_margin,sighup:idgen.machine_id_range,superuser:idgen.max_clock_backward,\
+         superuser:idgen.node_host,sighup:idgen.release_cooldown,sighup:idgen.require_synchronous_standby,user:idgen.service,sighup:idgen.takeover_idle_1d,\
          sighup:idgen.takeover_idle_1h,sighup:idgen.takeover_idle_7d"
     );
 }

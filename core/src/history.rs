@@ -35,10 +35,12 @@ pub enum EventKind {
     RefusedFull,
     /// A claim failed: the node's own id (and no other) has a watermark too far ahead, or the registry's floor is.
     RefusedWatermark,
+    /// A claim failed: `idgen.require_synchronous_standby` is on and no synchronous standby streams.
+    RefusedNoStandby,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 7] = [
+    pub const ALL: [EventKind; 8] = [
         EventKind::Claim,
         EventKind::TakeBack,
         EventKind::Release,
@@ -46,6 +48,7 @@ impl EventKind {
         EventKind::OwnershipLost,
         EventKind::RefusedFull,
         EventKind::RefusedWatermark,
+        EventKind::RefusedNoStandby,
     ];
 
     pub fn label(self) -> &'static str {
@@ -57,6 +60,7 @@ impl EventKind {
             EventKind::OwnershipLost => "ownership_lost",
             EventKind::RefusedFull => "refused_full",
             EventKind::RefusedWatermark => "refused_watermark",
+            EventKind::RefusedNoStandby => "refused_no_standby",
         }
     }
 
@@ -194,7 +198,10 @@ pub fn tenures(events: &[Recorded]) -> Vec<Tenure> {
                     open.until_ms = Some(event.issued_until_ms.unwrap_or(event.at_ms));
                 }
             }
-            EventKind::OwnershipLost | EventKind::RefusedFull | EventKind::RefusedWatermark => {}
+            EventKind::OwnershipLost
+            | EventKind::RefusedFull
+            | EventKind::RefusedWatermark
+            | EventKind::RefusedNoStandby => {}
         }
     }
     out

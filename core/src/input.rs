@@ -5,6 +5,7 @@
 
 use crate::error::{IdgenError, SqlState};
 use crate::layout::Layout;
+use std::ops::RangeInclusive;
 
 /// `system_nodes.service` is VARCHAR(64).
 pub const SERVICE_MAX_CHARS: usize = 64;
@@ -170,6 +171,36 @@ pub fn positive_version(function: &str, version: Option<i64>) -> Result<i64, Idg
     Ok(version)
 }
 
+/// `idgen.machine_id_range`: `first-last` (e.g. `0-255`), inside the layout; empty means the
+/// whole layout. Each server sharing one ID space gets its own, disjoint, range.
+pub fn machine_id_range(text: &str, layout: &Layout) -> Result<RangeInclusive<u16>, IdgenError> {
+    let all = layout.machine_id_range();
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(all);
+    }
+    let refuse = |why: String| {
+        IdgenError::new(SqlState::InvalidParameterValue, "setting \"idgen.machine_id_range\" is not a range of machine ids")
+            .detail(format!("It is {text:?}: {why}."))
+            .hint(format!(
+                "Write first-last within {}-{}, e.g. '0-255'; give each server that mints into one ID space a disjoint range. Empty means all.",
+                all.start(),
+                all.end()
+            ))
+    };
+    let (first, last) = text.split_once('-').ok_or_else(|| refuse("expected first-last".to_owned()))?;
+    let parse =
+        |part: &str| part.trim().parse::<u16>().map_err(|_| refuse(format!("{:?} is not a machine id", part.trim())));
+    let (first, last) = (parse(first)?, parse(last)?);
+    if first > last {
+        return Err(refuse(format!("{first} is after {last}")));
+    }
+    if last > *all.end() {
+        return Err(refuse(format!("{last} is outside the ID layout's machine ids ({}-{})", all.start(), all.end())));
+    }
+    Ok(first..=last)
+}
+
 fn required<T>(function: &str, argument: &str, value: Option<T>) -> Result<T, IdgenError> {
     value.ok_or_else(|| {
         IdgenError::new(SqlState::NullValueNotAllowed, format!("{function}: argument \"{argument}\" must not be NULL"))
@@ -270,5 +301,25 @@ mod tests {
         assert!(service_name(F, Some(&"ü".repeat(64))).is_ok());
         let err = service_name(F, Some(&"ü".repeat(65))).unwrap_err();
         assert_eq!(err.detail.as_deref(), Some("It has 65 characters; system_nodes.service holds at most 64."));
+    }
+
+    #[test]
+    fn machine_id_ranges_are_first_last_inside_the_layout() {
+        let layout = Layout::DEFAULT;
+        assert_eq!(machine_id_range("", &layout), Ok(0..=1023));
+        assert_eq!(machine_id_range(" 0-255 ", &layout), Ok(0..=255));
+        assert_eq!(machine_id_range("512 - 1023", &layout), Ok(512..=1023));
+        assert_eq!(machine_id_range("7-7", &layout), Ok(7..=7));
+        for (bad, why) in [
+            ("255", "expected first-last"),
+            ("10-5", "10 is after 5"),
+            ("0-1024", "1024 is outside the ID layout's machine ids (0-1023)"),
+            ("a-5", "\"a\" is not a machine id"),
+            ("-1-5", "\"\" is not a machine id"),
+        ] {
+            let err = machine_id_range(bad, &layout).unwrap_err();
+            assert_eq!(err.sqlstate, SqlState::InvalidParameterValue);
+            assert!(err.detail.as_deref().unwrap().contains(why), "{bad}: {err}");
+        }
     }
 }

@@ -6,6 +6,7 @@ use crate::input::{node_name, Holding, NodeIdentity};
 use crate::layout::Layout;
 use crate::policy::{human_duration, Outcome};
 use serde_json::json;
+use std::ops::RangeInclusive;
 
 /// Channel of the `NOTIFY` alerts.
 pub const ALERT_CHANNEL: &str = "idgen_alert";
@@ -124,7 +125,7 @@ pub fn exhausted(
     function: &str,
     claimant: &NodeIdentity,
     held: i64,
-    max_machine_id: u16,
+    range: &RangeInclusive<u16>,
     shortest_idle_secs: i64,
     oldest: Option<&RowFacts>,
 ) -> (IdgenError, Alert) {
@@ -144,8 +145,11 @@ pub fn exhausted(
         format!("{function}: no machine id is free for service \"{service}\""),
     )
     .detail(format!(
-        "{held} of {} machine ids (0 to {max_machine_id}) are held; none was released past its cooldown or idle for more than {}.{oldest_text}",
-        u32::from(max_machine_id) + 1,
+        "{held} of {} machine ids ({} to {}{}) are held; none was released past its cooldown or idle for more than {}.{oldest_text}",
+        range.len(),
+        range.start(),
+        range.end(),
+        if *range != Layout::DEFAULT.machine_id_range() { ", idgen.machine_id_range" } else { "" },
         human_duration(shortest_idle_secs)
     ))
     .hint(format!(
@@ -200,6 +204,37 @@ pub fn capacity_alert(
             "threshold": threshold,
         }),
     }
+}
+
+/// `idgen.require_synchronous_standby` is on and no synchronous standby is streaming.
+pub fn no_synchronous_standby(function: &str) -> IdgenError {
+    IdgenError::new(
+        SqlState::ObjectNotInPrerequisiteState,
+        format!("{function}: no synchronous standby is attached, and idgen.require_synchronous_standby is on"),
+    )
+    .detail("A failover could lose this claim's commit and hand the machine id out twice, so no machine id is granted. Heartbeats and releases go on.")
+    .hint("Retry once a synchronous standby streams again (pg_stat_replication.sync_state 'sync' or 'quorum'), or turn idgen.require_synchronous_standby off.")
+}
+
+/// A node's own machine id is outside `idgen.machine_id_range`: it moves inside the range.
+pub fn moved_into_range(
+    function: &str,
+    node: &NodeIdentity,
+    from: i16,
+    range: &RangeInclusive<u16>,
+    to: i16,
+) -> IdgenError {
+    IdgenError::new(
+        SqlState::Warning,
+        format!(
+            "{function}: machine id {from} of service \"{}\" is outside idgen.machine_id_range ({}-{}); {} moves to machine id {to}",
+            node.service,
+            range.start(),
+            range.end(),
+            node.name()
+        ),
+    )
+    .detail(format!("Machine id {from} was released with its watermark; no server may hand it out before that watermark has passed."))
 }
 
 /// A take-back that a person should hear about (the policy alerts on the 1-hour tier):
@@ -517,8 +552,14 @@ mod tests {
 
     #[test]
     fn exhaustion_names_service_count_and_least_recently_seen_holder() {
-        let (err, alert) =
-            exhausted("idgen_claim", &node("10.0.0.1", 1), 1024, 1023, 3600, Some(&row("10.0.0.7", 8080, 2, None)));
+        let (err, alert) = exhausted(
+            "idgen_claim",
+            &node("10.0.0.1", 1),
+            1024,
+            &(0..=1023),
+            3600,
+            Some(&row("10.0.0.7", 8080, 2, None)),
+        );
         assert_eq!(err.sqlstate.code(), "53000");
         assert_eq!(err.message, "idgen_claim: no machine id is free for service \"orders\"");
         let detail = err.detail.unwrap();
@@ -534,7 +575,12 @@ mod tests {
     #[test]
     fn exhaustion_hint_quotes_the_service_literal_safely() {
         let claimant = NodeIdentity { service: "o'brien".into(), host: "::1".into(), port: 1, backend_slot: None };
-        let (err, _) = exhausted("idgen_claim", &claimant, 1, 0, 60, None);
+        let (err, _) = exhausted("idgen_claim", &claimant, 1, &(0..=0), 60, None);
+        assert!(err
+            .detail
+            .as_deref()
+            .unwrap()
+            .starts_with("1 of 1 machine ids (0 to 0, idgen.machine_id_range) are held"));
         assert!(err.hint.unwrap().contains("service = 'o''brien'"));
     }
 

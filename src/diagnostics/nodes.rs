@@ -4,7 +4,6 @@
 
 use crate::settings;
 use idgen_core::input::node_name;
-use idgen_core::Layout;
 use pgrx::datum::{Inet, Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -38,10 +37,14 @@ fn idgen_policy() -> TableIterator<
         name!(capacity_alert, f64),
         name!(history_retention, Interval),
         name!(machine_ids, i32),
+        name!(machine_id_first, i32),
+        name!(machine_id_last, i32),
+        name!(require_synchronous_standby, bool),
         name!(problem, Option<String>),
     ),
 > {
     let p = settings::policy_as_set();
+    let range = settings::machine_id_range();
     let problem = p.validate().err().map(|e| format!("{} {}", e.message, e.detail.unwrap_or_default()));
     TableIterator::once((
         interval(p.lease_secs().max(0)),
@@ -53,7 +56,10 @@ fn idgen_policy() -> TableIterator<
         interval(p.takeover_idle_7d_secs),
         settings::capacity_alert(),
         interval(settings::history_retention_secs()),
-        Layout::DEFAULT.machine_id_range().len() as i32,
+        range.len() as i32,
+        i32::from(*range.start()),
+        i32::from(*range.end()),
+        settings::require_synchronous_standby(),
         problem,
     ))
 }

@@ -87,6 +87,7 @@ pub extern "C-unwind" fn idgen_history_recorder(argument: pg_sys::Datum) {
             };
             let path = format!("pg_catalog, {schema}, pg_temp");
             client.update(sql::PIN_SEARCH_PATH, None, &[path.into()]).expect("search_path is set");
+            crate::durability::make_commit_durable();
             client.update(sql::INSERT_EVENT, None, &[json.into()]).expect("the event is inserted");
         });
     });

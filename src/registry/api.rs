@@ -9,6 +9,7 @@ use super::claim::claim;
 use super::store;
 use crate::clock::{timestamptz, unix_ms, SystemClock};
 use crate::diagnostics::history;
+use crate::durability;
 use crate::errors::{or_raise, raise, report};
 use crate::settings::{self, claim_policy};
 use idgen_core::generator::Clock;
@@ -62,7 +63,7 @@ fn idgen_claim(
     may_act_for(F, &node.service);
     let policy = or_raise(claim_policy());
     let caller = access::calling_role();
-    let claimed = or_raise(claim(F, &node, &policy, &Layout::DEFAULT, settings::max_clock_backward_ms(), caller));
+    let claimed = or_raise(claim(F, &node, &policy, settings::max_clock_backward_ms(), caller));
     let not_before = timestamptz(claimed.not_before_unix_ms).expect("claim times fit timestamptz");
     TableIterator::once((
         claimed.machine_id,
@@ -100,6 +101,7 @@ fn idgen_heartbeat(
     may_act_for(F, &held.node.service);
     let reported = reported_watermark(F, issued_until);
     let policy = or_raise(claim_policy());
+    durability::make_commit_durable();
     Spi::connect_mut(|client| match store::heartbeat(client, &held, policy.lease_secs(), reported) {
         Some(lease_until) => lease_until,
         None => {
@@ -128,6 +130,7 @@ fn idgen_release(
     may_act_for(F, &held.node.service);
     let reported = reported_watermark(F, issued_until);
     let policy = or_raise(claim_policy());
+    durability::make_commit_durable();
     Spi::connect_mut(|client| {
         if let Some((version, issued_until)) = store::release(client, &held, policy.lease_safety_margin_secs, reported)
         {

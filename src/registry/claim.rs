@@ -6,6 +6,7 @@ use super::store::{self, ClaimTimes, OwnRow, Victims, Won};
 use crate::clock::{unix_ms, SystemClock};
 use crate::diagnostics;
 use crate::diagnostics::history;
+use crate::durability;
 use crate::errors::report;
 use crate::settings;
 use idgen_core::generator::Clock;
@@ -13,7 +14,7 @@ use idgen_core::history::EventKind;
 use idgen_core::input::NodeIdentity;
 use idgen_core::messages::{self, iso_utc, RowFacts, WatermarkAhead};
 use idgen_core::watermark::{self, HolderKind};
-use idgen_core::{ClaimPolicy, ClaimStep, IdgenError, Layout, Outcome};
+use idgen_core::{ClaimPolicy, ClaimStep, IdgenError, Outcome};
 use pgrx::datum::TimestampWithTimeZone;
 use pgrx::pg_sys;
 use pgrx::spi::{Spi, SpiClient};
@@ -40,7 +41,6 @@ pub struct Claim {
 struct Context<'a> {
     function: &'a str,
     node: &'a NodeIdentity,
-    layout: &'a Layout,
     times: ClaimTimes,
     /// The role that called idgen, for the history.
     caller: pg_sys::Oid,
@@ -65,19 +65,26 @@ pub fn claim(
     function: &str,
     node: &NodeIdentity,
     policy: &ClaimPolicy,
-    layout: &Layout,
     max_clock_backward_ms: i64,
     caller: pg_sys::Oid,
 ) -> Result<Claim, IdgenError> {
     let kind = if node.backend_slot.is_some() { HolderKind::Backend } else { HolderKind::Service };
+    let range = settings::machine_id_range();
     let times = ClaimTimes {
         lease_secs: policy.lease_secs(),
         tolerance_ms: watermark::tolerance_ms(kind, policy, max_clock_backward_ms),
         window_ms: watermark::claim_window_ms(kind, policy),
         takeover_idle_secs: policy.takeover_idle_1h_secs,
+        first_machine_id: *range.start() as i16,
+        last_machine_id: *range.end() as i16,
     };
-    let cx = Context { function, node, layout, times, caller };
+    let cx = Context { function, node, times, caller };
+    durability::make_commit_durable();
     Spi::connect_mut(|client| {
+        if settings::require_synchronous_standby() && !store::synchronous_standby_streaming(client) {
+            let error = messages::no_synchronous_standby(function);
+            return Err(refused(client, &cx, EventKind::RefusedNoStandby, None, error));
+        }
         let registry = store::read_registry(client);
         let now = SystemClock.now_unix_ms();
         let floor = registry.floor.map(unix_ms);
@@ -85,6 +92,7 @@ pub fn claim(
             let error = messages::registry_floor_ahead(function, floor.unwrap_or(now), now);
             return Err(refused(client, &cx, EventKind::RefusedWatermark, None, error));
         }
+        let outside = store::release_own_row_outside_range(client, node, &times);
         let moved = store::release_own_row_ahead(client, node, &times).map(|(machine_id, bound)| WatermarkAhead {
             machine_id,
             bound_unix_ms: unix_ms(bound),
@@ -103,6 +111,18 @@ pub fn claim(
             }
             if let Some(gained) = run_step(client, &cx, step)? {
                 let won = &gained.won;
+                if let Some((from, left_at)) = outside {
+                    report(
+                        messages::moved_into_range(function, node, from, &range, won.machine_id),
+                        PgLogLevel::WARNING,
+                    );
+                    let mut set_aside = history::event(EventKind::SetAside, node, caller);
+                    set_aside.machine_id = Some(from);
+                    set_aside.issued_until = Some(iso_utc(unix_ms(left_at)));
+                    set_aside.detail =
+                        Some(format!("outside idgen.machine_id_range ({}-{})", range.start(), range.end()));
+                    history::record(client, &set_aside);
+                }
                 if let Some(ahead) = &moved {
                     report(messages::moved_past_watermark(function, node, ahead, won.machine_id), PgLogLevel::WARNING);
                     let mut set_aside = history::event(EventKind::SetAside, node, caller);
@@ -135,15 +155,9 @@ pub fn claim(
             let error = messages::watermark_ahead(function, node, &ahead);
             return Err(refused(client, &cx, EventKind::RefusedWatermark, Some(ahead.machine_id), error));
         }
-        let (held, oldest) = store::least_recently_seen(client, &node.service);
-        let (error, alert) = messages::exhausted(
-            function,
-            node,
-            held,
-            layout.max_machine_id(),
-            policy.takeover_idle_1h_secs,
-            oldest.as_ref(),
-        );
+        let (held, oldest) = store::least_recently_seen(client, &node.service, &times);
+        let (error, alert) =
+            messages::exhausted(function, node, held, &range, policy.takeover_idle_1h_secs, oldest.as_ref());
         diagnostics::alert_before_error(&alert);
         Err(refused(client, &cx, EventKind::RefusedFull, None, error))
     })
@@ -189,9 +203,9 @@ fn record_gain(client: &mut SpiClient, cx: &Context, gained: &Gained, not_before
 
 /// Alerts when the claim left the service more than `idgen.capacity_alert` full.
 fn alert_if_nearly_full(client: &mut SpiClient, cx: &Context, policy: &ClaimPolicy, won: &Won) {
-    let capacity = cx.layout.machine_id_range().len() as i64;
+    let capacity = i64::from(cx.times.last_machine_id) - i64::from(cx.times.first_machine_id) + 1;
     let threshold = settings::capacity_alert();
-    let in_use = store::count_in_use(client, &cx.node.service, policy.release_cooldown_secs);
+    let in_use = store::count_in_use(client, &cx.node.service, policy.release_cooldown_secs, &cx.times);
     if in_use as f64 / capacity as f64 > threshold {
         let alert =
             messages::capacity_alert(cx.function, cx.node, won.machine_id, won.version, in_use, capacity, threshold);
@@ -211,8 +225,8 @@ fn run_step(client: &mut SpiClient, cx: &Context, step: ClaimStep) -> Result<Opt
             OwnRow::Absent => None,
         },
         ClaimStep::NeverRegistered => {
-            let range = cx.layout.machine_id_range();
-            let candidates = store::unregistered_machine_ids(client, &node.service, *range.start(), *range.end());
+            let (first, last) = (times.first_machine_id as u16, times.last_machine_id as u16);
+            let candidates = store::unregistered_machine_ids(client, &node.service, first, last);
             // One pass is complete: rows are never deleted by idgen, so no id frees up behind us.
             candidates
                 .into_iter()

@@ -95,16 +95,27 @@ macro_rules! same_row {
     };
 }
 
+/// Row `$t`'s machine id is in this server's `idgen.machine_id_range`, `$11..=$12`.
+#[rustfmt::skip]
+macro_rules! in_range {
+    ($t:literal) => {
+        concat!(
+            $t, ".machine_id OPERATOR(pg_catalog.>=) $11 AND ", $t, ".machine_id OPERATOR(pg_catalog.<=) $12"
+        )
+    };
+}
+
 /// A take-over: lock one victim row without waiting, hand it to the claimant.
 /// Returns the won row (columns 1-6) and the previous holder's facts (7-14).
 /// Parameters: $1-$4 the claimant, $5 lease (s), $6 minimum idle age (s), $7
-/// cooldown (s), $8 tolerance (ms), $9 take-back age (s), $10 window (ms).
+/// cooldown (s), $8 tolerance (ms), $9 take-back age (s), $10 window (ms),
+/// $11-$12 the machine-id range.
 #[rustfmt::skip]
 macro_rules! take_over_sql {
     ($order:literal; $($filter:expr),+) => {
         concat!(
             "WITH victim AS (SELECT v.*, ", holder_bound!("v"), " AS bound FROM system_nodes v ",
-            "WHERE v.service OPERATOR(pg_catalog.=) $1 AND ", $($filter),+,
+            "WHERE v.service OPERATOR(pg_catalog.=) $1 AND ", in_range!("v"), " AND ", $($filter),+,
             " AND ", holder_bound!("v"), " OPERATOR(pg_catalog.<=) ", clock_plus_millis!("$8"),
             " ORDER BY ", $order, ", v.machine_id LIMIT 1 FOR UPDATE SKIP LOCKED) ",
             "UPDATE system_nodes n SET host = $2, port = $3, backend_slot = $4, ",
@@ -181,10 +192,20 @@ pub const RELEASE_OWN_ROW_AHEAD: &str = concat!(
         " RETURNING n.machine_id, own.issued_until"
     );
 
-/// Step 1: bumps the claimant's own row (held, or else released by it) unless locked or too far ahead.
+/// Releases the claimant's held row outside the machine-id range ($11-$12), keeping the bound.
+pub const RELEASE_OWN_ROW_OUTSIDE_RANGE: &str = concat!(
+        "WITH own AS (SELECT o.service, o.machine_id FROM system_nodes o WHERE ", own_identity!("o"),
+        " AND o.released_at IS NULL AND NOT (", in_range!("o"), ") FOR UPDATE SKIP LOCKED) ",
+        "UPDATE system_nodes n SET version = n.version OPERATOR(pg_catalog.+) 1, released_at = pg_catalog.clock_timestamp(), ",
+        "issued_until = GREATEST(n.issued_until, ", holder_bound!("n"), ") FROM own WHERE ", same_row!("own"),
+        " RETURNING n.machine_id, n.issued_until"
+    );
+
+/// Step 1: bumps the claimant's own row (held, or else released by it) in the range ($11-$12) unless
+/// locked or too far ahead.
 pub const REUSE_OWN_ROW: &str = concat!(
         "WITH own AS (SELECT o.service, o.machine_id, o.issued_until AS bound, o.released_at IS NOT NULL AS was_released ",
-        "FROM system_nodes o WHERE ", own_identity!("o"),
+        "FROM system_nodes o WHERE ", own_identity!("o"), " AND ", in_range!("o"),
         " AND o.issued_until OPERATOR(pg_catalog.<=) ", clock_plus_millis!("$8"),
         " AND (o.released_at IS NULL OR NOT EXISTS (SELECT FROM system_nodes h WHERE ", own_identity!("h"),
         " AND h.released_at IS NULL)) ",
@@ -223,14 +244,17 @@ pub const CURRENT_ROW: &str = concat!(
     " FROM system_nodes n WHERE n.service OPERATOR(pg_catalog.=) $1 AND n.machine_id OPERATOR(pg_catalog.=) $2"
 );
 
-/// How many ids service $1 holds.
-pub const COUNT_HELD: &str = "SELECT pg_catalog.count(*) FROM system_nodes n WHERE n.service OPERATOR(pg_catalog.=) $1";
+/// How many ids of service $1 in the range $2-$3 are registered.
+pub const COUNT_HELD: &str =
+    "SELECT pg_catalog.count(*) FROM system_nodes n WHERE n.service OPERATOR(pg_catalog.=) $1 \
+     AND n.machine_id OPERATOR(pg_catalog.>=) $2 AND n.machine_id OPERATOR(pg_catalog.<=) $3";
 
-/// The least recently seen row of service $1, as facts for messages.
+/// The least recently seen row of service $1 in the range $2-$3, as facts for messages.
 pub const LEAST_RECENTLY_SEEN: &str = concat!(
     "SELECT ",
     facts_columns!("n"),
-    " FROM system_nodes n WHERE n.service OPERATOR(pg_catalog.=) $1 ORDER BY n.last_seen, n.machine_id LIMIT 1"
+    " FROM system_nodes n WHERE n.service OPERATOR(pg_catalog.=) $1 AND n.machine_id OPERATOR(pg_catalog.>=) $2",
+    " AND n.machine_id OPERATOR(pg_catalog.<=) $3 ORDER BY n.last_seen, n.machine_id LIMIT 1"
 );
 
 /// A version-checked heartbeat ($1-$6 the holding, $7 lease s, $8 reported watermark).
@@ -333,14 +357,20 @@ pub const HISTORY_INSTALLED: &str = "SELECT EXISTS (SELECT FROM pg_catalog.pg_cl
 /// Sets search_path to $1 for the rest of the transaction (the history recorder's worker).
 pub const PIN_SEARCH_PATH: &str = "SELECT pg_catalog.set_config('search_path', $1, true)";
 
-/// How many machine ids of service $1 a claim cannot get without a take-back: held, or released
-/// less than $2 seconds (the cooldown) ago; see `NodeState::is_free`.
+/// How many machine ids of service $1 in the range $3-$4 a claim cannot get without a take-back:
+/// held, or released less than $2 seconds (the cooldown) ago; see `NodeState::is_free`.
 pub const COUNT_IN_USE: &str = concat!(
     "SELECT pg_catalog.count(*) FROM system_nodes n WHERE n.service OPERATOR(pg_catalog.=) $1 ",
+    "AND n.machine_id OPERATOR(pg_catalog.>=) $3 AND n.machine_id OPERATOR(pg_catalog.<=) $4 ",
     "AND (n.released_at IS NULL OR n.released_at OPERATOR(pg_catalog.>) ",
     ago!("$2"),
     ")"
 );
+
+/// Whether a synchronous standby streams from this server now.
+pub const SYNCHRONOUS_STANDBY_STREAMING: &str = "SELECT EXISTS (SELECT FROM pg_catalog.pg_stat_replication r \
+     WHERE r.state OPERATOR(pg_catalog.=) 'streaming'::text \
+     AND r.sync_state OPERATOR(pg_catalog.=) ANY (ARRAY['sync'::text, 'quorum'::text]))";
 
 /// Unix ms of timestamptz `$t`, NULL when infinite.
 #[rustfmt::skip]
@@ -381,7 +411,7 @@ pub const NODE_OF_MACHINE_ID: &str = "SELECT pg_catalog.host(n.host), n.port, n.
 
 /// Every statement, by name, for the meta-test (tests/cluster/tests/hijack.rs includes this file).
 #[allow(dead_code)]
-pub const ALL: [(&str, &str); 30] = [
+pub const ALL: [(&str, &str); 32] = [
     ("TAKE_RELEASED", TAKE_RELEASED),
     ("TAKE_IDLE", TAKE_IDLE),
     ("READ_REGISTRY", READ_REGISTRY),
@@ -408,6 +438,8 @@ pub const ALL: [(&str, &str); 30] = [
     ("INSERT_EVENT", INSERT_EVENT),
     ("PIN_SEARCH_PATH", PIN_SEARCH_PATH),
     ("HISTORY_INSTALLED", HISTORY_INSTALLED),
+    ("RELEASE_OWN_ROW_OUTSIDE_RANGE", RELEASE_OWN_ROW_OUTSIDE_RANGE),
+    ("SYNCHRONOUS_STANDBY_STREAMING", SYNCHRONOUS_STANDBY_STREAMING),
     ("COUNT_IN_USE", COUNT_IN_USE),
     ("EVENTS_OF_MACHINE_ID", EVENTS_OF_MACHINE_ID),
     ("SERVICES_OF_MACHINE_ID", SERVICES_OF_MACHINE_ID),

@@ -63,6 +63,9 @@ pub struct ClaimTimes {
     pub window_ms: i64,
     /// The shortest take-back age, in seconds (see `idgen_holder_bound`).
     pub takeover_idle_secs: i64,
+    /// This server's `idgen.machine_id_range`: claims hand out nothing outside it.
+    pub first_machine_id: i16,
+    pub last_machine_id: i16,
 }
 
 /// The registry as a whole, read at the start of a claim.
@@ -106,7 +109,20 @@ pub fn release_own_row_ahead(
     times: &ClaimTimes,
 ) -> Option<(i16, TimestampWithTimeZone)> {
     let sql = sql::RELEASE_OWN_ROW_AHEAD;
-    let args = claim_args(node, times, None);
+    let args = claim_args(node, times, []);
+    first_row(client.update(sql, Some(1), &args)).map(|row| (column(&row, 1), column(&row, 2)))
+}
+
+/// Step 1, part 0: the caller's own held row outside this server's machine-id range is released
+/// for good, its bound kept, so that the identity moves inside the range. Returns the machine id
+/// and the watermark it was left with.
+pub fn release_own_row_outside_range(
+    client: &mut SpiClient,
+    node: &NodeIdentity,
+    times: &ClaimTimes,
+) -> Option<(i16, TimestampWithTimeZone)> {
+    let sql = sql::RELEASE_OWN_ROW_OUTSIDE_RANGE;
+    let args = claim_args(node, times, range_args(times));
     first_row(client.update(sql, Some(1), &args)).map(|row| (column(&row, 1), column(&row, 2)))
 }
 
@@ -115,7 +131,7 @@ pub fn release_own_row_ahead(
 /// far ahead. Its own `issued_until` is the bound: the caller is its last holder.
 pub fn reuse_own_row(client: &mut SpiClient, node: &NodeIdentity, times: &ClaimTimes) -> OwnRow {
     let sql = sql::REUSE_OWN_ROW;
-    let args = claim_args(node, times, None);
+    let args = claim_args(node, times, range_args(times));
     if let Some(row) = first_row(client.update(sql, Some(1), &args)) {
         return OwnRow::Won { won: won(&row), was_released: column(&row, 7) };
     }
@@ -145,8 +161,7 @@ pub fn insert_unregistered(
     times: &ClaimTimes,
 ) -> Option<Won> {
     let sql = sql::INSERT_UNREGISTERED;
-    let mut args = claim_args(node, times, Some(machine_id));
-    args.push(guard::new_id_guard(&node.service, machine_id).into());
+    let args = claim_args(node, times, [machine_id.into(), guard::new_id_guard(&node.service, machine_id).into()]);
     first_row(client.update(sql, Some(1), &args)).map(|row| won(&row))
 }
 
@@ -161,7 +176,7 @@ pub fn take_over(
         Victims::Released { cooldown_secs } => (sql::TAKE_RELEASED, 0, cooldown_secs),
         Victims::Idle { min_idle_secs, cooldown_secs } => (sql::TAKE_IDLE, min_idle_secs, cooldown_secs),
     };
-    let mut args = claim_args(node, times, None);
+    let mut args = claim_args(node, times, range_args(times));
     args[5] = (min_idle_secs as f64).into();
     args[6] = (cooldown_secs as f64).into();
     let table = client.update(sql, Some(1), &args);
@@ -170,8 +185,12 @@ pub fn take_over(
 
 /// The parameters every claim statement shares: $1-$4 the claimant, $5 lease
 /// (s), $6 and $7 take-over ages (s, set by `take_over`), $8 tolerance (ms),
-/// $9 take-back age (s), $10 window (ms), and $11 a machine id when given.
-fn claim_args(node: &NodeIdentity, times: &ClaimTimes, machine_id: Option<i16>) -> Vec<DatumWithOid<'static>> {
+/// $9 take-back age (s), $10 window (ms), then `extra` from $11 on.
+fn claim_args(
+    node: &NodeIdentity,
+    times: &ClaimTimes,
+    extra: impl IntoIterator<Item = DatumWithOid<'static>>,
+) -> Vec<DatumWithOid<'static>> {
     let mut args = identity_args(node);
     args.extend([
         (times.lease_secs as f64).into(),
@@ -181,8 +200,13 @@ fn claim_args(node: &NodeIdentity, times: &ClaimTimes, machine_id: Option<i16>) 
         (times.takeover_idle_secs as f64).into(),
         (times.window_ms as f64).into(),
     ]);
-    args.extend(machine_id.map(DatumWithOid::from));
+    args.extend(extra);
     args
+}
+
+/// $11-$12: the machine-id range.
+fn range_args(times: &ClaimTimes) -> [DatumWithOid<'static>; 2] {
+    [times.first_machine_id.into(), times.last_machine_id.into()]
 }
 
 /// The row of `machine_id` as it stands, if any.
@@ -191,12 +215,18 @@ pub fn current_row(client: &mut SpiClient, service: &str, machine_id: i16) -> Op
     first_row(client.update(sql, Some(1), &[text(service), machine_id.into()])).map(|row| row_facts(&row, 1))
 }
 
-/// How many ids the service holds and its least recently seen holder.
-pub fn least_recently_seen(client: &mut SpiClient, service: &str) -> (i64, Option<RowFacts>) {
-    let count = sql::COUNT_HELD;
-    let held = first_value::<i64>(client.update(count, Some(1), &[text(service)])).unwrap_or(0);
+/// How many ids of the range the service holds and its least recently seen holder there.
+pub fn least_recently_seen(client: &mut SpiClient, service: &str, times: &ClaimTimes) -> (i64, Option<RowFacts>) {
+    let [first, last] = range_args(times);
+    let args = [text(service), first, last];
+    let held = first_value::<i64>(client.update(sql::COUNT_HELD, Some(1), &args)).unwrap_or(0);
     let sql = sql::LEAST_RECENTLY_SEEN;
-    (held, first_row(client.update(sql, Some(1), &[text(service)])).map(|row| row_facts(&row, 1)))
+    (held, first_row(client.update(sql, Some(1), &args)).map(|row| row_facts(&row, 1)))
+}
+
+/// Whether a synchronous standby streams from this server now.
+pub fn synchronous_standby_streaming(client: &mut SpiClient) -> bool {
+    first_value::<bool>(client.update(sql::SYNCHRONOUS_STANDBY_STREAMING, Some(1), &[])).unwrap_or(false)
 }
 
 /// A version-checked heartbeat. Waits for a concurrent take-over of the same
@@ -231,9 +261,10 @@ pub fn release(
     first_row(client.update(sql, Some(1), &args)).map(|row| (column(&row, 1), column(&row, 2)))
 }
 
-/// How many machine ids of `service` a claim cannot get without a take-back (held or cooling down).
-pub fn count_in_use(client: &mut SpiClient, service: &str, cooldown_secs: i64) -> i64 {
-    let args = [text(service), (cooldown_secs as f64).into()];
+/// How many machine ids of `service` in the range a claim cannot get without a take-back (held or cooling down).
+pub fn count_in_use(client: &mut SpiClient, service: &str, cooldown_secs: i64, times: &ClaimTimes) -> i64 {
+    let [first, last] = range_args(times);
+    let args = [text(service), (cooldown_secs as f64).into(), first, last];
     first_value::<i64>(client.update(sql::COUNT_IN_USE, Some(1), &args)).unwrap_or(0)
 }
 

@@ -297,11 +297,13 @@ impl SystemSettings {
             let mut fresh = Client::connect(&self.dsn, NoTls).unwrap();
             fresh.batch_execute("LOAD 'idgen'").unwrap();
             let all_seen = expected.iter().all(|(name, value)| {
-                let wanted: String = fresh
-                    .query_one("SELECT $1::text::interval = current_setting($2)::interval", &[value, name])
-                    .map(|r| r.get::<_, bool>(0).to_string())
-                    .unwrap();
-                wanted == "true"
+                let now: String = fresh.query_one("SELECT current_setting($1)", &[name]).unwrap().get(0);
+                // Durations may read back in other units ('1h' as '60min'); anything else as written.
+                now == *value
+                    || fresh
+                        .query_one("SELECT $1::text::interval = $2::text::interval", &[value, &now])
+                        .map(|r| r.get::<_, bool>(0))
+                        .unwrap_or(false)
             });
             if all_seen {
                 return;
@@ -324,7 +326,7 @@ impl Drop for SystemSettings {
             .iter()
             .map(|n| {
                 let default: String = admin
-                    .query_one("SELECT boot_val || coalesce(unit, '') FROM pg_settings WHERE name = $1", &[n])
+                    .query_one("SELECT coalesce(boot_val, '') || CASE WHEN coalesce(boot_val, '') = '' THEN '' ELSE coalesce(unit, '') END FROM pg_settings WHERE name = $1", &[n])
                     .map(|r| r.get(0))
                     .unwrap_or_default();
                 (n.as_str(), default)
@@ -360,4 +362,94 @@ pub fn backend_watermark(backend: &mut Client, service: &str) -> String {
 pub fn wait_past_backend_watermark(backend: &mut Client, service: &str) {
     let until = backend_watermark(backend, service);
     wait_until_server_clock_passes(backend, &until);
+}
+
+/// The wall clock of this (client) process, for service nodes that mint in-process.
+pub struct WallClock;
+
+impl idgen_core::generator::Clock for WallClock {
+    fn now_unix_ms(&mut self) -> i64 {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+    }
+
+    fn wait_until(&mut self, unix_ms: i64) {
+        let left = unix_ms - self.now_unix_ms();
+        if left > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(left as u64));
+        }
+    }
+}
+
+/// A service node as the client contract describes it, minting in-process with the core's
+/// generator (the code the database's backends run): claim, mint until the lease ends,
+/// heartbeat with its watermark, release.
+pub struct TestNode {
+    pub service: String,
+    pub host: String,
+    pub port: i32,
+    pub machine_id: i16,
+    pub version: i64,
+    pub outcome: String,
+    /// The lease as the server computed it, in Unix ms (a real client measures it on a monotonic clock).
+    pub lease_until_ms: i64,
+    generator: idgen_core::generator::Generator,
+}
+
+impl TestNode {
+    pub fn claim(client: &mut Client, service: &str, host: &str, port: i32) -> Result<TestNode, postgres::Error> {
+        let row = client.query_one(
+            "SELECT machine_id, version, outcome, (extract(epoch FROM lease_until) * 1000)::float8, \
+                    (extract(epoch FROM not_before) * 1000)::float8 \
+               FROM idgen_claim($1, $2::text::inet, $3)",
+            &[&service as &(dyn postgres::types::ToSql + Sync), &host, &port],
+        )?;
+        let machine_id: i16 = row.get(0);
+        let not_before_ms = row.get::<_, f64>(4).floor() as i64;
+        Ok(TestNode {
+            service: service.to_owned(),
+            host: host.to_owned(),
+            port,
+            machine_id,
+            version: row.get(1),
+            outcome: row.get(2),
+            lease_until_ms: row.get::<_, f64>(3).floor() as i64,
+            generator: idgen_core::generator::Generator::new(
+                idgen_core::Layout::DEFAULT,
+                machine_id as u16,
+                not_before_ms,
+                0,
+            ),
+        })
+    }
+
+    /// Up to `count` IDs, fewer if the lease ends first.
+    pub fn mint(&mut self, count: usize) -> Vec<i64> {
+        let mut clock = WallClock;
+        (0..count).map_while(|_| self.generator.next_id(&mut clock, self.lease_until_ms).ok()).collect()
+    }
+
+    /// The watermark the node reports: the later of its last stamp and its clock.
+    fn watermark_ms(&self) -> f64 {
+        use idgen_core::generator::Clock;
+        self.generator.last_unix_ms().max(WallClock.now_unix_ms()) as f64
+    }
+
+    /// A version-checked heartbeat; the new lease on success.
+    pub fn heartbeat(&mut self, client: &mut Client) -> Result<(), postgres::Error> {
+        let row = client.query_one(
+            "SELECT (extract(epoch FROM idgen_heartbeat($1, $2, $3::text::inet, $4, $5, to_timestamp($6::float8 / 1000))) * 1000)::float8",
+            &[&self.service, &self.machine_id, &self.host, &self.port, &self.version, &self.watermark_ms()],
+        )?;
+        self.lease_until_ms = row.get::<_, f64>(0).floor() as i64;
+        Ok(())
+    }
+
+    pub fn release(&mut self, client: &mut Client) -> Result<bool, postgres::Error> {
+        let row = client.query_one(
+            "SELECT idgen_release($1, $2, $3::text::inet, $4, $5, to_timestamp($6::float8 / 1000))",
+            &[&self.service, &self.machine_id, &self.host, &self.port, &self.version, &self.watermark_ms()],
+        )?;
+        self.lease_until_ms = 0;
+        Ok(row.get(0))
+    }
 }

@@ -181,6 +181,7 @@ fn the_edge_runs_no_sql_of_its_own() {
         "src/registry/claim.rs",
         "src/registry/api.rs",
         "src/privilege.rs",
+        "src/durability.rs",
         "src/diagnostics/alerts.rs",
         "src/diagnostics/history.rs",
         "src/diagnostics/recorder.rs",

@@ -1,0 +1,33 @@
+//! Registry writes commit as durably as the server's replication allows,
+//! whatever the session asked for. A claim acknowledged from a commit that a
+//! crash or a failover then loses would let the machine id be granted twice;
+//! so would a lost heartbeat (the row looks idle sooner) or a lost watermark.
+//!
+//! `synchronous_commit` below `on` (`off`, `local`, `remote_write`) is raised
+//! to `on` for the rest of the transaction (`SET LOCAL`): the commit waits for
+//! the WAL flush and, when `synchronous_standby_names` names standbys, for
+//! them to flush it too. `remote_apply` is kept. The cost is one round trip
+//! to the standby per claim, heartbeat, release or backend lease renewal,
+//! never on the hot path of `idgen_next_id()`.
+
+use pgrx::pg_sys;
+
+/// Raises `synchronous_commit` to at least `on` for the current transaction.
+pub fn make_commit_durable() {
+    // SAFETY: reads and sets a backend-local setting the way SET LOCAL does.
+    unsafe {
+        if pg_sys::synchronous_commit >= pg_sys::SyncCommitLevel::SYNCHRONOUS_COMMIT_REMOTE_FLUSH as i32 {
+            return;
+        }
+        pg_sys::set_config_option(
+            c"synchronous_commit".as_ptr(),
+            c"on".as_ptr(),
+            pg_sys::GucContext::PGC_USERSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_LOCAL,
+            true,
+            0,
+            false,
+        );
+    }
+}

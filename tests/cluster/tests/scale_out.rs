@@ -1,0 +1,279 @@
+//! Several primaries, one ID space: disjoint `idgen.machine_id_range`s on two
+//! independent clusters (the scratch cluster and the clock-step cluster), a
+//! range that fills up, a range changed under live holders; and registry
+//! writes that wait for a synchronous standby whatever the session's
+//! `synchronous_commit`. These change cluster-wide settings: one test at a time.
+
+use idgen_cluster_tests::*;
+use postgres::Client;
+use std::collections::HashSet;
+use std::sync::{Mutex, MutexGuard};
+
+static TURN: Mutex<()> = Mutex::new(());
+
+fn turn() -> (ClockCluster, MutexGuard<'static, ()>) {
+    let turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let cluster = ClockCluster::from_env();
+    cluster.set("+0");
+    (cluster, turn)
+}
+
+/// IDs minted on one server: `backends` sessions inserting with the column default (half of them
+/// reconnecting midway), and `nodes` service nodes minting in-process. Returns every ID.
+fn mint_on(db: &TestDb, tag: &str, backends: usize, nodes: usize) -> Vec<i64> {
+    let mut admin = db.connect();
+    admin
+        .batch_execute("CREATE TABLE IF NOT EXISTS minted (id bigint PRIMARY KEY DEFAULT idgen_next_id('shop'), k int)")
+        .unwrap();
+    for b in 0..backends {
+        let mut backend = db.connect();
+        backend.batch_execute("INSERT INTO minted (k) SELECT g FROM generate_series(1, 500) g").unwrap();
+        if b % 2 == 0 {
+            drop(backend);
+            backend = db.connect();
+        }
+        backend.batch_execute("INSERT INTO minted (k) SELECT g FROM generate_series(1, 500) g").unwrap();
+    }
+    let mut ids: Vec<i64> = admin.query("SELECT id FROM minted", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    for n in 0..nodes {
+        let mut node = TestNode::claim(&mut admin, "shop", &format!("10.{tag}.0.{n}"), 8080).unwrap();
+        ids.extend(node.mint(2_000));
+        node.heartbeat(&mut admin).unwrap();
+        ids.extend(node.mint(2_000));
+        node.release(&mut admin).unwrap();
+    }
+    ids
+}
+
+fn machine_ids(ids: &[i64]) -> (i64, i64) {
+    let m: Vec<i64> = ids.iter().map(|id| (id >> 12) & 1023).collect();
+    (*m.iter().min().unwrap(), *m.iter().max().unwrap())
+}
+
+#[test]
+fn two_primaries_with_disjoint_ranges_mint_into_one_table_without_a_duplicate() {
+    let (clock, _turn) = turn();
+    let _low = SystemSettings::set(&base_dsn(), &[("idgen.machine_id_range", "0-511")]);
+    let _high = SystemSettings::set(&clock.dsn, &[("idgen.machine_id_range", "512-1023")]);
+    // The same service, and the same database name, on both servers: each would start at machine id 0.
+    let a = TestDb::create_on(&base_dsn(), "shard_a");
+    let b = TestDb::create_on(&clock.dsn, "shard_a");
+    let from_a = mint_on(&a, "1", 4, 3);
+    let from_b = mint_on(&b, "2", 4, 3);
+    assert_eq!(from_a.len(), 4 * 1000 + 3 * 4000);
+    assert_eq!(from_b.len(), from_a.len());
+    let (a_min, a_max) = machine_ids(&from_a);
+    let (b_min, b_max) = machine_ids(&from_b);
+    assert!(a_max <= 511 && b_min >= 512 && b_max <= 1023, "a: {a_min}-{a_max}, b: {b_min}-{b_max}");
+    assert_eq!((a_min, b_min), (0, 512), "each server starts at the bottom of its range");
+
+    // Merged into one table: not one duplicate.
+    let merged: HashSet<i64> = from_a.iter().chain(&from_b).copied().collect();
+    assert_eq!(merged.len(), from_a.len() + from_b.len());
+    let mut target = a.connect();
+    target.batch_execute("CREATE TABLE merged (id bigint PRIMARY KEY)").unwrap();
+    let inserted = target.execute("INSERT INTO merged SELECT unnest($1::bigint[])", &[&from_b]).unwrap();
+    assert_eq!(inserted as usize, from_b.len());
+    let conflicts =
+        target.query_one("SELECT count(*) FROM minted m JOIN merged g ON g.id = m.id", &[]).unwrap().get::<_, i64>(0);
+    assert_eq!(conflicts, 0);
+
+    // Each server checks its range with one query.
+    for db in [&a, &b] {
+        let row = db
+            .connect()
+            .query_one("SELECT machine_id_first, machine_id_last, machine_ids FROM idgen_policy()", &[])
+            .unwrap();
+        let (first, last, count): (i32, i32, i32) = (row.get(0), row.get(1), row.get(2));
+        assert_eq!(count, last - first + 1);
+    }
+}
+
+#[test]
+fn a_claim_that_finds_its_range_full_fails_with_53000_naming_the_range() {
+    let (clock, _turn) = turn();
+    let _range = SystemSettings::set(&clock.dsn, &[("idgen.machine_id_range", "10-12")]);
+    let db = TestDb::create_on(&clock.dsn, "range_full");
+    let mut client = db.connect();
+    let got: Vec<i16> =
+        (1..=3).map(|k| claim(&mut client, "svc", &format!("10.0.0.{k}"), 1).unwrap().machine_id).collect();
+    assert_eq!(got, [10, 11, 12]);
+    let err = claim(&mut client, "svc", "10.0.0.4", 1).unwrap_err();
+    let e = db_error(&err);
+    assert_eq!(e.code().code(), "53000");
+    assert!(
+        e.detail().unwrap().starts_with("3 of 3 machine ids (10 to 12, idgen.machine_id_range) are held"),
+        "{:?}",
+        e.detail()
+    );
+    // A backend's claim meets the same range.
+    let err = client.query_one("SELECT idgen_next_id('svc')", &[]).unwrap_err();
+    assert_eq!(sqlstate(&err), "53000");
+    let capacity: (i64, i64) = {
+        let r =
+            client.query_one("SELECT capacity::bigint, free FROM idgen_capacity WHERE service = 'svc'", &[]).unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!(capacity, (3, 0));
+}
+
+#[test]
+fn a_range_changed_under_live_holders_strands_nothing_and_hands_out_nothing_twice() {
+    let (clock, _turn) = turn();
+    let db = TestDb::create_on(&clock.dsn, "range_change");
+    let mut admin = db.connect();
+    let mut node = TestNode::claim(&mut admin, "svc", "10.0.0.1", 1).unwrap();
+    let mut backend = db.connect();
+    backend.batch_execute("SELECT idgen_next_id('svc')").unwrap();
+    assert_eq!(node.machine_id, 0);
+    let first_ids = node.mint(100);
+
+    let _range = SystemSettings::set(&clock.dsn, &[("idgen.machine_id_range", "100-199")]);
+    let mut admin = db.connect();
+    // The live holders keep their ids: the node heartbeats and mints, the backend renews its lease.
+    node.heartbeat(&mut admin).unwrap();
+    let more = node.mint(100);
+    assert_eq!(more.len(), 100);
+    wait_past_backend_watermark(&mut backend, "svc");
+    backend.batch_execute("SELECT idgen_next_id('svc')").unwrap();
+    let held: i16 =
+        backend.query_one("SELECT machine_id FROM idgen_backend_leases() WHERE service = 'svc'", &[]).unwrap().get(0);
+    assert_eq!(held, 1);
+    // idgen_health() says which rows are outside and until when they may be stamped.
+    let finding: String = admin
+        .query_one("SELECT finding || ' ' || subject FROM idgen_health() WHERE finding = 'outside_range'", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(finding, "outside_range svc");
+    // New claims come from the range; nothing outside it is handed out again.
+    assert_eq!(claim(&mut admin, "svc", "10.0.0.2", 1).unwrap().machine_id, 100);
+    // The node restarts: it leaves its id (with its watermark) and moves inside the range.
+    let (mut restarted_client, notices) = db.connect_recording();
+    let restarted = TestNode::claim(&mut restarted_client, "svc", "10.0.0.1", 1).unwrap();
+    assert_eq!((restarted.machine_id, restarted.outcome.as_str()), (101, "new"));
+    let warned = notices.take();
+    assert!(
+        warned.iter().any(|n| n.message().starts_with(
+            "idgen_claim: machine id 0 of service \"svc\" is outside idgen.machine_id_range (100-199); 10.0.0.1:1 moves to machine id 101"
+        )),
+        "{warned:?}"
+    );
+    let last_stamp = *more.iter().chain(&first_ids).max().unwrap();
+    let old = admin
+        .query_one(
+            "SELECT released_at IS NOT NULL, issued_until >= (idgen_decode($1)).ts FROM system_nodes WHERE machine_id = 0",
+            &[&last_stamp],
+        )
+        .unwrap();
+    assert_eq!((old.get::<_, bool>(0), old.get::<_, bool>(1)), (true, true), "released, its watermark kept");
+    let set_aside: i64 = admin
+        .query_one("SELECT count(*) FROM idgen_events WHERE event = 'set_aside' AND machine_id = 0", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(set_aside, 1);
+    // A new connection in the backend's slot moves inside the range too.
+    drop(backend);
+    let mut reconnected = db.connect();
+    reconnected.batch_execute("SELECT idgen_next_id('svc')").unwrap();
+    let now: i16 = reconnected
+        .query_one("SELECT machine_id FROM idgen_backend_leases() WHERE service = 'svc'", &[])
+        .unwrap()
+        .get(0);
+    assert!((100..=199).contains(&now), "{now}");
+    // Capacity counts the range only.
+    let capacity: i64 =
+        admin.query_one("SELECT capacity::bigint FROM idgen_capacity WHERE service = 'svc'", &[]).unwrap().get(0);
+    assert_eq!(capacity, 100);
+}
+
+/// Whether `statement`, run by a new session at `synchronous_commit = off`, waits for a synchronous
+/// standby at its commit (seen as wait event SyncRep; the wait is then cancelled, which leaves the
+/// commit local). Decided by what happens, never by how long it takes.
+fn waits_for_the_standby(db: &TestDb, observer: &mut Client, statement: &str) -> bool {
+    let (pid_tx, pid_rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn({
+        let (dsn, statement) = (db.dsn(), statement.to_owned());
+        move || {
+            let mut session = Client::connect(&dsn, postgres::NoTls).unwrap();
+            session.batch_execute("SET synchronous_commit = off").unwrap();
+            let pid: i32 = session.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+            pid_tx.send(pid).unwrap();
+            session.batch_execute(&statement)
+        }
+    });
+    let pid: i32 = pid_rx.recv().unwrap();
+    loop {
+        if waiter.is_finished() {
+            waiter.join().unwrap().unwrap();
+            return false;
+        }
+        let waiting: bool = observer
+            .query_one(
+                "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $1 AND wait_event = 'SyncRep')",
+                &[&pid],
+            )
+            .unwrap()
+            .get(0);
+        if waiting {
+            observer.query_one("SELECT pg_cancel_backend($1)", &[&pid]).unwrap();
+            // The statement itself succeeded: only the wait was cancelled.
+            waiter.join().unwrap().unwrap();
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn registry_writes_wait_for_the_synchronous_standby_even_at_synchronous_commit_off() {
+    let (clock, _turn) = turn();
+    let db = TestDb::create_on(&clock.dsn, "durable");
+    let mut setup = db.connect();
+    setup.batch_execute("CREATE TABLE plain (k int)").unwrap();
+    let c = claim(&mut setup, "svc", "10.0.0.1", 1).unwrap();
+    // A standby that never comes: a commit that waits for it waits until cancelled.
+    let _standby = SystemSettings::set(&clock.dsn, &[("synchronous_standby_names", "idgen_missing_standby")]);
+    let mut observer = db.connect();
+    let health: Vec<String> = observer
+        .query("SELECT severity || ' ' || finding FROM idgen_health() WHERE subject = 'replication'", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(health, ["critical synchronous_standby_missing"]);
+    // The session's own writes do not wait: that is what synchronous_commit = off means.
+    assert!(!waits_for_the_standby(&db, &mut observer, "INSERT INTO plain VALUES (1)"));
+    // A claim, a heartbeat, a release and a backend's first ID (its claim) each wait for the standby.
+    assert!(waits_for_the_standby(&db, &mut observer, "SELECT * FROM idgen_claim('svc', '10.0.0.2', 1)"));
+    let heartbeat = format!("SELECT idgen_heartbeat('svc', {}::smallint, '10.0.0.1', 1, {})", c.machine_id, c.version);
+    assert!(waits_for_the_standby(&db, &mut observer, &heartbeat));
+    assert!(waits_for_the_standby(&db, &mut observer, "SELECT idgen_next_id('svc')"));
+    let release = format!("SELECT idgen_release('svc', {}::smallint, '10.0.0.1', 1, {})", c.machine_id, c.version);
+    assert!(waits_for_the_standby(&db, &mut observer, &release));
+    // Reading the registry writes nothing and waits for nothing.
+    assert!(!waits_for_the_standby(&db, &mut observer, "SELECT * FROM idgen_nodes; SELECT * FROM idgen_health()"));
+}
+
+#[test]
+fn claims_can_be_refused_while_no_synchronous_standby_streams() {
+    let (clock, _turn) = turn();
+    let db = TestDb::create_on(&clock.dsn, "require_standby");
+    let mut client = db.connect();
+    let c = claim(&mut client, "svc", "10.0.0.1", 1).unwrap();
+    let _require = SystemSettings::set(&clock.dsn, &[("idgen.require_synchronous_standby", "on")]);
+    let mut client = db.connect();
+    let err = claim(&mut client, "svc", "10.0.0.2", 1).unwrap_err();
+    let e = db_error(&err);
+    assert_eq!(e.code().code(), "55000");
+    assert_eq!(
+        e.message(),
+        "idgen_claim: no synchronous standby is attached, and idgen.require_synchronous_standby is on"
+    );
+    assert_eq!(sqlstate(&client.query_one("SELECT idgen_next_id('svc')", &[]).unwrap_err()), "55000");
+    // Holders go on: heartbeats and releases are not refused.
+    heartbeat(&mut client, "svc", c.machine_id, "10.0.0.1", 1, c.version).unwrap();
+    release(&mut client, "svc", c.machine_id, "10.0.0.1", 1, c.version).unwrap();
+    let refused: i64 =
+        client.query_one("SELECT count(*) FROM idgen_events WHERE event = 'refused_no_standby'", &[]).unwrap().get(0);
+    assert_eq!(refused, 2);
+}
