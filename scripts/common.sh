@@ -9,7 +9,8 @@ PG_CONFIG=/usr/bin/pg_config
 PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
 SCRATCH_PORT=${IDGEN_PORT:-28815}
 CLOCK_PORT=${IDGEN_CLOCK_PORT:-28816}
-APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 libclang-dev clang pkg-config libssl-dev sudo faketime)
+APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 libclang-dev clang pkg-config libssl-dev sudo faketime
+    postgresql-15-auto-failover)
 export USER=${USER:-$(id -un)}
 export PATH="$HOME/.cargo/bin:$PATH"
 
@@ -133,6 +134,10 @@ start_cluster() {
 start_scratch_cluster() {
     scratch_paths
     init_cluster "$SCRATCH_DIR" "$SCRATCH_PORT"
+    # The scale-out tests set idgen.machine_id_range here too (see start_clock_cluster).
+    if [ -f "$SCRATCH_DIR/data/postgresql.auto.conf" ]; then
+        as_pg sed -i '/^idgen\./d; /^synchronous_standby_names/d' "$SCRATCH_DIR/data/postgresql.auto.conf"
+    fi
     start_cluster "$SCRATCH_DIR" "$SCRATCH_PORT" ""
 }
 
@@ -153,10 +158,10 @@ start_clock_cluster() {
     [ -n "$libfaketime" ] || die "libfaketime.so.1 not found (package libfaketime)"
     local environment="LD_PRELOAD=$libfaketime FAKETIME_TIMESTAMP_FILE=$CLOCK_FILE FAKETIME_NO_CACHE=1 DONT_FAKE_MONOTONIC=1 FAKETIME_DONT_FAKE_MONOTONIC=1 TZ=UTC"
     init_cluster "$CLOCK_DIR" "$CLOCK_PORT"
-    # Tests set idgen's cluster-wide thresholds here with ALTER SYSTEM and reset them when done; a run
-    # killed in between must not leave them to the next one.
+    # Tests set idgen's cluster-wide thresholds (and synchronous_standby_names) here with ALTER SYSTEM
+    # and reset them when done; a run killed in between must not leave them to the next one.
     if [ -f "$CLOCK_DIR/data/postgresql.auto.conf" ]; then
-        as_pg sed -i '/^idgen\./d' "$CLOCK_DIR/data/postgresql.auto.conf"
+        as_pg sed -i '/^idgen\./d; /^synchronous_standby_names/d' "$CLOCK_DIR/data/postgresql.auto.conf"
     fi
     start_cluster "$CLOCK_DIR" "$CLOCK_PORT" "$environment"
     local runas=""
@@ -168,6 +173,21 @@ exec $runas env $environment "$PG_BIN/pg_ctl" -D "$CLOCK_DIR/data" -l "$CLOCK_DI
 SH
     chmod 755 "$CLOCK_RESTART"
 }
+
+# The pg_auto_failover formation of the failover tests (scripts/formation.sh): a monitor on
+# $HA_PORT, nodes on the next two ports, state under target/ha. Started afresh every time.
+HA_PORT=${IDGEN_HA_PORT:-28820}
+HA_DIR=
+start_formation() {
+    HA_DIR=$(pg_work_dir ha)
+    formation stop
+    rm -rf "${HA_DIR:?}"/*
+    say "starting a pg_auto_failover formation (monitor :$HA_PORT, nodes :$((HA_PORT + 1)) :$((HA_PORT + 2)))"
+    formation start
+    HA_DSN="host=127.0.0.1,127.0.0.1 port=$((HA_PORT + 1)),$((HA_PORT + 2)) user=postgres target_session_attrs=read-write"
+}
+formation() { IDGEN_HA_DIR=$HA_DIR IDGEN_HA_PORT=$HA_PORT IDGEN_PG_BIN=$PG_BIN bash "$ROOT/scripts/formation.sh" "$@"; }
+stop_formation() { [ -z "$HA_DIR" ] || formation stop; }
 
 SCRATCH_DSN="host=127.0.0.1 port=$SCRATCH_PORT user=postgres"
 CLOCK_DSN="host=127.0.0.1 port=$CLOCK_PORT user=postgres"

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Runs every test: the pure core's unit tests, the #[pg_test]s (cargo pgrx
 # test), pg_regress against the scratch cluster, and the client-driven suites
-# in tests/cluster. Installs and starts what it needs. Safe to run again.
+# in tests/cluster (against the scratch cluster, the clock-step cluster and a
+# pg_auto_failover formation). Installs and starts what it needs. Safe to run again.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$ROOT"
 
 setup
 TEST_LOG=$(mktemp)
-trap 'rm -f "$TEST_LOG"' EXIT
+# The failover formation never outlives the run, whatever ends it.
+trap 'rm -f "$TEST_LOG"; stop_formation' EXIT
 # Runs a test stage, keeping its output to count the passed tests at the end.
 stage() { "$@" 2>&1 | tee -a "$TEST_LOG"; }
 
@@ -26,6 +28,7 @@ install_extension
 as_root install -m 644 tests/upgrade/idgen--0.1.0.sql tests/upgrade/idgen--0.2.0.sql "$("$PG_CONFIG" --sharedir)/extension/"
 start_scratch_cluster
 start_clock_cluster
+start_formation
 
 say "pg_regress against the scratch cluster"
 regress_dir=$(pg_work_dir regress)
@@ -40,9 +43,10 @@ if ! as_pg "$pg_regress_bin" --host=127.0.0.1 --port="$SCRATCH_PORT" --user=post
     die "pg_regress failed (diffs above; results in $regress_dir/results)"
 fi
 
-say "client-driven suites against the scratch clusters (tests/cluster)"
+say "client-driven suites against the scratch clusters and the formation (tests/cluster, client/tests)"
 IDGEN_TEST_DSN=$SCRATCH_DSN IDGEN_CLOCK_DSN=$CLOCK_DSN IDGEN_CLOCK_FILE=$CLOCK_FILE IDGEN_CLOCK_RESTART=$CLOCK_RESTART \
-    stage cargo test -p idgen-cluster-tests
+    IDGEN_HA_DIR=$HA_DIR IDGEN_HA_PORT=$HA_PORT IDGEN_HA_DSN=$HA_DSN \
+    stage cargo test -p idgen-cluster-tests -p idgen-client
 
 cargo_passed=$(sed 's/\x1b\[[0-9;]*m//g' "$TEST_LOG" | grep -oE 'test result: ok\. [0-9]+ passed' | awk '{n += $4} END {print n + 0}')
 regress_passed=$(wc -w <<<"$schedule")

@@ -1,0 +1,263 @@
+//! No ID twice across a failover, on a real HA engine: a pg_auto_failover formation
+//! (scripts/formation.sh, started by scripts/test.sh) with a primary and a synchronous
+//! secondary. Service nodes claim, mint, heartbeat and release with sessions at
+//! `synchronous_commit = off`, and backends insert with `DEFAULT idgen_next_id()`, through a
+//! switchover (`pg_autoctl perform failover`) and then a crash of the primary (its keeper and
+//! Postgres killed, the monitor fails over by itself). Before that, `idgen_health()` reports a
+//! standby that streams asynchronously. Then, on the last primary:
+//! - no ID was minted twice;
+//! - every claim a node was told about is in the registry's history;
+//! - every ID was stamped under a lease that registry knows.
+
+use idgen_cluster_tests::*;
+use postgres::{Client, NoTls};
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+struct Formation {
+    dir: String,
+    port: String,
+    /// Both nodes, the writable one first found (target_session_attrs=read-write).
+    dsn: String,
+}
+
+impl Formation {
+    fn from_env() -> Formation {
+        let var = |name: &str| {
+            std::env::var(name)
+                .unwrap_or_else(|_| panic!("{name} is not set: run the failover suite through scripts/test.sh"))
+        };
+        Formation { dir: var("IDGEN_HA_DIR"), port: var("IDGEN_HA_PORT"), dsn: var("IDGEN_HA_DSN") }
+    }
+
+    fn ctl(&self, command: &str) {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/formation.sh");
+        let status = std::process::Command::new("bash")
+            .arg(script)
+            .arg(command)
+            .env("IDGEN_HA_DIR", &self.dir)
+            .env("IDGEN_HA_PORT", &self.port)
+            .status()
+            .unwrap();
+        assert!(status.success(), "scripts/formation.sh {command} failed");
+    }
+
+    fn connect(&self, dbname: &str) -> Result<Client, postgres::Error> {
+        Client::connect(&format!("{} dbname={dbname} connect_timeout=5", self.dsn), NoTls)
+    }
+
+    /// Each node by itself, writable or not.
+    fn each_node(&self) -> Vec<Client> {
+        let port: u16 = self.port.parse().unwrap();
+        [port + 1, port + 2]
+            .iter()
+            .map(|p| Client::connect(&format!("host=127.0.0.1 port={p} user=postgres dbname=postgres"), NoTls).unwrap())
+            .collect()
+    }
+}
+
+#[derive(Default)]
+struct Record {
+    /// (machine_id, version, host, port) of every claim a node was told about.
+    claims: Vec<(i16, i64, String, i32)>,
+    /// IDs service nodes minted, with the claim they minted under.
+    service_ids: Vec<(i64, i16, i64)>,
+    /// IDs backends returned from committed inserts.
+    backend_ids: Vec<i64>,
+}
+
+const DB: &str = "idgen_t_failover";
+
+fn session(formation: &Formation) -> Option<Client> {
+    let mut client = formation.connect(DB).ok()?;
+    client.batch_execute("SET synchronous_commit = off").ok()?;
+    Some(client)
+}
+
+/// A service node's life, over and over: claim with a new identity, mint, heartbeat, release.
+/// A lost connection is followed to the new primary; ownership lost ends the life at once.
+fn service_nodes(formation: Arc<Formation>, record: Arc<Mutex<Record>>, stop: Arc<AtomicBool>, k: usize) {
+    let mut serial = 0;
+    let mut client: Option<Client> = None;
+    while !stop.load(Ordering::Relaxed) {
+        let Some(c) = client.as_mut() else {
+            client = session(&formation);
+            continue;
+        };
+        serial += 1;
+        let host = format!("10.0.{k}.1");
+        let mut node = match TestNode::claim(c, "orders", &host, 1000 + serial) {
+            Ok(node) => node,
+            Err(_) => {
+                client = None;
+                continue;
+            }
+        };
+        record.lock().unwrap().claims.push((node.machine_id, node.version, host.clone(), node.port));
+        'life: for _ in 0..3 {
+            let ids = node.mint(200);
+            record.lock().unwrap().service_ids.extend(ids.iter().map(|id| (*id, node.machine_id, node.version)));
+            loop {
+                let Some(c) = client.as_mut() else {
+                    client = session(&formation);
+                    continue;
+                };
+                match node.heartbeat(c) {
+                    Ok(()) => break,
+                    Err(e) if e.code().map(|s| s.code()) == Some("55000") => break 'life,
+                    Err(_) => client = None,
+                }
+            }
+        }
+        if let Some(c) = client.as_mut() {
+            if node.release(c).is_err() {
+                client = None;
+            }
+        }
+    }
+}
+
+/// Backends inserting with the column default; every few inserts a new connection (a new slot or a reused one).
+fn backends(formation: Arc<Formation>, record: Arc<Mutex<Record>>, stop: Arc<AtomicBool>) {
+    let mut client: Option<Client> = None;
+    let mut inserts = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let Some(c) = client.as_mut() else {
+            client = session(&formation);
+            continue;
+        };
+        match c.query("INSERT INTO minted (k) SELECT g FROM generate_series(1, 100) g RETURNING id", &[]) {
+            Ok(rows) => record.lock().unwrap().backend_ids.extend(rows.iter().map(|r| r.get::<_, i64>(0))),
+            Err(_) => client = None,
+        }
+        inserts += 1;
+        if inserts % 10 == 0 {
+            client = None;
+        }
+    }
+}
+
+fn wait_for_claims(record: &Mutex<Record>, at_least: usize) {
+    while record.lock().unwrap().claims.len() < at_least {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn no_id_twice_across_a_switchover_and_a_crash_of_the_primary() {
+    let formation = Arc::new(Formation::from_env());
+    {
+        let mut admin = formation.connect("postgres").unwrap();
+        admin.batch_execute(&format!("DROP DATABASE IF EXISTS {DB} WITH (FORCE)")).unwrap();
+        admin.batch_execute(&format!("CREATE DATABASE {DB}")).unwrap();
+        let mut db = formation.connect(DB).unwrap();
+        db.batch_execute(
+            "CREATE EXTENSION idgen;
+             CREATE TABLE minted (id bigint PRIMARY KEY DEFAULT idgen_next_id('orders'), k int);",
+        )
+        .unwrap();
+        // Released ids come back after a second, so that nodes restarting under new identities take them
+        // over (take-backs are claims too). The setting is each server's: set on both.
+        for mut node in formation.each_node() {
+            for statement in
+                ["LOAD 'idgen'", "ALTER SYSTEM SET idgen.release_cooldown = '1s'", "SELECT pg_reload_conf()"]
+            {
+                node.batch_execute(statement).unwrap();
+            }
+        }
+    }
+    // idgen_health() tells the operator when a failover can lose a claim: a standby that streams
+    // asynchronously. With the synchronous secondary back, nothing to report.
+    let replication_findings = |formation: &Formation| -> Vec<String> {
+        let mut db = formation.connect(DB).unwrap();
+        db.query("SELECT severity || ' ' || finding FROM idgen_health() WHERE subject = 'replication'", &[])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    };
+    assert_eq!(replication_findings(&formation), Vec::<String>::new());
+    formation.ctl("async");
+    assert_eq!(replication_findings(&formation), ["warning replication_async"]);
+    formation.ctl("sync");
+    assert_eq!(replication_findings(&formation), Vec::<String>::new());
+
+    let record = Arc::new(Mutex::new(Record::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut threads = vec![];
+    for k in 0..4 {
+        let (f, r, s) = (formation.clone(), record.clone(), stop.clone());
+        threads.push(std::thread::spawn(move || service_nodes(f, r, s, k)));
+    }
+    for _ in 0..2 {
+        let (f, r, s) = (formation.clone(), record.clone(), stop.clone());
+        threads.push(std::thread::spawn(move || backends(f, r, s)));
+    }
+
+    // Load before, through and after each failover: progress is counted in claims, not in seconds.
+    wait_for_claims(&record, 40);
+    formation.ctl("failover");
+    let after_switchover = record.lock().unwrap().claims.len();
+    wait_for_claims(&record, after_switchover + 40);
+    formation.ctl("crash-primary");
+    let after_crash = record.lock().unwrap().claims.len();
+    wait_for_claims(&record, after_crash + 40);
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+
+    let record = record.lock().unwrap();
+    let mut primary = formation.connect(DB).unwrap();
+    // 1. No ID twice, among all minted by nodes and by backends.
+    let all: Vec<i64> =
+        record.service_ids.iter().map(|(id, _, _)| *id).chain(record.backend_ids.iter().copied()).collect();
+    let distinct: HashSet<i64> = all.iter().copied().collect();
+    assert!(record.backend_ids.len() > 1000 && record.service_ids.len() > 10_000, "too little load to mean anything");
+    assert_eq!(distinct.len(), all.len(), "{} duplicate IDs", all.len() - distinct.len());
+    // 2. Every claim a node was told about survived both failovers (a claim of a new id or a
+    //    take-back is recorded in the same transaction; nodes here never reuse an identity).
+    let known: HashSet<(i16, i64, String, i32)> = primary
+        .query(
+            "SELECT machine_id, version, host(host), port FROM idgen_history WHERE event IN ('claim', 'take_back')",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    let lost: Vec<&(i16, i64, String, i32)> = record.claims.iter().filter(|c| !known.contains(c)).collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {} acknowledged claims are missing on the new primary: {lost:?}",
+        lost.len(),
+        record.claims.len()
+    );
+    // 3. Every ID was stamped under a lease the new primary knows: nodes' under their (known) claims;
+    //    backends' under a machine id the registry shows a backend holding.
+    let leases: HashSet<(i16, i64)> = known.iter().map(|(m, v, _, _)| (*m, *v)).collect();
+    assert!(record.service_ids.iter().all(|(_, m, v)| leases.contains(&(*m, *v))));
+    let backend_ids: HashSet<i16> = primary
+        .query(
+            "SELECT machine_id FROM system_nodes WHERE backend_slot IS NOT NULL
+             UNION SELECT machine_id FROM idgen_history WHERE backend_slot IS NOT NULL",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let unknown: Vec<i64> = record
+        .backend_ids
+        .iter()
+        .filter(|id| !backend_ids.contains(&(((**id >> 12) & 1023) as i16)))
+        .copied()
+        .collect();
+    assert!(unknown.is_empty(), "{} backend IDs under machine ids the new primary never gave a backend", unknown.len());
+    drop(primary);
+
+    // Torn down cleanly: no process of the formation is left.
+    formation.ctl("stop");
+}
