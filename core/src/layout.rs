@@ -267,4 +267,32 @@ mod tests {
         let small = Layout::new(0, 10, 45, 8, 10).unwrap();
         assert_eq!(small.machine_id_range(), 0..=255);
     }
+
+    /// docs/test_vectors.json, the reference for clients in other languages, matches this code.
+    #[test]
+    fn the_published_test_vectors_hold_both_ways() {
+        let doc: serde_json::Value = serde_json::from_str(include_str!("../../docs/test_vectors.json")).unwrap();
+        let layout = Layout::DEFAULT;
+        let l = &doc["layout"];
+        assert_eq!(l["epoch_unix_ms"], EPOCH_2025_UNIX_MS);
+        assert_eq!((l["time_unit_ms"].as_i64(), l["time_bits"].as_u64()), (Some(1), Some(41)));
+        assert_eq!((l["machine_bits"].as_u64(), l["sequence_bits"].as_u64()), (Some(10), Some(12)));
+        let vectors = doc["vectors"].as_array().unwrap();
+        assert!(vectors.len() >= 10);
+        for v in vectors {
+            let id = v["id"].as_i64().unwrap();
+            assert_eq!(v["id_text"].as_str().unwrap(), id.to_string());
+            let parts = IdParts {
+                ticks: layout.ticks_at(v["unix_ms"].as_i64().unwrap()).unwrap(),
+                machine_id: v["machine_id"].as_u64().unwrap() as u16,
+                sequence: v["sequence"].as_u64().unwrap() as u32,
+            };
+            assert_eq!(layout.compose(parts), Ok(id), "{v}");
+            assert_eq!(layout.decompose(id), Ok(parts), "{v}");
+            assert_eq!(crate::messages::iso_utc(layout.unix_ms_of(parts.ticks)), v["iso"].as_str().unwrap());
+        }
+        for v in doc["invalid"].as_array().unwrap() {
+            assert!(layout.ticks_at(v["unix_ms"].as_i64().unwrap()).is_err(), "{v}");
+        }
+    }
 }

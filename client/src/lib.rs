@@ -1,0 +1,33 @@
+//! idgen-client: a service node that keeps idgen's client contract, and mints
+//! IDs in-process with the generator the database's own backends run
+//! (`idgen_core::generator`), so IDs of services and of `DEFAULT idgen_next_id()`
+//! never collide.
+//!
+//! ```no_run
+//! use idgen_client::{Config, IdgenNode};
+//! let config = Config::new(
+//!     "host=db1,db2 port=5432,5432 user=orders_svc dbname=shop target_session_attrs=read-write",
+//!     "orders", "10.0.0.5", 8080,
+//! );
+//! let mut node = IdgenNode::start(config)?;
+//! let id = node.next_id()?;          // never waits on the network
+//! node.shutdown()?;                  // stops issuing, then releases with the watermark
+//! # Ok::<(), idgen_client::Error>(())
+//! ```
+//!
+//! The contract, and where each part lives:
+//! - **claim** at start, retrying `55P03`, `40001` and lost connections with backoff
+//!   ([`IdgenNode::start`]); then wait until the clock is past `not_before`;
+//! - **heartbeat** every interval (the server's `idgen.heartbeat_interval` unless set) on a
+//!   thread of its own, with the node's watermark; reconnect and retry when the connection
+//!   fails (a multi-host connection string follows the primary);
+//! - **the lease is measured on a monotonic clock** from the moment the last successful
+//!   heartbeat (or the claim) was *sent*: `next_id` refuses once it has passed, and resumes
+//!   if a later heartbeat succeeds (the node still owns the id);
+//! - **`55000`** from a heartbeat stops the node for good, with the server's DETAIL;
+//! - **no zombie generator**: if the heartbeat thread panics, the node stops issuing;
+//! - **release on shutdown** ([`IdgenNode::shutdown`], and `Drop`), with the watermark.
+
+mod node;
+
+pub use node::{Config, Error, IdgenNode, Metrics, Status};

@@ -1,0 +1,429 @@
+//! The node: its claim, its heartbeat thread, and `next_id`.
+
+use idgen_core::generator::{Clock, Generator, Stop};
+use idgen_core::Layout;
+use postgres::{Client, NoTls};
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Called from the heartbeat thread (or `shutdown`) whenever the node's [`Status`] changes.
+pub type StatusHook = Arc<dyn Fn(&Status) + Send + Sync>;
+
+/// How a node connects and who it is.
+#[derive(Clone)]
+pub struct Config {
+    /// A libpq-style connection string. Give every server of the cluster and
+    /// `target_session_attrs=read-write`, so that a reconnect finds the primary.
+    pub conninfo: String,
+    pub service: String,
+    /// The node's address and port: its identity in the registry.
+    pub host: String,
+    pub port: i32,
+    /// How often to heartbeat; `None`: the server's `idgen.heartbeat_interval`.
+    pub heartbeat_interval: Option<Duration>,
+    /// How long `start` retries what is worth retrying (`55P03`, `40001`, lost connections).
+    pub start_timeout: Duration,
+    /// Told about every change of [`Status`].
+    pub on_status_change: Option<StatusHook>,
+}
+
+impl Config {
+    pub fn new(conninfo: &str, service: &str, host: &str, port: i32) -> Config {
+        Config {
+            conninfo: conninfo.to_owned(),
+            service: service.to_owned(),
+            host: host.to_owned(),
+            port,
+            heartbeat_interval: None,
+            start_timeout: Duration::from_secs(60),
+            on_status_change: None,
+        }
+    }
+}
+
+/// Where the node's lease stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// Inside its lease: `next_id` issues.
+    Live,
+    /// No heartbeat succeeded before the lease's deadline: `next_id` refuses until one does.
+    Expired,
+    /// A heartbeat found the id moved (`55000`): stopped for good. The server's DETAIL.
+    Lost { detail: String },
+    /// `shutdown` was called.
+    Stopped,
+    /// The heartbeat thread died: stopped for good.
+    HeartbeatDied,
+}
+
+/// Why `next_id`, `start` or `shutdown` failed.
+#[derive(Debug)]
+pub enum Error {
+    /// The lease passed its deadline without a successful heartbeat. Not final: the node resumes
+    /// if a heartbeat succeeds and it still owns its id.
+    LeaseExpired,
+    /// The id moved to another node (`55000`): stop issuing and exit.
+    OwnershipLost(String),
+    /// The node was shut down.
+    Stopped,
+    /// The heartbeat thread died; the node stopped issuing.
+    HeartbeatDied,
+    /// The clock is further behind the last ID than allowed, or outside the layout.
+    Clock(Stop),
+    /// The claim (or reading the policy) failed and was not worth retrying, or kept failing.
+    Start(postgres::Error),
+    /// The release at shutdown failed (the id comes back by the tier rules).
+    Release(postgres::Error),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::LeaseExpired => write!(f, "idgen: the lease passed its deadline without a successful heartbeat"),
+            Error::OwnershipLost(detail) => write!(f, "idgen: the machine id moved to another node: {detail}"),
+            Error::Stopped => write!(f, "idgen: the node was shut down"),
+            Error::HeartbeatDied => write!(f, "idgen: the heartbeat thread died; the node stopped issuing"),
+            Error::Clock(stop) => write!(f, "idgen: the clock cannot stamp an ID: {stop:?}"),
+            Error::Start(e) => write!(f, "idgen: could not claim a machine id: {e}"),
+            Error::Release(e) => write!(f, "idgen: could not release the machine id: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// What a service exports about its node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Metrics {
+    pub machine_id: i16,
+    pub version: i64,
+    pub status: Status,
+    pub ids_issued: u64,
+    pub heartbeats_ok: u64,
+    pub heartbeats_failed: u64,
+    /// Until the lease's deadline, on the monotonic clock; `None` once passed.
+    pub time_to_deadline: Option<Duration>,
+}
+
+/// The process's wall clock, the one IDs are stamped with.
+struct WallClock;
+
+impl Clock for WallClock {
+    fn now_unix_ms(&mut self) -> i64 {
+        SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    }
+
+    fn wait_until(&mut self, unix_ms: i64) {
+        let left = unix_ms - self.now_unix_ms();
+        if left > 0 {
+            std::thread::sleep(Duration::from_millis(left as u64));
+        }
+    }
+}
+
+struct Lease {
+    status: Status,
+    /// Last successful heartbeat's (or the claim's) send time plus the lease.
+    deadline: Instant,
+    stopping: bool,
+}
+
+struct Shared {
+    config: Config,
+    machine_id: i16,
+    version: i64,
+    lease: Duration,
+    interval: Duration,
+    generator: Mutex<Generator>,
+    state: Mutex<Lease>,
+    wake: Condvar,
+    heartbeats_ok: AtomicU64,
+    heartbeats_failed: AtomicU64,
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, Lease> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn set_status(&self, status: Status) {
+        let changed = {
+            let mut state = self.state();
+            // Final states stay.
+            let final_ = matches!(state.status, Status::Lost { .. } | Status::Stopped | Status::HeartbeatDied);
+            let changed = !final_ && state.status != status;
+            if changed {
+                state.status = status.clone();
+            }
+            changed
+        };
+        if changed {
+            if let Some(hook) = &self.config.on_status_change {
+                hook(&status);
+            }
+        }
+    }
+
+    /// The latest timestamp the node stamped, or its clock, whichever is later (Unix ms).
+    fn watermark_ms(&self) -> f64 {
+        let last = self.generator.lock().unwrap_or_else(|p| p.into_inner()).last_unix_ms();
+        last.max(WallClock.now_unix_ms()) as f64
+    }
+}
+
+/// A service node holding one machine id of its service.
+pub struct IdgenNode {
+    shared: Arc<Shared>,
+    heartbeat: Option<JoinHandle<Option<Client>>>,
+}
+
+/// Errors worth another try: a lock held by another session, a serialisation failure, a lost
+/// connection (no SQLSTATE at all).
+fn retryable(e: &postgres::Error) -> bool {
+    match e.code() {
+        Some(code) => matches!(code.code(), "55P03" | "40001" | "57P01" | "25006"),
+        None => true,
+    }
+}
+
+struct Claimed {
+    machine_id: i16,
+    version: i64,
+    not_before_ms: i64,
+    lease: Duration,
+    interval: Duration,
+    sent: Instant,
+}
+
+fn connect(conninfo: &str) -> Result<Client, postgres::Error> {
+    Client::connect(conninfo, NoTls)
+}
+
+fn claim(client: &mut Client, config: &Config) -> Result<Claimed, postgres::Error> {
+    let policy = client.query_one(
+        "SELECT extract(epoch FROM lease)::float8, extract(epoch FROM heartbeat_interval)::float8 FROM idgen_policy()",
+        &[],
+    )?;
+    let sent = Instant::now();
+    let row = client.query_one(
+        "SELECT machine_id, version, (extract(epoch FROM not_before) * 1000)::float8 \
+           FROM idgen_claim($1, $2::text::inet, $3)",
+        &[&config.service, &config.host, &config.port],
+    )?;
+    Ok(Claimed {
+        machine_id: row.get(0),
+        version: row.get(1),
+        not_before_ms: row.get::<_, f64>(2).floor() as i64,
+        lease: Duration::from_secs_f64(policy.get(0)),
+        interval: Duration::from_secs_f64(policy.get(1)),
+        sent,
+    })
+}
+
+impl IdgenNode {
+    /// Claims a machine id (retrying `55P03`, `40001` and lost connections with backoff, up to
+    /// `config.start_timeout`), waits until the clock is past its `not_before`, and starts the
+    /// heartbeat thread.
+    pub fn start(config: Config) -> Result<IdgenNode, Error> {
+        let give_up = Instant::now() + config.start_timeout;
+        let mut backoff = Duration::from_millis(50);
+        let (client, claimed) = loop {
+            match connect(&config.conninfo).and_then(|mut c| claim(&mut c, &config).map(|claimed| (c, claimed))) {
+                Ok(done) => break done,
+                Err(e) if retryable(&e) && Instant::now() + backoff < give_up => {
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+                Err(e) => return Err(Error::Start(e)),
+            }
+        };
+        // No ID at or before not_before: earlier holders may have stamped up to it.
+        WallClock.wait_until(claimed.not_before_ms + 1);
+        let generator = Generator::new(Layout::DEFAULT, claimed.machine_id as u16, claimed.not_before_ms, 0);
+        let interval = config.heartbeat_interval.unwrap_or(claimed.interval);
+        let shared = Arc::new(Shared {
+            config,
+            machine_id: claimed.machine_id,
+            version: claimed.version,
+            lease: claimed.lease,
+            interval,
+            generator: Mutex::new(generator),
+            state: Mutex::new(Lease { status: Status::Live, deadline: claimed.sent + claimed.lease, stopping: false }),
+            wake: Condvar::new(),
+            heartbeats_ok: AtomicU64::new(0),
+            heartbeats_failed: AtomicU64::new(0),
+        });
+        let heartbeat = std::thread::Builder::new()
+            .name(format!("idgen-heartbeat-{}", shared.machine_id))
+            .spawn({
+                let shared = shared.clone();
+                move || heartbeat_loop(shared, Some(client))
+            })
+            .expect("spawn the heartbeat thread");
+        Ok(IdgenNode { shared, heartbeat: Some(heartbeat) })
+    }
+
+    /// The next ID. Never waits on the network; refuses once the lease has passed its deadline,
+    /// the id moved, the node stopped, or its heartbeat died.
+    pub fn next_id(&self) -> Result<i64, Error> {
+        let deadline = {
+            let state = self.shared.state();
+            match &state.status {
+                Status::Live | Status::Expired => state.deadline,
+                Status::Lost { detail } => return Err(Error::OwnershipLost(detail.clone())),
+                Status::Stopped => return Err(Error::Stopped),
+                Status::HeartbeatDied => return Err(Error::HeartbeatDied),
+            }
+        };
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(Error::LeaseExpired);
+        }
+        // The generator stops at the same deadline on the wall clock it stamps with.
+        let wall_deadline_ms = WallClock.now_unix_ms() + (deadline - now).as_millis() as i64;
+        let mut generator = self.shared.generator.lock().unwrap_or_else(|p| p.into_inner());
+        generator.next_id(&mut WallClock, wall_deadline_ms).map_err(|stop| match stop {
+            Stop::LeaseCheckDue => Error::LeaseExpired,
+            other => Error::Clock(other),
+        })
+    }
+
+    pub fn machine_id(&self) -> i16 {
+        self.shared.machine_id
+    }
+
+    pub fn version(&self) -> i64 {
+        self.shared.version
+    }
+
+    pub fn status(&self) -> Status {
+        self.shared.state().status.clone()
+    }
+
+    pub fn metrics(&self) -> Metrics {
+        let (status, deadline) = {
+            let state = self.shared.state();
+            (state.status.clone(), state.deadline)
+        };
+        Metrics {
+            machine_id: self.shared.machine_id,
+            version: self.shared.version,
+            status,
+            ids_issued: self.shared.generator.lock().unwrap_or_else(|p| p.into_inner()).issued(),
+            heartbeats_ok: self.shared.heartbeats_ok.load(Ordering::Relaxed),
+            heartbeats_failed: self.shared.heartbeats_failed.load(Ordering::Relaxed),
+            time_to_deadline: deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()),
+        }
+    }
+
+    /// Stops issuing, stops the heartbeat, then releases the id with the node's watermark.
+    /// `Ok(false)`: the id had already moved (nothing to release).
+    pub fn shutdown(&mut self) -> Result<bool, Error> {
+        let Some(heartbeat) = self.heartbeat.take() else { return Err(Error::Stopped) };
+        let lost = matches!(self.status(), Status::Lost { .. });
+        // Stop issuing first (a final status stays as it is), then the heartbeat.
+        self.shared.set_status(Status::Stopped);
+        self.shared.state().stopping = true;
+        self.shared.wake.notify_all();
+        let client = heartbeat.join().ok().flatten();
+        if lost {
+            return Ok(false);
+        }
+        let s = &self.shared;
+        let mut client = match client {
+            Some(c) if !c.is_closed() => c,
+            _ => connect(&s.config.conninfo).map_err(Error::Release)?,
+        };
+        let row = client
+            .query_one(
+                "SELECT idgen_release($1, $2, $3::text::inet, $4, $5, to_timestamp($6::float8 / 1000))",
+                &[&s.config.service, &s.machine_id, &s.config.host, &s.config.port, &s.version, &s.watermark_ms()],
+            )
+            .map_err(Error::Release)?;
+        Ok(row.get(0))
+    }
+}
+
+impl Drop for IdgenNode {
+    fn drop(&mut self) {
+        if self.heartbeat.is_some() {
+            let _ = self.shutdown();
+        }
+    }
+}
+
+/// Marks the node dead if the heartbeat thread unwinds: no generator outlives its heartbeat.
+struct DeathWatch(Arc<Shared>);
+
+impl Drop for DeathWatch {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.set_status(Status::HeartbeatDied);
+        }
+    }
+}
+
+/// Heartbeats every interval; on failure reconnects and retries (every quarter interval, at most a
+/// second apart) until it succeeds. Returns its connection for the release.
+fn heartbeat_loop(shared: Arc<Shared>, mut client: Option<Client>) -> Option<Client> {
+    let _watch = DeathWatch(shared.clone());
+    let retry = (shared.interval / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    let mut next = Instant::now() + shared.interval;
+    loop {
+        {
+            let mut state = shared.state();
+            while !state.stopping {
+                let now = Instant::now();
+                if now >= next {
+                    break;
+                }
+                state = shared.wake.wait_timeout(state, next - now).unwrap_or_else(|p| p.into_inner()).0;
+            }
+            if state.stopping {
+                return client;
+            }
+        }
+        let sent = Instant::now();
+        let result = match client.as_mut() {
+            Some(c) => heartbeat(&shared, c),
+            None => connect(&shared.config.conninfo).and_then(|mut c| {
+                let r = heartbeat(&shared, &mut c);
+                client = Some(c);
+                r
+            }),
+        };
+        match result {
+            Ok(()) => {
+                shared.heartbeats_ok.fetch_add(1, Ordering::Relaxed);
+                shared.state().deadline = sent + shared.lease;
+                shared.set_status(Status::Live);
+                next = sent + shared.interval;
+            }
+            Err(e) if e.code().map(|c| c.code()) == Some("55000") => {
+                let detail = e.as_db_error().and_then(|d| d.detail()).unwrap_or_default().to_owned();
+                shared.set_status(Status::Lost { detail });
+                return client;
+            }
+            Err(_) => {
+                shared.heartbeats_failed.fetch_add(1, Ordering::Relaxed);
+                client = None;
+                if Instant::now() >= shared.state().deadline {
+                    shared.set_status(Status::Expired);
+                }
+                next = Instant::now() + retry;
+            }
+        }
+    }
+}
+
+fn heartbeat(shared: &Shared, client: &mut Client) -> Result<(), postgres::Error> {
+    let c = &shared.config;
+    client.query_one(
+        "SELECT idgen_heartbeat($1, $2, $3::text::inet, $4, $5, to_timestamp($6::float8 / 1000))",
+        &[&c.service, &shared.machine_id, &c.host, &c.port, &shared.version, &shared.watermark_ms()],
+    )?;
+    Ok(())
+}
