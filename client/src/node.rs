@@ -87,13 +87,27 @@ impl fmt::Display for Error {
             Error::Stopped => write!(f, "idgen: the node was shut down"),
             Error::HeartbeatDied => write!(f, "idgen: the heartbeat thread died; the node stopped issuing"),
             Error::Clock(stop) => write!(f, "idgen: the clock cannot stamp an ID: {stop:?}"),
-            Error::Start(e) => write!(f, "idgen: could not claim a machine id: {e}"),
-            Error::Release(e) => write!(f, "idgen: could not release the machine id: {e}"),
+            Error::Start(e) => write!(f, "idgen: could not claim a machine id: {}", describe(e)),
+            Error::Release(e) => write!(f, "idgen: could not release the machine id: {}", describe(e)),
         }
     }
 }
 
 impl std::error::Error for Error {}
+
+/// A database error with its SQLSTATE, message and DETAIL; other errors with their cause.
+fn describe(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => match db.detail() {
+            Some(detail) => format!("{} ({}) {detail}", db.message(), db.code().code()),
+            None => format!("{} ({})", db.message(), db.code().code()),
+        },
+        None => match std::error::Error::source(e) {
+            Some(cause) => format!("{e}: {cause}"),
+            None => e.to_string(),
+        },
+    }
+}
 
 /// What a service exports about its node.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -184,7 +198,7 @@ pub struct IdgenNode {
 /// connection (no SQLSTATE at all).
 fn retryable(e: &postgres::Error) -> bool {
     match e.code() {
-        Some(code) => matches!(code.code(), "55P03" | "40001" | "57P01" | "25006"),
+        Some(code) => matches!(code.code(), "55P03" | "40001" | "57P01" | "57P03" | "25006"),
         None => true,
     }
 }
@@ -332,18 +346,20 @@ impl IdgenNode {
         if lost {
             return Ok(false);
         }
-        let s = &self.shared;
-        let mut client = match client {
-            Some(c) if !c.is_closed() => c,
-            _ => connect(&s.config.conninfo).map_err(Error::Release)?,
+        // The heartbeat's connection may have died unnoticed (a restart between heartbeats): a
+        // connection error is worth one new connection (which finds the primary).
+        let released = match client {
+            Some(mut c) if !c.is_closed() => match release(&self.shared, &mut c) {
+                Err(e) if e.code().is_none() => None,
+                done => Some(done),
+            },
+            _ => None,
         };
-        let row = client
-            .query_one(
-                "SELECT idgen_release($1, $2, $3::text::inet, $4, $5, to_timestamp($6::float8 / 1000))",
-                &[&s.config.service, &s.machine_id, &s.config.host, &s.config.port, &s.version, &s.watermark_ms()],
-            )
-            .map_err(Error::Release)?;
-        Ok(row.get(0))
+        let released = match released {
+            Some(done) => done,
+            None => connect(&self.shared.config.conninfo).and_then(|mut c| release(&self.shared, &mut c)),
+        };
+        released.map_err(Error::Release)
     }
 }
 
@@ -417,6 +433,16 @@ fn heartbeat_loop(shared: Arc<Shared>, mut client: Option<Client>) -> Option<Cli
             }
         }
     }
+}
+
+/// Releases the id with the node's watermark; false when it had already moved.
+fn release(shared: &Shared, client: &mut Client) -> Result<bool, postgres::Error> {
+    let c = &shared.config;
+    let row = client.query_one(
+        "SELECT idgen_release($1, $2, $3::text::inet, $4, $5, to_timestamp($6::float8 / 1000))",
+        &[&c.service, &shared.machine_id, &c.host, &c.port, &shared.version, &shared.watermark_ms()],
+    )?;
+    Ok(row.get(0))
 }
 
 fn heartbeat(shared: &Shared, client: &mut Client) -> Result<(), postgres::Error> {

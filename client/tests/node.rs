@@ -290,3 +290,24 @@ fn the_published_test_vectors_hold_for_the_nodes_generator_and_for_the_database(
         assert_eq!((i64::from(row.get::<_, i16>(2)), i64::from(row.get::<_, i32>(3))), (machine_id, sequence));
     }
 }
+
+#[test]
+fn a_node_survives_a_database_restart_and_still_releases_at_shutdown() {
+    let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let cluster = ClockCluster::from_env();
+    cluster.set("+0");
+    let db = TestDb::create_on(&cluster.dsn, "client_restart_server");
+    let mut node = IdgenNode::start(Config::new(&db.dsn(), "svc", "10.0.0.1", 1)).unwrap();
+    let before = node.next_id().unwrap();
+    cluster.restart();
+    // The lease is the node's own: it issues on while the server restarts.
+    assert!(node.next_id().unwrap() > before);
+    // Its connection died with the restart, unnoticed between heartbeats: the release reconnects.
+    assert!(node.shutdown().unwrap());
+    let released: bool = db
+        .connect()
+        .query_one("SELECT released_at IS NOT NULL FROM system_nodes WHERE service = 'svc'", &[])
+        .unwrap()
+        .get(0);
+    assert!(released);
+}
