@@ -8,17 +8,13 @@ use idgen_cluster_tests::*;
 use postgres::Client;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::MutexGuard;
 use std::time::Duration;
-
-static TURN: Mutex<()> = Mutex::new(());
 
 /// The clock-step cluster with leases of seconds: take-back ages 6 s / 20 s / 40 s, margin 2 s (a 4 s
 /// lease), heartbeats every second, and, when given, a machine-id range.
 fn short_leases(range: Option<&str>) -> (ClockCluster, SystemSettings, MutexGuard<'static, ()>) {
-    let turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let cluster = ClockCluster::from_env();
-    cluster.set("+0");
+    let (cluster, turn) = clock_cluster_turn();
     let mut settings = vec![
         ("idgen.takeover_idle_7d", "40s"),
         ("idgen.takeover_idle_1d", "20s"),
@@ -293,9 +289,7 @@ fn the_published_test_vectors_hold_for_the_nodes_generator_and_for_the_database(
 
 #[test]
 fn a_node_survives_a_database_restart_and_still_releases_at_shutdown() {
-    let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let cluster = ClockCluster::from_env();
-    cluster.set("+0");
+    let (cluster, _turn) = clock_cluster_turn();
     let db = TestDb::create_on(&cluster.dsn, "client_restart_server");
     let mut node = IdgenNode::start(Config::new(&db.dsn(), "svc", "10.0.0.1", 1)).unwrap();
     let before = node.next_id().unwrap();

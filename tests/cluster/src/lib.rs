@@ -222,6 +222,18 @@ pub fn backend_rows(client: &mut Client, service: &str) -> i64 {
 
 /// The scratch cluster whose wall clock tests may move: libfaketime is preloaded
 /// into it and re-reads a file on every clock reading (see scripts/common.sh).
+/// Tests of one binary that change the clock-step cluster (its clock, its cluster-wide settings,
+/// a restart) take turns; binaries run one after another.
+static CLOCK_TURN: Mutex<()> = Mutex::new(());
+
+/// The clock-step cluster at real time, for this test alone until the guard drops.
+pub fn clock_cluster_turn() -> (ClockCluster, std::sync::MutexGuard<'static, ()>) {
+    let turn = CLOCK_TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let cluster = ClockCluster::from_env();
+    cluster.set("+0");
+    (cluster, turn)
+}
+
 pub struct ClockCluster {
     pub dsn: String,
     file: std::path::PathBuf,

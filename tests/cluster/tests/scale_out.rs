@@ -7,16 +7,6 @@
 use idgen_cluster_tests::*;
 use postgres::Client;
 use std::collections::HashSet;
-use std::sync::{Mutex, MutexGuard};
-
-static TURN: Mutex<()> = Mutex::new(());
-
-fn turn() -> (ClockCluster, MutexGuard<'static, ()>) {
-    let turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let cluster = ClockCluster::from_env();
-    cluster.set("+0");
-    (cluster, turn)
-}
 
 /// IDs minted on one server: `backends` sessions inserting with the column default (half of them
 /// reconnecting midway), and `nodes` service nodes minting in-process. Returns every ID.
@@ -52,7 +42,7 @@ fn machine_ids(ids: &[i64]) -> (i64, i64) {
 
 #[test]
 fn two_primaries_with_disjoint_ranges_mint_into_one_table_without_a_duplicate() {
-    let (clock, _turn) = turn();
+    let (clock, _turn) = clock_cluster_turn();
     let _low = SystemSettings::set(&base_dsn(), &[("idgen.machine_id_range", "0-511")]);
     let _high = SystemSettings::set(&clock.dsn, &[("idgen.machine_id_range", "512-1023")]);
     // The same service, and the same database name, on both servers: each would start at machine id 0.
@@ -91,7 +81,7 @@ fn two_primaries_with_disjoint_ranges_mint_into_one_table_without_a_duplicate() 
 
 #[test]
 fn a_claim_that_finds_its_range_full_fails_with_53000_naming_the_range() {
-    let (clock, _turn) = turn();
+    let (clock, _turn) = clock_cluster_turn();
     let _range = SystemSettings::set(&clock.dsn, &[("idgen.machine_id_range", "10-12")]);
     let db = TestDb::create_on(&clock.dsn, "range_full");
     let mut client = db.connect();
@@ -119,7 +109,7 @@ fn a_claim_that_finds_its_range_full_fails_with_53000_naming_the_range() {
 
 #[test]
 fn a_range_changed_under_live_holders_strands_nothing_and_hands_out_nothing_twice() {
-    let (clock, _turn) = turn();
+    let (clock, _turn) = clock_cluster_turn();
     let db = TestDb::create_on(&clock.dsn, "range_change");
     let mut admin = db.connect();
     let mut node = TestNode::claim(&mut admin, "svc", "10.0.0.1", 1).unwrap();
@@ -226,7 +216,7 @@ fn waits_for_the_standby(db: &TestDb, observer: &mut Client, statement: &str) ->
 
 #[test]
 fn registry_writes_wait_for_the_synchronous_standby_even_at_synchronous_commit_off() {
-    let (clock, _turn) = turn();
+    let (clock, _turn) = clock_cluster_turn();
     let db = TestDb::create_on(&clock.dsn, "durable");
     let mut setup = db.connect();
     setup.batch_execute("CREATE TABLE plain (k int)").unwrap();
@@ -256,7 +246,7 @@ fn registry_writes_wait_for_the_synchronous_standby_even_at_synchronous_commit_o
 
 #[test]
 fn claims_can_be_refused_while_no_synchronous_standby_streams() {
-    let (clock, _turn) = turn();
+    let (clock, _turn) = clock_cluster_turn();
     let db = TestDb::create_on(&clock.dsn, "require_standby");
     let mut client = db.connect();
     let c = claim(&mut client, "svc", "10.0.0.1", 1).unwrap();

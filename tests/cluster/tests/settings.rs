@@ -3,20 +3,10 @@
 //! These tests change them on the clock-step cluster, one at a time.
 
 use idgen_cluster_tests::*;
-use std::sync::{Mutex, MutexGuard};
-
-static TURN: Mutex<()> = Mutex::new(());
-
-fn turn() -> (ClockCluster, MutexGuard<'static, ()>) {
-    let turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let cluster = ClockCluster::from_env();
-    cluster.set("+0");
-    (cluster, turn)
-}
 
 #[test]
 fn thresholds_follow_the_settings() {
-    let (cluster, _turn) = turn();
+    let (cluster, _turn) = clock_cluster_turn();
     let db = TestDb::create_on(&cluster.dsn, "thresholds");
     let mut admin = db.connect();
     fill_registry(&mut admin, "svc");
@@ -48,7 +38,7 @@ fn thresholds_follow_the_settings() {
 
 #[test]
 fn inconsistent_settings_stop_claims_and_heartbeats() {
-    let (cluster, _turn) = turn();
+    let (cluster, _turn) = clock_cluster_turn();
     let db = TestDb::create_on(&cluster.dsn, "bad_settings");
     let c = claim(&mut db.connect(), "svc", "10.0.0.1", 1).unwrap();
     let _settings = SystemSettings::set(&cluster.dsn, &[("idgen.heartbeat_interval", "1h")]);
@@ -81,7 +71,7 @@ fn inconsistent_settings_stop_claims_and_heartbeats() {
 
 #[test]
 fn thresholds_cannot_differ_per_session_role_or_database() {
-    let (cluster, _turn) = turn();
+    let (cluster, _turn) = clock_cluster_turn();
     let db = TestDb::create_on(&cluster.dsn, "settings_scope");
     let mut admin = db.connect();
     admin.batch_execute("LOAD 'idgen'").unwrap();
