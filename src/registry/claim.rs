@@ -116,19 +116,13 @@ pub fn claim(
                         messages::moved_into_range(function, node, from, &range, won.machine_id),
                         PgLogLevel::WARNING,
                     );
-                    let mut set_aside = history::event(EventKind::SetAside, node, caller);
-                    set_aside.machine_id = Some(from);
-                    set_aside.issued_until = Some(iso_utc(unix_ms(left_at)));
-                    set_aside.detail =
-                        Some(format!("outside idgen.machine_id_range ({}-{})", range.start(), range.end()));
-                    history::record(client, &set_aside);
+                    let why = format!("outside idgen.machine_id_range ({}-{})", range.start(), range.end());
+                    record_set_aside(client, &cx, from, unix_ms(left_at), why);
                 }
                 if let Some(ahead) = &moved {
                     report(messages::moved_past_watermark(function, node, ahead, won.machine_id), PgLogLevel::WARNING);
-                    let mut set_aside = history::event(EventKind::SetAside, node, caller);
-                    set_aside.machine_id = Some(ahead.machine_id);
-                    set_aside.issued_until = Some(iso_utc(ahead.bound_unix_ms));
-                    history::record(client, &set_aside);
+                    let why = "its watermark was further ahead than the claimant may wait".to_owned();
+                    record_set_aside(client, &cx, ahead.machine_id, ahead.bound_unix_ms, why);
                 }
                 let claimed_at_ms = unix_ms(won.claimed_at);
                 let not_before_unix_ms = watermark::not_before(claimed_at_ms, won.bound.map(unix_ms), floor);
@@ -176,6 +170,15 @@ fn refused(
     event.detail = Some(history::told_text(&error));
     history::record_independently(client, event);
     error
+}
+
+/// Records that the claimant left its own machine id (with the watermark it left) to claim another.
+fn record_set_aside(client: &mut SpiClient, cx: &Context, machine_id: i16, watermark_ms: i64, why: String) {
+    let mut event = history::event(EventKind::SetAside, cx.node, cx.caller);
+    event.machine_id = Some(machine_id);
+    event.issued_until = Some(iso_utc(watermark_ms));
+    event.detail = Some(why);
+    history::record(client, &event);
 }
 
 /// Records an ownership change. A reuse of a held row is not one (see `idgen_core::history`).
