@@ -12,8 +12,9 @@ use std::sync::MutexGuard;
 use std::time::Duration;
 
 /// The clock-step cluster with leases of seconds: take-back ages 6 s / 20 s / 40 s, margin 2 s (a 4 s
-/// lease), heartbeats every second, and, when given, a machine-id range.
-fn short_leases(range: Option<&str>) -> (ClockCluster, SystemSettings, MutexGuard<'static, ()>) {
+/// lease), heartbeats every second, and, when given, a machine-id range. Bind the three in this
+/// order: locals drop in reverse, so the settings are reset before the turn passes to another test.
+fn short_leases(range: Option<&str>) -> (MutexGuard<'static, ()>, ClockCluster, SystemSettings) {
     let (cluster, turn) = clock_cluster_turn();
     let mut settings = vec![
         ("idgen.takeover_idle_7d", "40s"),
@@ -27,7 +28,7 @@ fn short_leases(range: Option<&str>) -> (ClockCluster, SystemSettings, MutexGuar
         settings.push(("idgen.machine_id_range", range));
     }
     let applied = SystemSettings::set(&cluster.dsn, &settings);
-    (cluster, applied, turn)
+    (turn, cluster, applied)
 }
 
 fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
@@ -107,7 +108,7 @@ fn many_nodes_and_backends_mint_into_one_table_with_churn_and_never_collide() {
 
 #[test]
 fn a_partitioned_node_issues_until_its_deadline_then_stops_and_resumes_as_owner() {
-    let (cluster, _settings, _turn) = short_leases(None);
+    let (_turn, cluster, _settings) = short_leases(None);
     let db = TestDb::create_on(&cluster.dsn, "client_partition");
     let role = "idgen_t_client_partition";
     let dsn = partitionable_role(&db, role, "svc");
@@ -144,7 +145,7 @@ fn a_partitioned_node_issues_until_its_deadline_then_stops_and_resumes_as_owner(
 #[test]
 fn a_node_partitioned_past_a_take_over_stops_before_the_new_holders_epoch_and_for_good() {
     // One machine id for the service: the other node can only get it by taking it over.
-    let (cluster, _settings, _turn) = short_leases(Some("0-0"));
+    let (_turn, cluster, _settings) = short_leases(Some("0-0"));
     let db = TestDb::create_on(&cluster.dsn, "client_takeover");
     let role = "idgen_t_client_takeover";
     let dsn = partitionable_role(&db, role, "svc");
@@ -210,7 +211,7 @@ fn run_node(dsn: &str, host: &str, ids: usize) -> (std::process::Child, Output, 
 
 #[test]
 fn a_graceful_shutdown_releases_and_a_kill_leaves_the_id_to_the_tiers() {
-    let (cluster, _settings, _turn) = short_leases(Some("0-0"));
+    let (_turn, cluster, _settings) = short_leases(Some("0-0"));
     let db = TestDb::create_on(&cluster.dsn, "client_shutdown");
     let mut admin = db.connect();
     let released = |admin: &mut Client| -> bool {
