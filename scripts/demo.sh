@@ -2,9 +2,11 @@
 # The main job: installs what is missing, builds and installs idgen, starts a
 # scratch PostgreSQL 15 on 127.0.0.1:28815 (data under target/scratch), runs a
 # short demo and prints the psql line to connect. Safe to run again.
+# IDGEN_PG=18 demos on PostgreSQL 18 instead (127.0.0.1:28915, target/scratch18).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 setup
+use_pg "${IDGEN_PG:-15}"
 install_extension
 start_scratch_cluster
 
