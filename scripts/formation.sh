@@ -46,7 +46,8 @@ primary_port() {
 }
 wait_for() { # what, command...
     local what=$1; shift
-    for _ in $(seq 1 240); do "$@" >/dev/null 2>&1 && return 0; sleep 0.5; done
+    # A harness's patience, not an assertion: ten minutes before it reports where it stands.
+    for _ in $(seq 1 1200); do "$@" >/dev/null 2>&1 && return 0; sleep 0.5; done
     echo "formation: timed out waiting for $what" >&2
     monitor_ctl show state --pgdata "$dir/monitor" >&2 || true
     exit 1

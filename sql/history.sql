@@ -38,6 +38,7 @@ CREATE INDEX idgen_history_at ON idgen_history (at);
 
 COMMENT ON TABLE idgen_history IS
     'idgen ownership history, append-only: claims, take-backs, releases, ownership losses and refused claims. Read it through the view idgen_events; purge it with idgen_purge_history().';
+COMMENT ON SEQUENCE idgen_history_event_id_seq IS 'Numbers the history''s events in the order they were recorded (idgen_history.event_id); dumped with the history.';
 COMMENT ON COLUMN idgen_history.event_id IS 'Order of recording.';
 COMMENT ON COLUMN idgen_history.at IS 'When it happened (server clock).';
 COMMENT ON COLUMN idgen_history.event IS

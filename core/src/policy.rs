@@ -209,11 +209,6 @@ impl NodeState {
             NodeState::Released => "released",
         }
     }
-
-    /// True when a claim gets this id without taking it from a holder (a released id past cooldown).
-    pub fn is_free(self) -> bool {
-        self == NodeState::Released
-    }
 }
 
 impl ClaimPolicy {
@@ -386,6 +381,5 @@ mod tests {
         }
         let labels: Vec<&str> = NodeState::ALL.iter().map(|s| s.label()).collect();
         assert_eq!(labels, ["live", "past_lease", "idle_1h", "idle_1d", "idle_7d", "cooling_down", "released"]);
-        assert!(NodeState::ALL.iter().filter(|s| s.is_free()).eq([NodeState::Released].iter()));
     }
 }

@@ -358,7 +358,7 @@ pub const HISTORY_INSTALLED: &str = "SELECT EXISTS (SELECT FROM pg_catalog.pg_cl
 pub const PIN_SEARCH_PATH: &str = "SELECT pg_catalog.set_config('search_path', $1, true)";
 
 /// How many machine ids of service $1 in the range $3-$4 a claim cannot get without a take-back:
-/// held, or released less than $2 seconds (the cooldown) ago; see `NodeState::is_free`.
+/// held, or released less than $2 seconds (the cooldown) ago: every state but `NodeState::Released`.
 pub const COUNT_IN_USE: &str = concat!(
     "SELECT pg_catalog.count(*) FROM system_nodes n WHERE n.service OPERATOR(pg_catalog.=) $1 ",
     "AND n.machine_id OPERATOR(pg_catalog.>=) $3 AND n.machine_id OPERATOR(pg_catalog.<=) $4 ",
