@@ -142,10 +142,6 @@ impl Holder {
     pub fn name(&self) -> String {
         node_name(&self.host, self.port, self.backend_slot)
     }
-
-    fn same_node(&self, other: &Holder) -> bool {
-        self.host == other.host && self.port == other.port && self.backend_slot == other.backend_slot
-    }
 }
 
 /// One holder's time with a machine id, as the stamps it may have made.
