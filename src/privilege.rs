@@ -11,7 +11,6 @@
 //! SECURITY DEFINER functions.
 
 use pgrx::pg_sys;
-use pgrx::spi::Spi;
 use std::ffi::CString;
 
 /// Runs `f` as the owner of the idgen extension with a pinned search_path.
@@ -19,11 +18,9 @@ pub fn as_extension_owner<R>(f: impl FnOnce() -> R) -> R {
     // SAFETY: the calls below are how fmgr_security_definer switches user and
     // settings; they only touch backend-local state.
     unsafe {
+        let (owner, schema) = extension_owner_and_schema()
+            .unwrap_or_else(|| panic!("idgen: the idgen extension is not installed in this database"));
         let nest_level = pg_sys::NewGUCNestLevel();
-        // The catalog lookup itself runs under a pinned path, so that no
-        // object of the caller's can stand in for a catalog operator.
-        set_search_path("pg_catalog, pg_temp");
-        let (owner, schema) = extension_owner_and_schema();
         set_search_path(&format!("pg_catalog, {schema}, pg_temp"));
 
         let (mut saved_user, mut saved_context) = (pg_sys::InvalidOid, 0);
@@ -53,13 +50,41 @@ unsafe fn set_search_path(value: &str) {
     );
 }
 
-/// The extension owner and its schema, quoted for a search_path.
-fn extension_owner_and_schema() -> (pg_sys::Oid, String) {
-    let sql = crate::registry::sql::EXTENSION_OWNER_AND_SCHEMA;
-    let row = Spi::get_two::<pg_sys::Oid, String>(sql)
-        .unwrap_or_else(|e| panic!("idgen: could not look up the idgen extension: {e}"));
-    match row {
-        (Some(owner), Some(schema)) => (owner, schema),
-        _ => panic!("idgen: the idgen extension is not installed in this database"),
+/// The extension owner and its schema, quoted for a search_path. Read from
+/// `pg_extension` through its name index rather than with SQL: a new backend's
+/// first claim would otherwise parse and plan a catalog join, cold.
+pub fn extension_owner_and_schema() -> Option<(pg_sys::Oid, String)> {
+    // SAFETY: a catalog scan by index inside the caller's transaction, as
+    // get_extension_oid does; the tuple is read before the scan ends.
+    unsafe {
+        let catalog = pg_sys::table_open(pg_sys::ExtensionRelationId, pg_sys::AccessShareLock as i32);
+        let mut key = pg_sys::ScanKeyData::default();
+        pg_sys::ScanKeyInit(
+            &mut key,
+            pg_sys::Anum_pg_extension_extname as pg_sys::AttrNumber,
+            pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber,
+            pg_sys::Oid::from(pg_sys::F_NAMEEQ),
+            pg_sys::Datum::from(c"idgen".as_ptr()),
+        );
+        let scan = pg_sys::systable_beginscan(
+            catalog,
+            pg_sys::Oid::from(pg_sys::ExtensionNameIndexId),
+            true,
+            std::ptr::null_mut(),
+            1,
+            &mut key,
+        );
+        let tuple = pg_sys::systable_getnext(scan);
+        let found = (!tuple.is_null()).then(|| {
+            let extension = pg_sys::heap_tuple_get_struct::<pg_sys::FormData_pg_extension>(tuple);
+            ((*extension).extowner, (*extension).extnamespace)
+        });
+        pg_sys::systable_endscan(scan);
+        pg_sys::table_close(catalog, pg_sys::AccessShareLock as i32);
+        let (owner, namespace) = found?;
+        let name = pg_sys::get_namespace_name(namespace);
+        assert!(!name.is_null(), "idgen: the idgen extension's schema {namespace:?} does not exist");
+        let quoted = std::ffi::CStr::from_ptr(pg_sys::quote_identifier(name)).to_string_lossy().into_owned();
+        Some((owner, quoted))
     }
 }

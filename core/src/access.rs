@@ -19,16 +19,22 @@ pub struct Caller {
     pub member: bool,
 }
 
-/// Refuses, with 42501, a caller who may not act for `service`.
+/// Refuses, with 42501, a caller who may not act for `service`. `standing`
+/// looks the caller up, and is not called when the answer does not depend on
+/// the caller (a backend using its database's service): that lookup is a
+/// catalog query a new connection would otherwise run cold.
 pub fn may_act_for(
     function: &str,
     kind: HolderKind,
-    caller: &Caller,
     service: &str,
     database: &str,
+    standing: impl FnOnce() -> Caller,
 ) -> Result<(), IdgenError> {
-    let own_database = kind == HolderKind::Backend && service == database;
-    if caller.superuser || caller.extension_owner || caller.member || own_database {
+    if kind == HolderKind::Backend && service == database {
+        return Ok(());
+    }
+    let caller = standing();
+    if caller.superuser || caller.extension_owner || caller.member {
         return Ok(());
     }
     Err(IdgenError::new(
@@ -60,17 +66,19 @@ mod tests {
     #[test]
     fn superusers_owners_and_members_may_act_for_any_service() {
         for c in [caller(true, false, false), caller(false, true, false), caller(false, false, true)] {
-            assert!(may_act_for("idgen_claim", HolderKind::Service, &c, "orders", "shop").is_ok(), "{c:?}");
+            let decided = may_act_for("idgen_claim", HolderKind::Service, "orders", "shop", || c.clone());
+            assert!(decided.is_ok(), "{c:?}");
         }
     }
 
     #[test]
     fn backends_may_use_their_database_service_and_nothing_else_ungranted() {
-        let nobody = caller(false, false, false);
-        assert!(may_act_for("idgen_next_id", HolderKind::Backend, &nobody, "shop", "shop").is_ok());
+        let nobody = || caller(false, false, false);
+        let unasked = || -> Caller { panic!("the caller's standing does not decide this") };
+        assert!(may_act_for("idgen_next_id", HolderKind::Backend, "shop", "shop", unasked).is_ok());
         // A service node (or an idgen_claim call) gets no such default.
-        assert!(may_act_for("idgen_claim", HolderKind::Service, &nobody, "shop", "shop").is_err());
-        let err = may_act_for("idgen_next_id", HolderKind::Backend, &nobody, "o'rders", "shop").unwrap_err();
+        assert!(may_act_for("idgen_claim", HolderKind::Service, "shop", "shop", nobody).is_err());
+        let err = may_act_for("idgen_next_id", HolderKind::Backend, "o'rders", "shop", nobody).unwrap_err();
         assert_eq!(err.sqlstate.code(), "42501");
         assert_eq!(err.message, "idgen_next_id: role \"app\" may not act for service \"o'rders\"");
         assert_eq!(

@@ -77,11 +77,7 @@ pub extern "C-unwind" fn idgen_history_recorder(argument: pg_sys::Datum) {
             json
         };
         Spi::connect_mut(|client| {
-            let schema = client
-                .update(sql::EXTENSION_OWNER_AND_SCHEMA, Some(1), &[])
-                .ok()
-                .and_then(|mut rows| rows.next().and_then(|row| row.get::<String>(2).ok().flatten()));
-            let Some(schema) = schema else {
+            let Some((_, schema)) = crate::privilege::extension_owner_and_schema() else {
                 pgrx::log!("idgen history recorder: idgen is not installed in this database: {json}");
                 return;
             };

@@ -14,19 +14,24 @@ use pgrx::spi::{Spi, SpiClient};
 /// Refuses (42501) a `caller` who may not act for `service`. Runs with the
 /// extension owner's rights (it reads `idgen_service_members`).
 pub fn authorize(client: &mut SpiClient, function: &str, kind: HolderKind, caller: pg_sys::Oid, service: &str) {
+    let database = crate::backend::database_name();
+    or_raise(access::may_act_for(function, kind, service, database, || standing(client, caller, service)));
+}
+
+/// What the registry knows of `caller` for `service`.
+fn standing(client: &mut SpiClient, caller: pg_sys::Oid, service: &str) -> Caller {
     let args = [caller.into(), service.to_owned().into()];
     let mut table = client
         .update(sql::CALLER_STANDING, Some(1), &args)
         .unwrap_or_else(|e| panic!("idgen: could not look up the calling role: {e}"));
     let row = table.next().unwrap_or_else(|| panic!("idgen: the calling role {caller:?} is not in pg_roles"));
     let flag = |ordinal| row.get::<bool>(ordinal).ok().flatten().unwrap_or(false);
-    let standing = Caller {
+    Caller {
         role: row.get::<String>(1).ok().flatten().unwrap_or_default(),
         superuser: flag(2),
         extension_owner: flag(3),
         member: flag(4),
-    };
-    or_raise(access::may_act_for(function, kind, &standing, service, crate::backend::database_name()));
+    }
 }
 
 /// The role a SECURITY DEFINER function is acting for: the session's current role.

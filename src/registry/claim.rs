@@ -92,15 +92,34 @@ pub fn claim(
             let error = messages::registry_floor_ahead(function, floor.unwrap_or(now), now);
             return Err(refused(client, &cx, EventKind::RefusedWatermark, None, error));
         }
-        let outside = store::release_own_row_outside_range(client, node, &times);
-        let moved = store::release_own_row_ahead(client, node, &times).map(|(machine_id, bound)| WatermarkAhead {
-            machine_id,
-            bound_unix_ms: unix_ms(bound),
-            now_unix_ms: now,
-            tolerance_ms: times.tolerance_ms,
+        // Most claims are a new connection in a backend slot whose row the slot still holds. No set-aside
+        // can precede the reuse of a held row (the identity holds at most one, system_nodes_node_identity,
+        // and it is reused only in the range and not too far ahead), so that is tried first, alone: such
+        // a claim is then this one statement. Anything else takes the steps below.
+        let reused = store::reuse_own_held_row(client, node, &times).map(|won| Gained {
+            won,
+            outcome: Outcome::Reused,
+            previous: None,
+            was_released: false,
         });
+        let (outside, moved) = match reused {
+            Some(_) => (None, None),
+            None => (
+                store::release_own_row_outside_range(client, node, &times),
+                store::release_own_row_ahead(client, node, &times).map(|(machine_id, bound)| WatermarkAhead {
+                    machine_id,
+                    bound_unix_ms: unix_ms(bound),
+                    now_unix_ms: now,
+                    tolerance_ms: times.tolerance_ms,
+                }),
+            ),
+        };
+        let mut gained = reused;
         let mut guarded = false;
         for step in policy.steps() {
+            if gained.is_some() {
+                break;
+            }
             // A node's own row serialises its claims exactly (row lock); every other step gives the
             // identity a row it does not have yet, so claims of the identity take turns on its guard.
             if step != ClaimStep::ReuseOwnRow
@@ -109,40 +128,38 @@ pub fn claim(
             {
                 return Err(messages::identity_busy(function, node, None));
             }
-            if let Some(gained) = run_step(client, &cx, step)? {
-                let won = &gained.won;
-                if let Some((from, left_at)) = outside {
-                    report(
-                        messages::moved_into_range(function, node, from, &range, won.machine_id),
-                        PgLogLevel::WARNING,
-                    );
-                    let why = format!("outside idgen.machine_id_range ({}-{})", range.start(), range.end());
-                    record_set_aside(client, &cx, from, unix_ms(left_at), why);
-                }
-                if let Some(ahead) = &moved {
-                    report(messages::moved_past_watermark(function, node, ahead, won.machine_id), PgLogLevel::WARNING);
-                    let why = "its watermark was further ahead than the claimant may wait".to_owned();
-                    record_set_aside(client, &cx, ahead.machine_id, ahead.bound_unix_ms, why);
-                }
-                let claimed_at_ms = unix_ms(won.claimed_at);
-                let not_before_unix_ms = watermark::not_before(claimed_at_ms, won.bound.map(unix_ms), floor);
-                record_gain(client, &cx, &gained, not_before_unix_ms);
-                // Only claims that take a free id make the service fuller (a take-back from an idle
-                // holder leaves it as full as it was, and the 1-hour tier alerts on its own).
-                if matches!(gained.outcome, Outcome::New | Outcome::Released) || gained.was_released {
-                    alert_if_nearly_full(client, &cx, policy, won);
-                }
-                return Ok(Claim {
-                    machine_id: won.machine_id,
-                    version: won.version,
-                    outcome: gained.outcome,
-                    lease_until: won.lease_until,
-                    claimed_at: won.claimed_at,
-                    not_before_unix_ms,
-                    issued_until: won.issued_until,
-                    registry_epoch: registry.epoch,
-                });
+            gained = run_step(client, &cx, step)?;
+        }
+        if let Some(gained) = gained {
+            let won = &gained.won;
+            if let Some((from, left_at)) = outside {
+                report(messages::moved_into_range(function, node, from, &range, won.machine_id), PgLogLevel::WARNING);
+                let why = format!("outside idgen.machine_id_range ({}-{})", range.start(), range.end());
+                record_set_aside(client, &cx, from, unix_ms(left_at), why);
             }
+            if let Some(ahead) = &moved {
+                report(messages::moved_past_watermark(function, node, ahead, won.machine_id), PgLogLevel::WARNING);
+                let why = "its watermark was further ahead than the claimant may wait".to_owned();
+                record_set_aside(client, &cx, ahead.machine_id, ahead.bound_unix_ms, why);
+            }
+            let claimed_at_ms = unix_ms(won.claimed_at);
+            let not_before_unix_ms = watermark::not_before(claimed_at_ms, won.bound.map(unix_ms), floor);
+            record_gain(client, &cx, &gained, not_before_unix_ms);
+            // Only claims that take a free id make the service fuller (a take-back from an idle
+            // holder leaves it as full as it was, and the 1-hour tier alerts on its own).
+            if matches!(gained.outcome, Outcome::New | Outcome::Released) || gained.was_released {
+                alert_if_nearly_full(client, &cx, policy, won);
+            }
+            return Ok(Claim {
+                machine_id: won.machine_id,
+                version: won.version,
+                outcome: gained.outcome,
+                lease_until: won.lease_until,
+                claimed_at: won.claimed_at,
+                not_before_unix_ms,
+                issued_until: won.issued_until,
+                registry_epoch: registry.epoch,
+            });
         }
         if let Some(ahead) = moved {
             // Nothing else is free: the set-aside row must not stay released by a claim that failed.

@@ -12,6 +12,10 @@
 //!   all share one precedence), and every function `pg_catalog.f(...)`;
 //! - nothing resolves `=` through the path either: no `IS [NOT] DISTINCT FROM`
 //!   or `NULLIF`; `COALESCE`, `GREATEST` and `EXISTS` are grammar;
+//! - `service` is `varchar`, and is compared as `service::pg_catalog.text`: no
+//!   `=` takes varchar, and resolving `varchar = text` weighs every `=`
+//!   candidate through the cast catalog, which a new backend's claim would
+//!   pay cold (the expression and the index used are the same);
 //! - parameters carry exact types (`$n::float8` durations, `integer` slots), and
 //!   durations are `float8 * interval`, pg_catalog's own operator;
 //! - relations and types are found through the pinned path
@@ -89,7 +93,7 @@ macro_rules! clock_plus_millis {
 macro_rules! same_row {
     ($t:literal) => {
         concat!(
-            "n.service OPERATOR(pg_catalog.=) ", $t, ".service AND n.machine_id OPERATOR(pg_catalog.=) ",
+            "n.service::pg_catalog.text OPERATOR(pg_catalog.=) ", $t, ".service::pg_catalog.text AND n.machine_id OPERATOR(pg_catalog.=) ",
             $t, ".machine_id"
         )
     };
@@ -115,7 +119,7 @@ macro_rules! take_over_sql {
     ($order:literal; $($filter:expr),+) => {
         concat!(
             "WITH victim AS (SELECT v.*, ", holder_bound!("v"), " AS bound FROM system_nodes v ",
-            "WHERE v.service OPERATOR(pg_catalog.=) $1 AND ", in_range!("v"), " AND ", $($filter),+,
+            "WHERE v.service::pg_catalog.text OPERATOR(pg_catalog.=) $1 AND ", in_range!("v"), " AND ", $($filter),+,
             " AND ", holder_bound!("v"), " OPERATOR(pg_catalog.<=) ", clock_plus_millis!("$8"),
             " ORDER BY ", $order, ", v.machine_id LIMIT 1 FOR UPDATE SKIP LOCKED) ",
             "UPDATE system_nodes n SET host = $2, port = $3, backend_slot = $4, ",
@@ -139,7 +143,7 @@ macro_rules! ago {
 macro_rules! own_identity {
     ($t:literal) => {
         concat!(
-            $t, ".service OPERATOR(pg_catalog.=) $1 AND ", $t, ".host OPERATOR(pg_catalog.=) $2 AND ",
+            $t, ".service::pg_catalog.text OPERATOR(pg_catalog.=) $1 AND ", $t, ".host OPERATOR(pg_catalog.=) $2 AND ",
             $t, ".port OPERATOR(pg_catalog.=) $3 AND COALESCE(", $t, ".backend_slot, -1) OPERATOR(pg_catalog.=) COALESCE($4, -1)"
         )
     };
@@ -150,7 +154,7 @@ macro_rules! own_identity {
 #[rustfmt::skip]
 macro_rules! holding_matches {
     () => {
-        "service OPERATOR(pg_catalog.=) $1 AND machine_id OPERATOR(pg_catalog.=) $2 AND host OPERATOR(pg_catalog.=) $3 \
+        "service::pg_catalog.text OPERATOR(pg_catalog.=) $1 AND machine_id OPERATOR(pg_catalog.=) $2 AND host OPERATOR(pg_catalog.=) $3 \
          AND port OPERATOR(pg_catalog.=) $4 AND COALESCE(backend_slot, -1) OPERATOR(pg_catalog.=) COALESCE($5, -1) \
          AND version OPERATOR(pg_catalog.=) $6 AND released_at IS NULL"
     };
@@ -215,6 +219,18 @@ pub const REUSE_OWN_ROW: &str = concat!(
         "FROM own WHERE ", same_row!("own"), " RETURNING ", won_columns!("n", "$5", "own.bound"), ", own.was_released"
     );
 
+/// A new connection's claim: bumps the claimant's row if it still holds it, in the range ($11-$12),
+/// unlocked and not too far ahead. [`REUSE_OWN_ROW`] without its choice of a released row, so that
+/// a new backend plans the least: the held row is unique (`system_nodes_node_identity`).
+pub const REUSE_OWN_HELD_ROW: &str = concat!(
+        "WITH own AS (SELECT o.service, o.machine_id, o.issued_until AS bound FROM system_nodes o WHERE ",
+        own_identity!("o"), " AND o.released_at IS NULL AND ", in_range!("o"),
+        " AND o.issued_until OPERATOR(pg_catalog.<=) ", clock_plus_millis!("$8"), " FOR UPDATE SKIP LOCKED) ",
+        "UPDATE system_nodes n SET version = n.version OPERATOR(pg_catalog.+) 1, last_seen = pg_catalog.clock_timestamp(), ",
+        "issued_until = GREATEST(n.issued_until, ", clock_plus_millis!("$10"), ") ",
+        "FROM own WHERE ", same_row!("own"), " RETURNING ", won_columns!("n", "$5", "own.bound")
+    );
+
 /// The claimant's held row, locked or not (to tell busy from absent).
 pub const OWN_HELD_ROW: &str =
     concat!("SELECT n.machine_id FROM system_nodes n WHERE ", own_identity!("n"), " AND n.released_at IS NULL");
@@ -222,7 +238,7 @@ pub const OWN_HELD_ROW: &str =
 /// Step 2: machine ids of $1 in $2..=$3 with no row, lowest first.
 pub const UNREGISTERED_MACHINE_IDS: &str =
     "SELECT m::smallint FROM pg_catalog.generate_series($2::integer, $3::integer) AS m \
-               WHERE NOT EXISTS (SELECT FROM system_nodes n WHERE n.service OPERATOR(pg_catalog.=) $1 \
+               WHERE NOT EXISTS (SELECT FROM system_nodes n WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1 \
                                  AND n.machine_id OPERATOR(pg_catalog.=) m) \
                ORDER BY m";
 
@@ -241,19 +257,19 @@ pub const INSERT_UNREGISTERED: &str = concat!(
 pub const CURRENT_ROW: &str = concat!(
     "SELECT ",
     facts_columns!("n"),
-    " FROM system_nodes n WHERE n.service OPERATOR(pg_catalog.=) $1 AND n.machine_id OPERATOR(pg_catalog.=) $2"
+    " FROM system_nodes n WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1 AND n.machine_id OPERATOR(pg_catalog.=) $2"
 );
 
 /// How many ids of service $1 in the range $2-$3 are registered.
 pub const COUNT_HELD: &str =
-    "SELECT pg_catalog.count(*) FROM system_nodes n WHERE n.service OPERATOR(pg_catalog.=) $1 \
+    "SELECT pg_catalog.count(*) FROM system_nodes n WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1 \
      AND n.machine_id OPERATOR(pg_catalog.>=) $2 AND n.machine_id OPERATOR(pg_catalog.<=) $3";
 
 /// The least recently seen row of service $1 in the range $2-$3, as facts for messages.
 pub const LEAST_RECENTLY_SEEN: &str = concat!(
     "SELECT ",
     facts_columns!("n"),
-    " FROM system_nodes n WHERE n.service OPERATOR(pg_catalog.=) $1 AND n.machine_id OPERATOR(pg_catalog.>=) $2",
+    " FROM system_nodes n WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1 AND n.machine_id OPERATOR(pg_catalog.>=) $2",
     " AND n.machine_id OPERATOR(pg_catalog.<=) $3 ORDER BY n.last_seen, n.machine_id LIMIT 1"
 );
 
@@ -304,18 +320,12 @@ pub const READ_BACKEND_LEASE: &str = concat!(
     " AND EXISTS (SELECT FROM idgen_registry r WHERE r.epoch OPERATOR(pg_catalog.=) $8)"
 );
 
-/// The extension's owner and its schema, quoted for a search_path (run with the path `pg_catalog, pg_temp`).
-pub const EXTENSION_OWNER_AND_SCHEMA: &str =
-    "SELECT e.extowner, pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_extension e \
-     JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace \
-     WHERE e.extname OPERATOR(pg_catalog.=) 'idgen'::name";
-
 /// An alert to listeners of `idgen_alert` ($1 the channel, $2 the payload).
 pub const NOTIFY_ALERT: &str = "SELECT pg_catalog.pg_notify($1, $2)";
 
 /// Who the calling role $1 is, for service $2: its name, superuser, extension owner, member of the service.
 pub const CALLER_STANDING: &str = "SELECT r.rolname::text, r.rolsuper, r.oid OPERATOR(pg_catalog.=) e.extowner, \
-     EXISTS (SELECT FROM idgen_service_members m WHERE m.service OPERATOR(pg_catalog.=) $2 \
+     EXISTS (SELECT FROM idgen_service_members m WHERE m.service::pg_catalog.text OPERATOR(pg_catalog.=) $2 \
              AND pg_catalog.pg_has_role($1, m.member::pg_catalog.oid, 'MEMBER')) \
      FROM pg_catalog.pg_roles r, pg_catalog.pg_extension e \
      WHERE r.oid OPERATOR(pg_catalog.=) $1 AND e.extname OPERATOR(pg_catalog.=) 'idgen'::name";
@@ -337,7 +347,8 @@ pub const GRANT_EXECUTE_STATEMENT: &str = "SELECT pg_catalog.format('GRANT EXECU
      FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) $1";
 
 /// Revokes service $1 from role $2; true when there was a grant.
-pub const REVOKE_SERVICE: &str = "DELETE FROM idgen_service_members m WHERE m.service OPERATOR(pg_catalog.=) $1 \
+pub const REVOKE_SERVICE: &str =
+    "DELETE FROM idgen_service_members m WHERE m.service::pg_catalog.text OPERATOR(pg_catalog.=) $1 \
      AND m.member::pg_catalog.oid OPERATOR(pg_catalog.=) $2 RETURNING true";
 
 /// Inserts history event $1 (JSON whose keys are the columns; `at` missing: the clock).
@@ -360,7 +371,7 @@ pub const PIN_SEARCH_PATH: &str = "SELECT pg_catalog.set_config('search_path', $
 /// How many machine ids of service $1 in the range $3-$4 a claim cannot get without a take-back:
 /// held, or released less than $2 seconds (the cooldown) ago: every state but `NodeState::Released`.
 pub const COUNT_IN_USE: &str = concat!(
-    "SELECT pg_catalog.count(*) FROM system_nodes n WHERE n.service OPERATOR(pg_catalog.=) $1 ",
+    "SELECT pg_catalog.count(*) FROM system_nodes n WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1 ",
     "AND n.machine_id OPERATOR(pg_catalog.>=) $3 AND n.machine_id OPERATOR(pg_catalog.<=) $4 ",
     "AND (n.released_at IS NULL OR n.released_at OPERATOR(pg_catalog.>) ",
     ago!("$2"),
@@ -418,6 +429,7 @@ pub const ALL: [(&str, &str); 32] = [
     ("TAKE_GUARD", TAKE_GUARD),
     ("RELEASE_OWN_ROW_AHEAD", RELEASE_OWN_ROW_AHEAD),
     ("REUSE_OWN_ROW", REUSE_OWN_ROW),
+    ("REUSE_OWN_HELD_ROW", REUSE_OWN_HELD_ROW),
     ("OWN_HELD_ROW", OWN_HELD_ROW),
     ("UNREGISTERED_MACHINE_IDS", UNREGISTERED_MACHINE_IDS),
     ("INSERT_UNREGISTERED", INSERT_UNREGISTERED),
@@ -428,7 +440,6 @@ pub const ALL: [(&str, &str); 32] = [
     ("RELEASE", RELEASE),
     ("RENEW_BACKEND_LEASE", RENEW_BACKEND_LEASE),
     ("READ_BACKEND_LEASE", READ_BACKEND_LEASE),
-    ("EXTENSION_OWNER_AND_SCHEMA", EXTENSION_OWNER_AND_SCHEMA),
     ("NOTIFY_ALERT", NOTIFY_ALERT),
     ("CALLER_STANDING", CALLER_STANDING),
     ("ROLE_BY_NAME", ROLE_BY_NAME),

@@ -130,16 +130,22 @@ pub fn release_own_row_outside_range(
 /// caller), unless another transaction has it locked or its watermark is too
 /// far ahead. Its own `issued_until` is the bound: the caller is its last holder.
 pub fn reuse_own_row(client: &mut SpiClient, node: &NodeIdentity, times: &ClaimTimes) -> OwnRow {
-    let sql = sql::REUSE_OWN_ROW;
     let args = claim_args(node, times, range_args(times));
-    if let Some(row) = first_row(client.update(sql, Some(1), &args)) {
+    if let Some(row) = first_row(client.update(sql::REUSE_OWN_ROW, Some(1), &args)) {
         return OwnRow::Won { won: won(&row), was_released: column(&row, 7) };
     }
-    let sql = sql::OWN_HELD_ROW;
-    match first_value::<i16>(client.update(sql, Some(1), &args[..4])) {
+    match first_value::<i16>(client.update(sql::OWN_HELD_ROW, Some(1), &args[..4])) {
         Some(machine_id) => OwnRow::Busy(machine_id),
         None => OwnRow::Absent,
     }
+}
+
+/// Bumps the row the caller still holds, if it is unlocked, in the range and
+/// not too far ahead: [`reuse_own_row`] for the usual case, a new connection
+/// in a backend slot, in the one statement a new backend then plans.
+pub fn reuse_own_held_row(client: &mut SpiClient, node: &NodeIdentity, times: &ClaimTimes) -> Option<Won> {
+    let args = claim_args(node, times, range_args(times));
+    first_row(client.update(sql::REUSE_OWN_HELD_ROW, Some(1), &args)).map(|row| won(&row))
 }
 
 /// Step 2, part 1: machine ids in `first..=last` with no row, lowest first, as of now.
