@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The keys people choose today, against idgen_next_id(): generation cost, a bulk insert of
 # 1,000,000 rows (time, table and primary-key sizes), pgbench single-row inserts at 1, 4 and
-# 16 clients (TPS, average and p99 latency), a new connection per transaction (-C), and a
+# 16 clients (TPS, average and p99 latency), a new connection per transaction (-C, also with
+# idgen in shared_preload_libraries), and a
 # time-range query through the primary key against a timestamp column with its own index.
 # Every measurement runs in interleaved rounds (each key once per round); the tables give
 # medians and ratios to bigserial measured in the same run. Not part of the test command.
@@ -125,6 +126,20 @@ ts_buffers=$(buffers "SELECT count(*) FROM ranged WHERE created_at BETWEEN '$fro
 pk_rows=$(psql_db -c "SELECT count(*) FROM ranged WHERE id BETWEEN idgen_min_id('$from') AND idgen_max_id('$until')")
 ts_index_mb=$(psql_db -c "SELECT round(pg_relation_size('ranged_created_at') / 1048576.0, 1)")
 
+# A new connection pays for loading idgen (on 15, defining its settings sorts the server's whole
+# list once per setting) unless the postmaster loaded it: the -C runs again with idgen preloaded.
+say "a new connection per transaction, idgen in shared_preload_libraries, $ROUNDS interleaved rounds"
+trap 'scratch_preload off || true; rm -rf "$work"' EXIT
+scratch_preload on
+for round in $(seq 1 "$ROUNDS"); do
+    for k in idgen bigserial; do
+        read -r tps avg p99 < <(pgbench_run "$k" 4 -C)
+        echo "churn_preloaded $k $tps" >> "$results"
+    done
+done
+scratch_preload off
+trap 'rm -rf "$work"' EXIT
+
 median() { sort -n | awk '{v[NR] = $1} END {if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 value() { awk -v m="$1" -v k="$2" '$1 == m && $2 == k {print $3}' "$results" | median; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "-"}'; }
@@ -151,6 +166,9 @@ out=$(pg_work_dir bench)/keys-pg$PG_MAJOR.md
     for k in "${KEYS[@]}"; do
         echo "| $k | $(n0 "$(value tps1 "$k")") | $(n0 "$(value tps4 "$k")") | $(n0 "$(value tps16 "$k")") | $(ratio "$(value tps16 "$k")" "$(value tps16 bigserial)") | $(value avg16 "$k") / $(value p9916 "$k") | $(n0 "$(value churn "$k")") | $(ratio "$(value churn "$k")" "$(value churn bigserial)") |"
     done
+    echo
+    echo "With \`shared_preload_libraries = 'idgen'\`, a new connection per transaction (-C, 4 clients): idgen $(n0 "$(value churn_preloaded idgen)") TPS,"
+    echo "bigserial $(n0 "$(value churn_preloaded bigserial)") TPS: $(ratio "$(value churn_preloaded idgen)" "$(value churn_preloaded bigserial)") × bigserial."
     echo
     echo "Time range (the middle 10 % of $ROWS rows, $pk_rows rows): through the primary key with \`idgen_min_id\`/\`idgen_max_id\`"
     echo "$pk_buffers buffers; through a \`timestamptz\` column's own index $ts_buffers buffers (and that index is $ts_index_mb MB more)."

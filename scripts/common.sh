@@ -176,8 +176,17 @@ start_scratch_cluster() {
     init_cluster "$SCRATCH_DIR" "$SCRATCH_PORT"
     # The scale-out tests set idgen.machine_id_range here too (see start_clock_cluster).
     if [ -f "$SCRATCH_DIR/data/postgresql.auto.conf" ]; then
-        as_pg sed -i '/^idgen\./d; /^synchronous_standby_names/d' "$SCRATCH_DIR/data/postgresql.auto.conf"
+        as_pg sed -i '/^idgen\./d; /^synchronous_standby_names/d; /^shared_preload_libraries/d' \
+            "$SCRATCH_DIR/data/postgresql.auto.conf"
     fi
+    start_cluster "$SCRATCH_DIR" "$SCRATCH_PORT" ""
+}
+
+# Restarts the scratch cluster with idgen in shared_preload_libraries (`on`) or without (`off`).
+scratch_preload() {
+    scratch_paths
+    if [ "$1" = on ]; then scratch_psql postgres -c "ALTER SYSTEM SET shared_preload_libraries = 'idgen'"
+    else scratch_psql postgres -c "ALTER SYSTEM RESET shared_preload_libraries"; fi
     start_cluster "$SCRATCH_DIR" "$SCRATCH_PORT" ""
 }
 

@@ -19,6 +19,24 @@ regress_passed=0
 say "unit tests of the pure core (cargo test -p idgen-core)"
 stage cargo test -p idgen-core
 
+# pg_regress against the scratch cluster of the current version; $1 says how it runs.
+run_pg_regress() {
+    say "pg_regress against the PostgreSQL $PG_MAJOR scratch cluster ${1:-}"
+    local regress_dir pg_regress_bin
+    regress_dir=$(pg_work_dir "regress$PG_MAJOR")
+    as_pg rm -rf "$regress_dir/sql" "$regress_dir/expected" "$regress_dir/results"
+    cp -r tests/pg_regress/sql tests/pg_regress/expected "$regress_dir/"
+    is_root && chown -R postgres: "$regress_dir"
+    pg_regress_bin="$(dirname "$("$PG_CONFIG" --pgxs)")/../test/regress/pg_regress"
+    # shellcheck disable=SC2086 # the schedule is a list of names
+    if ! as_pg "$pg_regress_bin" --bindir="$PG_BIN" --host=127.0.0.1 --port="$SCRATCH_PORT" --user=postgres \
+            --inputdir="$regress_dir" --outputdir="$regress_dir" --dbname=idgen_regress $schedule; then
+        cat "$regress_dir/regression.diffs" >&2 || true
+        die "pg_regress failed on PostgreSQL $PG_MAJOR ${1:-} (diffs above; results in $regress_dir/results)"
+    fi
+    regress_passed=$((regress_passed + $(wc -w <<<"$schedule")))
+}
+
 # Every suite that needs a server, against PostgreSQL $1.
 suites_on() {
     use_pg "$1"
@@ -40,20 +58,11 @@ suites_on() {
     start_scratch_cluster
     start_clock_cluster
 
-    say "pg_regress against the PostgreSQL $PG_MAJOR scratch cluster"
-    local regress_dir pg_regress_bin
-    regress_dir=$(pg_work_dir "regress$PG_MAJOR")
-    as_pg rm -rf "$regress_dir/sql" "$regress_dir/expected" "$regress_dir/results"
-    cp -r tests/pg_regress/sql tests/pg_regress/expected "$regress_dir/"
-    is_root && chown -R postgres: "$regress_dir"
-    pg_regress_bin="$(dirname "$("$PG_CONFIG" --pgxs)")/../test/regress/pg_regress"
-    # shellcheck disable=SC2086 # the schedule is a list of names
-    if ! as_pg "$pg_regress_bin" --bindir="$PG_BIN" --host=127.0.0.1 --port="$SCRATCH_PORT" --user=postgres \
-            --inputdir="$regress_dir" --outputdir="$regress_dir" --dbname=idgen_regress $schedule; then
-        cat "$regress_dir/regression.diffs" >&2 || true
-        die "pg_regress failed on PostgreSQL $PG_MAJOR (diffs above; results in $regress_dir/results)"
-    fi
-    regress_passed=$((regress_passed + $(wc -w <<<"$schedule")))
+    run_pg_regress
+    # The README suggests preloading idgen for connection churn: the cases pass that way too.
+    scratch_preload on
+    run_pg_regress "with idgen in shared_preload_libraries"
+    scratch_preload off
 
     # The failover test needs pg_auto_failover, which Debian ships for PostgreSQL 15 only.
     local skip=()
