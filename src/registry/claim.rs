@@ -95,7 +95,7 @@ pub fn claim(
         // Most claims are a new connection in a backend slot whose row the slot still holds. No set-aside
         // can precede the reuse of a held row (the identity holds at most one, system_nodes_node_identity,
         // and it is reused only in the range and not too far ahead), so that is tried first, alone: such
-        // a claim is then this one statement. Anything else takes the steps below.
+        // a claim is then this statement and the floor's read above. Anything else takes the steps below.
         let reused = store::reuse_own_held_row(client, node, &times).map(|won| Gained {
             won,
             outcome: Outcome::Reused,
