@@ -3,10 +3,11 @@
 //! The core builds every user-facing error; the pgrx edge only raises it. That
 //! keeps the wording unit-testable and in one place.
 
+use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// The SQLSTATEs idgen raises. Each is documented in the README's SQL reference.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SqlState {
     /// 22004: a required argument is NULL.
     NullValueNotAllowed,
@@ -14,12 +15,16 @@ pub enum SqlState {
     StringDataRightTruncation,
     /// 22023: an argument or setting has a value idgen cannot use.
     InvalidParameterValue,
-    /// 53000: every machine id of a service is held and none may be taken back.
+    /// 53000: every machine id of a service is held and none may be taken back; no background worker slot.
     InsufficientResources,
     /// 55000: the caller no longer owns the machine id (heartbeat fencing).
     ObjectNotInPrerequisiteState,
     /// 55P03: another session holds the caller's own registry row right now.
     LockNotAvailable,
+    /// 40001: a service's first claim in a transaction whose snapshot predates its guards.
+    SerializationFailure,
+    /// 55006: the registry cannot be dropped while it guards machine ids that may still be stamped.
+    ObjectInUse,
     /// 25006: the registry cannot be written here (read-only transaction or standby).
     ReadOnlySqlTransaction,
     /// 22003: an ID argument is negative; idgen IDs never are.
@@ -28,7 +33,7 @@ pub enum SqlState {
     DatetimeFieldOverflow,
     /// 58000: the server's clock stepped back further than idgen.max_clock_backward.
     SystemError,
-    /// 0A000: PREPARE TRANSACTION after idgen wrote this backend's lease.
+    /// 0A000: PREPARE TRANSACTION after idgen wrote the registry in the transaction; idgen_next_id in a parallel worker.
     FeatureNotSupported,
     /// 42501: the calling role may not act for the service.
     InsufficientPrivilege,
@@ -47,6 +52,8 @@ impl SqlState {
             SqlState::InsufficientResources => "53000",
             SqlState::ObjectNotInPrerequisiteState => "55000",
             SqlState::LockNotAvailable => "55P03",
+            SqlState::SerializationFailure => "40001",
+            SqlState::ObjectInUse => "55006",
             SqlState::ReadOnlySqlTransaction => "25006",
             SqlState::NumericValueOutOfRange => "22003",
             SqlState::DatetimeFieldOverflow => "22008",
@@ -60,7 +67,7 @@ impl SqlState {
 }
 
 /// An error ready to be raised: nothing about it is decided at the edge.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IdgenError {
     pub sqlstate: SqlState,
     pub message: String,

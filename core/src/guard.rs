@@ -2,32 +2,52 @@
 //! global advisory-lock space, which any role can take keys in (a denial of
 //! service) and applications collide with by accident.
 //!
-//! A claim locks a row of the private table `idgen_claim_guards`, which only
-//! the extension owner can lock, with `FOR UPDATE SKIP LOCKED`: a row someone
-//! else holds is skipped at once, never waited for. Keys hash onto a fixed set
-//! of rows. A claim that finds its own row (a reconnect, a restart) needs no
-//! guard: the row's lock serialises it exactly. Guards are for identities that
-//! get a new row, and for never-registered ids: two such keys sharing a row at
-//! the same moment make one claim retry (`55P03`) or try its next candidate id.
+//! A claim locks a row of the private table `idgen_private.idgen_claim_guards`,
+//! which only the extension owner can lock, with `FOR UPDATE SKIP LOCKED`: a
+//! row someone else holds is skipped at once, never waited for. A guard is
+//! `(service, bucket)`: claims of different services never share one, so a
+//! role granted one service can hold no guard of another, however it picks its
+//! identities. A service's guard rows are created once, in a transaction of
+//! their own, the first time it needs them ([`buckets`]).
+//!
+//! - A never-registered machine id has its own bucket: one claimant inserts its
+//!   row at a time; the others try the next id.
+//! - A service node's identity hashes onto one of [`IDENTITY_BUCKETS`]: claims
+//!   of one identity take turns (two brand-new identities of the service may
+//!   share a bucket; one then gets `55P03`, which the client contract retries).
+//! - A database backend needs no identity guard: one process at a time holds a
+//!   backend slot, and each waits for its own registry write before the next.
+//! - A node whose own row exists needs no guard: the row's lock serialises it.
 
 use crate::input::NodeIdentity;
 
-/// Rows in `idgen_claim_guards` (0 to `GUARD_BUCKETS - 1`); `sql/registry.sql` creates them.
-pub const GUARD_BUCKETS: u32 = 65_536;
+/// Buckets of never-registered machine ids: one per machine id of the layout.
+pub const MACHINE_ID_BUCKETS: i32 = 1_024;
+/// Buckets of service node identities, after the machine-id ones.
+pub const IDENTITY_BUCKETS: i32 = 1_024;
 
-/// The guard of a node identity: claims of one identity take turns.
+/// Every bucket of a service, as its guard rows are created: `0..MACHINE_ID_BUCKETS` for
+/// machine ids, then the identity buckets.
+pub fn buckets() -> std::ops::Range<i32> {
+    0..MACHINE_ID_BUCKETS + IDENTITY_BUCKETS
+}
+
+/// The guard of a service node's identity: claims of one identity take turns.
 pub fn identity_guard(node: &NodeIdentity) -> i32 {
     let slot = node.backend_slot.map_or_else(String::new, |s| s.to_string());
-    bucket(&["node", &node.service, &node.host, &node.port.to_string(), &slot])
+    let hash = fnv_murmur(&[&node.host, &node.port.to_string(), &slot]);
+    MACHINE_ID_BUCKETS + (hash % IDENTITY_BUCKETS as u64) as i32
 }
 
 /// The guard of a never-registered machine id: one claimant inserts its row at a time.
-pub fn new_id_guard(service: &str, machine_id: i16) -> i32 {
-    bucket(&["machine_id", service, &machine_id.to_string()])
+pub fn new_id_guard(machine_id: i16) -> i32 {
+    i32::from(machine_id).rem_euclid(MACHINE_ID_BUCKETS)
 }
 
-/// FNV-1a over the parts, each followed by a NUL (which no part contains: text cannot hold it).
-fn bucket(parts: &[&str]) -> i32 {
+/// FNV-1a over the parts, each followed by a NUL (which no part contains: text cannot hold
+/// it), then MurmurHash3's finalizer: FNV alone leaves the low bits, which the modulo keeps,
+/// poorly mixed.
+fn fnv_murmur(parts: &[&str]) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for part in parts {
         for byte in part.bytes().chain([0u8]) {
@@ -35,39 +55,48 @@ fn bucket(parts: &[&str]) -> i32 {
             hash = hash.wrapping_mul(0x0100_0000_01b3);
         }
     }
-    // A finalizer (MurmurHash3's): FNV alone leaves the low bits, which the modulo keeps, poorly mixed.
     hash ^= hash >> 33;
     hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);
     hash ^= hash >> 33;
     hash = hash.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
     hash ^= hash >> 33;
-    (hash % u64::from(GUARD_BUCKETS)) as i32
+    hash
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn node(service: &str, host: &str, port: i32, slot: Option<i32>) -> NodeIdentity {
-        NodeIdentity { service: service.into(), host: host.into(), port, backend_slot: slot }
+    fn node(host: &str, port: i32) -> NodeIdentity {
+        NodeIdentity { service: "orders".into(), host: host.into(), port, backend_slot: None }
     }
 
     #[test]
-    fn guards_are_stable_and_in_range() {
-        let a = identity_guard(&node("orders", "10.0.0.5", 8080, None));
-        assert_eq!(a, identity_guard(&node("orders", "10.0.0.5", 8080, None)));
-        for k in 0..2_000 {
-            let g = new_id_guard("orders", k as i16);
-            assert!((0..GUARD_BUCKETS as i32).contains(&g));
+    fn guards_are_stable_and_in_their_ranges() {
+        let a = identity_guard(&node("10.0.0.5", 8080));
+        assert_eq!(a, identity_guard(&node("10.0.0.5", 8080)));
+        assert!((MACHINE_ID_BUCKETS..MACHINE_ID_BUCKETS + IDENTITY_BUCKETS).contains(&a));
+        for m in 0..1_024 {
+            assert_eq!(new_id_guard(m), i32::from(m), "one bucket per machine id of the layout");
         }
+        assert_eq!(buckets().len(), 2_048);
     }
 
     #[test]
-    fn identities_and_ids_spread_over_the_guards() {
+    fn identities_spread_over_their_buckets() {
         // Parts are separated: ("ab", "c") and ("a", "bc") are different keys.
-        assert_ne!(bucket(&["ab", "c"]), bucket(&["a", "bc"]));
-        assert_ne!(identity_guard(&node("s", "10.0.0.1", 1, None)), identity_guard(&node("s", "10.0.0.1", 1, Some(1))));
-        let distinct: std::collections::HashSet<i32> = (0..1024).map(|m| new_id_guard("orders", m)).collect();
-        assert!(distinct.len() > 1_010, "1,024 ids of a service share only a few guards: {}", distinct.len());
+        assert_ne!(fnv_murmur(&["ab", "c"]), fnv_murmur(&["a", "bc"]));
+        let distinct: std::collections::HashSet<i32> =
+            (0..1024).map(|k| identity_guard(&node(&format!("10.0.{}.{}", k / 256, k % 256), 8080))).collect();
+        assert!(distinct.len() > 600, "1,024 identities share only a few guards: {}", distinct.len());
+    }
+
+    #[test]
+    fn the_service_is_no_part_of_the_bucket_but_of_the_guard() {
+        // A guard row is (service, bucket): the same identity of two services has the same bucket,
+        // in two different rows, so no claim of one service can hold a guard of another.
+        let mut billing = node("10.0.0.5", 8080);
+        billing.service = "billing".into();
+        assert_eq!(identity_guard(&billing), identity_guard(&node("10.0.0.5", 8080)));
     }
 }

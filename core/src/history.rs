@@ -18,6 +18,10 @@ use crate::messages::iso_utc;
 use crate::policy::Outcome;
 use serde::Serialize;
 
+/// A refusal (a claim refused, a heartbeat or release that found its id moved) is recorded at
+/// most once per service, kind and this many seconds: a flood of refused calls records one.
+pub const REFUSAL_INTERVAL_SECS: i64 = 60;
+
 /// What happened, as `idgen_history.event` names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventKind {

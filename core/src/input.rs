@@ -5,6 +5,7 @@
 
 use crate::error::{IdgenError, SqlState};
 use crate::layout::Layout;
+use serde::{Deserialize, Serialize};
 use std::ops::RangeInclusive;
 
 /// `system_nodes.service` is VARCHAR(64).
@@ -12,7 +13,7 @@ pub const SERVICE_MAX_CHARS: usize = 64;
 
 /// Who a node is: its service name and the address it serves on; for a
 /// database backend, also its slot on that server.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeIdentity {
     pub service: String,
     /// The host address in the text form of `inet`, without a mask.
@@ -39,7 +40,7 @@ pub fn node_name(host: &str, port: i32, backend_slot: Option<i32>) -> String {
 }
 
 /// What a node claims to hold: its identity, its machine id and the version of its claim.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Holding {
     pub node: NodeIdentity,
     pub machine_id: i16,
@@ -62,11 +63,15 @@ pub fn node_identity(
 /// The identity of this database backend: `host` is the setting
 /// `idgen.node_host`, checked here because no SQL cast has parsed it.
 pub fn backend_identity(service: String, host: &str, port: i32, backend_slot: i32) -> Result<NodeIdentity, IdgenError> {
-    let address: std::net::IpAddr = host.trim().parse().map_err(|_| {
-        IdgenError::new(SqlState::InvalidParameterValue, "setting \"idgen.node_host\" is not an IP address")
+    let refuse = |why: &str| {
+        IdgenError::new(SqlState::InvalidParameterValue, format!("setting \"idgen.node_host\" {why}"))
             .detail(format!("It is {host:?}; a backend registers under this address and the server's port."))
             .hint("SET idgen.node_host to this server's address, e.g. '10.0.0.5' or '2001:db8::5', or RESET it.")
-    })?;
+    };
+    let address: std::net::IpAddr = host.trim().parse().map_err(|_| refuse("is not an IP address"))?;
+    if is_unspecified(&address) {
+        return Err(refuse("is an unspecified address"));
+    }
     Ok(NodeIdentity { service, host: address.to_string(), port, backend_slot: Some(backend_slot) })
 }
 
@@ -130,7 +135,21 @@ pub fn host_address(function: &str, host: Option<&str>) -> Result<String, IdgenE
             .detail(format!("Got {host}."))
             .hint("Pass the node's own address, e.g. '10.0.0.5' or '2001:db8::5'."));
     }
+    if host.parse::<std::net::IpAddr>().is_ok_and(|address| is_unspecified(&address)) {
+        // A bind address: every node of a fleet that passes it would share one identity.
+        return Err(bad_value(function, "host", "must be the node's own address, not an unspecified one")
+            .detail(format!("Got {host}, which means \"any address\": every node that passes it would share one identity."))
+            .hint("Pass the address other hosts reach the node at, e.g. '10.0.0.5' or '2001:db8::5', not the address it binds to."));
+    }
     Ok(host.to_owned())
+}
+
+/// `0.0.0.0`, `::`, and `::ffff:0.0.0.0`: "any address", never a node's own.
+fn is_unspecified(address: &std::net::IpAddr) -> bool {
+    match address {
+        std::net::IpAddr::V4(v4) => v4.is_unspecified(),
+        std::net::IpAddr::V6(v6) => v6.is_unspecified() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_unspecified()),
+    }
 }
 
 pub fn port_number(function: &str, port: Option<i32>) -> Result<i32, IdgenError> {
@@ -245,6 +264,9 @@ mod tests {
             (Some("orders"), Some("10.0.0.5"), Some(0), "22023", "\"port\" is out of range"),
             (Some("orders"), Some("10.0.0.5"), Some(65536), "22023", "\"port\" is out of range"),
             (Some("orders"), Some("10.0.0.5"), Some(-1), "22023", "\"port\" is out of range"),
+            (Some("orders"), Some("0.0.0.0"), Some(1), "22023", "\"host\" must be the node's own address"),
+            (Some("orders"), Some("::"), Some(1), "22023", "\"host\" must be the node's own address"),
+            (Some("orders"), Some("::ffff:0.0.0.0"), Some(1), "22023", "\"host\" must be the node's own address"),
         ];
         for (service, host, port, code, fragment) in cases {
             let err = node_identity(F, service, host, port).unwrap_err();
@@ -281,7 +303,7 @@ mod tests {
         assert_eq!((b.host.as_str(), b.port, b.backend_slot), ("10.0.0.9", 5432, Some(7)));
         assert_eq!(b.name(), "backend slot 7 of 10.0.0.9:5432");
         assert_eq!(backend_identity("o".into(), "::1", 5432, 1).unwrap().name(), "backend slot 1 of [::1]:5432");
-        for bad in ["", "db.example", "10.0.0.0/8", "300.1.1.1"] {
+        for bad in ["", "db.example", "10.0.0.0/8", "300.1.1.1", "0.0.0.0", "::"] {
             let err = backend_identity("o".into(), bad, 5432, 1).unwrap_err();
             assert_eq!(err.sqlstate.code(), "22023", "{bad:?}");
             assert!(err.message.contains("idgen.node_host"), "{err}");

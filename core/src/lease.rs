@@ -1,22 +1,18 @@
-//! A backend's leases on machine ids, one per service, and how they follow the
-//! transactions that wrote them.
+//! A backend's leases on machine ids, one per service.
 //!
-//! A backend claims and verifies inside its caller's transaction. If that
-//! transaction or a savepoint around the write rolls back, the registry forgets
-//! the write, so the backend must forget it too: a rolled-back claim leaves no
-//! lease, a rolled-back verification leaves the lease due for another check.
-//! Each write is recorded with the subtransaction that made it and undone when
-//! that subtransaction aborts.
+//! Every registry write behind a lease (the claim, and each renewal of its
+//! window) commits in a transaction of its own before the backend issues an ID
+//! under it (the edge's `registry::autonomous`). No rollback of the caller's
+//! transaction or of a savepoint can therefore take back a lease, or the window
+//! that covers an ID: what a lease here holds is what the registry committed.
 
 use crate::generator::{Clock, Generator, Stop};
 use crate::input::{Holding, NodeIdentity};
 use crate::layout::Layout;
-
-/// A Postgres subtransaction id (1 for the top-level transaction).
-pub type SubXactId = u32;
+use serde::{Deserialize, Serialize};
 
 /// What the registry granted or confirmed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Terms {
     pub machine_id: u16,
     pub version: i64,
@@ -27,7 +23,7 @@ pub struct Terms {
     /// No ID may be stamped at or before it: after the claim and after every
     /// timestamp an earlier holder of the machine id may have stamped.
     pub not_before_unix_ms: i64,
-    /// `last_seen + lease` as the registry has it: no ID may be stamped at or after it.
+    /// The row's `lease_until`: no ID may be stamped at or after it.
     pub lease_until_unix_ms: i64,
     /// The watermark the registry holds (`issued_until`): no ID may be stamped at or after it.
     pub issued_until_unix_ms: i64,
@@ -37,19 +33,18 @@ pub struct Terms {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Held {
     pub terms: Terms,
-    /// Last time the registry confirmed the lease (claim, heartbeat or read), Unix ms.
+    /// Last time the registry confirmed the lease (claim, renewal or read), Unix ms.
     pub verified_at_unix_ms: i64,
     /// The generator's issue count when the lease began.
     issued_before: u64,
 }
 
-/// How to undo one write when its subtransaction aborts.
+/// The role a lease was last authorized for, and the generation of the grants then: while
+/// both are unchanged the authorization stands (see the edge's `registry::access`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Undo {
-    /// The write was a claim: the lease never existed.
-    Forget,
-    /// The write renewed the lease: go back to what was held before.
-    Restore(Held),
+pub struct Authorized {
+    pub role: u32,
+    pub grants_generation: u64,
 }
 
 /// One service's lease in this backend.
@@ -63,8 +58,10 @@ pub struct BackendLease {
     held: Option<Held>,
     /// The clock reading from which no ID is issued before the lease is checked.
     check_due_unix_ms: i64,
-    /// Writes of open (sub)transactions, innermost last, at most one per subtransaction.
-    undo: Vec<(SubXactId, Undo)>,
+    /// Whether using the service takes a grant (every service but the database's own).
+    grant_needed: bool,
+    /// Who may use the service without asking the registry again; `None`: ask.
+    authorized: Option<Authorized>,
 }
 
 /// When a lease must be checked again: a heartbeat interval after its last
@@ -79,7 +76,15 @@ pub fn check_due(held: &Held, heartbeat_interval_ms: i64) -> i64 {
 
 impl BackendLease {
     pub fn new(service: String) -> BackendLease {
-        BackendLease { service, node: None, generator: None, held: None, check_due_unix_ms: i64::MIN, undo: Vec::new() }
+        BackendLease {
+            service,
+            node: None,
+            generator: None,
+            held: None,
+            check_due_unix_ms: i64::MIN,
+            grant_needed: true,
+            authorized: None,
+        }
     }
 
     pub fn service(&self) -> &str {
@@ -109,6 +114,16 @@ impl BackendLease {
         (self.ids_issued() > 0).then(|| self.generator.as_ref().map(Generator::last_unix_ms)).flatten()
     }
 
+    /// The watermark the current lease may leave when its holder stops issuing: its last
+    /// stamp, or its `not_before` if it stamped nothing. Every ID of this lease, and every
+    /// earlier holder's (they are at or before `not_before`), is at or before it; it is at
+    /// most the window the registry holds, never past it.
+    pub fn closing_watermark_unix_ms(&self) -> Option<i64> {
+        let held = self.held.as_ref()?;
+        let last = self.last_issued_unix_ms().unwrap_or(i64::MIN);
+        Some(last.max(held.terms.not_before_unix_ms))
+    }
+
     /// The hot path: an ID, or why not. No lease means the check is due.
     #[inline]
     pub fn next_id(&mut self, clock: &mut impl Clock) -> Result<i64, Stop> {
@@ -118,7 +133,7 @@ impl BackendLease {
         }
     }
 
-    /// A claim by `node`, written by subtransaction `subxact`, granted `terms`.
+    /// The registry committed a claim by `node` that granted `terms`.
     pub fn claimed(
         &mut self,
         node: NodeIdentity,
@@ -126,7 +141,6 @@ impl BackendLease {
         terms: Terms,
         max_backward_ms: i64,
         heartbeat_interval_ms: i64,
-        subxact: SubXactId,
     ) {
         let generator = self
             .generator
@@ -134,18 +148,12 @@ impl BackendLease {
         generator.start_lease(terms.machine_id, terms.not_before_unix_ms);
         generator.set_max_backward_ms(max_backward_ms);
         let held = Held { terms, verified_at_unix_ms: terms.claimed_at_unix_ms, issued_before: generator.issued() };
-        // Whatever was held before is lost or superseded: undoing this claim, or any
-        // (sub)transaction around it, leaves nothing.
-        self.undo.clear();
-        self.undo.push((subxact, Undo::Forget));
         self.node = Some(node);
         self.set_held(Some(held), heartbeat_interval_ms);
     }
 
-    /// The registry confirmed the lease at `verified_at_unix_ms` with the given
-    /// end and watermark. `wrote_in` is the subtransaction that updated the
-    /// row, or `None` for a read (nothing to undo).
-    #[allow(clippy::too_many_arguments)]
+    /// The registry confirmed the lease at `verified_at_unix_ms` with the given end and
+    /// watermark: committed by a renewal, or read in a read-only transaction.
     pub fn verified(
         &mut self,
         verified_at_unix_ms: i64,
@@ -153,14 +161,8 @@ impl BackendLease {
         issued_until_unix_ms: i64,
         max_backward_ms: i64,
         heartbeat_interval_ms: i64,
-        wrote_in: Option<SubXactId>,
     ) {
         let Some(before) = self.held else { return };
-        if let Some(subxact) = wrote_in {
-            if self.undo.last().map(|(id, _)| *id) != Some(subxact) {
-                self.undo.push((subxact, Undo::Restore(before)));
-            }
-        }
         if let Some(generator) = &mut self.generator {
             generator.set_max_backward_ms(max_backward_ms);
         }
@@ -168,62 +170,25 @@ impl BackendLease {
         self.set_held(Some(Held { terms, verified_at_unix_ms, ..before }), heartbeat_interval_ms);
     }
 
-    /// The registry says the lease is gone: stop issuing from it. Nothing
-    /// written in this transaction can bring it back.
+    /// The lease is gone (moved, released, or left by this backend): stop issuing from it.
     pub fn lost(&mut self) {
-        self.undo.clear();
         self.set_held(None, 0);
     }
 
-    /// Subtransaction `subxact` committed into `parent`: its writes now belong to the parent.
-    pub fn subxact_committed(&mut self, subxact: SubXactId, parent: SubXactId) {
-        for entry in self.undo.iter_mut().filter(|(id, _)| *id == subxact) {
-            entry.0 = parent;
-        }
-        // One entry per subtransaction: the parent's earlier state is the one to go back to.
-        let mut seen_parent = false;
-        self.undo.retain(|(id, _)| {
-            let keep = *id != parent || !seen_parent;
-            seen_parent |= *id == parent;
-            keep
-        });
+    /// Whether `acting` may use the service without asking the registry: no grant is needed,
+    /// or the last check was for the same role and the same generation of the grants.
+    #[inline]
+    pub fn authorized_for(&self, acting: impl FnOnce() -> Authorized) -> bool {
+        !self.grant_needed || self.authorized == Some(acting())
     }
 
-    /// Subtransaction `subxact` rolled back: undo what it wrote. The lease is
-    /// then due for a check, which claims anew if nothing is held.
-    pub fn subxact_aborted(&mut self, subxact: SubXactId) {
-        while let Some(&(id, undo)) = self.undo.last() {
-            if id != subxact {
-                break;
-            }
-            self.undo.pop();
-            self.apply(undo);
-        }
+    /// The service takes no grant (the database's own): no role is ever checked for it.
+    pub fn needs_no_grant(&mut self) {
+        self.grant_needed = false;
     }
 
-    pub fn committed(&mut self) {
-        self.undo.clear();
-    }
-
-    pub fn aborted(&mut self) {
-        while let Some((_, undo)) = self.undo.pop() {
-            self.apply(undo);
-        }
-    }
-
-    /// Whether the open transaction wrote this lease (a PREPARE would strand it).
-    pub fn written_in_open_transaction(&self) -> bool {
-        !self.undo.is_empty()
-    }
-
-    fn apply(&mut self, undo: Undo) {
-        let held = match undo {
-            Undo::Forget => None,
-            Undo::Restore(before) => Some(before),
-        };
-        // Check again before the next ID either way: the undone write may have been the last confirmation.
-        self.held = held;
-        self.check_due_unix_ms = i64::MIN;
+    pub fn set_authorized(&mut self, authorized: Option<Authorized>) {
+        self.authorized = authorized;
     }
 
     fn set_held(&mut self, held: Option<Held>, heartbeat_interval_ms: i64) {
@@ -275,25 +240,14 @@ impl BackendLeases {
         self.leases.iter()
     }
 
-    pub fn subxact_committed(&mut self, subxact: SubXactId, parent: SubXactId) {
-        self.leases.iter_mut().for_each(|l| l.subxact_committed(subxact, parent));
+    /// Every held lease with the watermark it may leave: what a backend records when it stops.
+    pub fn closings(&self) -> Vec<(Holding, i64)> {
+        self.leases.iter().filter_map(|l| Some((l.holding()?, l.closing_watermark_unix_ms()?))).collect()
     }
 
-    pub fn subxact_aborted(&mut self, subxact: SubXactId) {
-        self.leases.iter_mut().for_each(|l| l.subxact_aborted(subxact));
-    }
-
-    pub fn committed(&mut self) {
-        self.leases.iter_mut().for_each(BackendLease::committed);
-    }
-
-    pub fn aborted(&mut self) {
-        self.leases.iter_mut().for_each(BackendLease::aborted);
-    }
-
-    /// Services whose lease the open transaction wrote.
-    pub fn written_in_open_transaction(&self) -> Vec<String> {
-        self.leases.iter().filter(|l| l.written_in_open_transaction()).map(|l| l.service.clone()).collect()
+    /// Forgets every lease (after recording [`BackendLeases::closings`]): the next ID claims anew.
+    pub fn lose_all(&mut self) {
+        self.leases.iter_mut().for_each(BackendLease::lost);
     }
 }
 
@@ -332,9 +286,9 @@ mod tests {
         NodeIdentity { service: "orders".into(), host: "127.0.0.1".into(), port: 5432, backend_slot: Some(3) }
     }
 
-    fn claimed_in(subxact: SubXactId) -> BackendLease {
+    fn claimed() -> BackendLease {
         let mut lease = BackendLease::new("orders".into());
-        lease.claimed(backend(), Layout::DEFAULT, terms(4, 2, T0), 2_000, HB, subxact);
+        lease.claimed(backend(), Layout::DEFAULT, terms(4, 2, T0), 2_000, HB);
         lease
     }
 
@@ -346,107 +300,42 @@ mod tests {
 
     #[test]
     fn a_claim_issues_until_the_heartbeat_interval_then_asks_for_a_check() {
-        let mut lease = claimed_in(1);
-        lease.committed();
+        let mut lease = claimed();
         assert!(lease.next_id(&mut StillClock(T0 + 1)).is_ok());
         assert!(lease.next_id(&mut StillClock(T0 + HB - 1)).is_ok());
         assert_eq!(lease.next_id(&mut StillClock(T0 + HB)), Err(Stop::LeaseCheckDue));
         assert_eq!(lease.ids_issued(), 2);
-        // A write-verification moves the deadline on.
-        lease.verified(T0 + HB, T0 + HB + LEASE, T0 + HB + LEASE, 2_000, HB, Some(1));
-        lease.committed();
+        // A committed renewal moves the deadline on.
+        lease.verified(T0 + HB, T0 + HB + LEASE, T0 + HB + LEASE, 2_000, HB);
         assert!(lease.next_id(&mut StillClock(T0 + HB)).is_ok());
     }
 
     #[test]
     fn a_read_verification_never_extends_past_the_lease_end() {
-        let mut lease = claimed_in(1);
-        lease.committed();
+        let mut lease = claimed();
         // Read-only checks confirm ownership but cannot move lease_until.
-        lease.verified(T0 + LEASE - 10, T0 + LEASE, T0 + LEASE, 2_000, HB, None);
+        lease.verified(T0 + LEASE - 10, T0 + LEASE, T0 + LEASE, 2_000, HB);
         assert!(lease.next_id(&mut StillClock(T0 + LEASE - 1)).is_ok());
         assert_eq!(lease.next_id(&mut StillClock(T0 + LEASE)), Err(Stop::LeaseCheckDue));
-        assert!(!lease.written_in_open_transaction());
     }
 
     #[test]
-    fn a_rolled_back_claim_leaves_no_lease() {
-        let mut lease = claimed_in(1);
-        assert!(lease.next_id(&mut StillClock(T0 + 1)).is_ok());
-        assert!(lease.written_in_open_transaction());
-        lease.aborted();
+    fn a_lost_lease_issues_nothing_until_claimed_again() {
+        let mut lease = claimed();
+        lease.next_id(&mut StillClock(T0 + 1)).unwrap();
+        lease.lost();
         assert!(lease.held().is_none());
         assert_eq!(lease.next_id(&mut StillClock(T0 + 2)), Err(Stop::LeaseCheckDue));
+        assert_eq!(lease.closing_watermark_unix_ms(), None, "a lost lease leaves nothing to record");
     }
 
     #[test]
-    fn a_claim_in_a_rolled_back_savepoint_is_forgotten_but_an_outer_one_stays() {
-        // Claimed in savepoint 2, rolled back to it.
-        let mut lease = claimed_in(2);
-        lease.subxact_aborted(2);
-        assert!(lease.held().is_none());
-        // Claimed in savepoint 3 which is released into 1, then an unrelated savepoint 4 aborts.
-        lease.claimed(backend(), Layout::DEFAULT, terms(5, 3, T0 + 10), 2_000, HB, 3);
-        lease.subxact_committed(3, 1);
-        lease.subxact_aborted(4);
-        assert_eq!(lease.held().map(|h| h.terms.machine_id), Some(5));
-        lease.committed();
-        lease.aborted(); // a later transaction aborting does not touch a committed lease
-        assert_eq!(lease.held().map(|h| h.terms.version), Some(3));
-        assert!(lease.next_id(&mut StillClock(T0 + 11)).is_ok());
-    }
-
-    #[test]
-    fn a_committed_savepoint_claim_still_dies_with_its_transaction() {
-        let mut lease = claimed_in(2);
-        lease.subxact_committed(2, 1);
-        lease.aborted();
-        assert!(lease.held().is_none());
-    }
-
-    #[test]
-    fn a_rolled_back_verification_restores_the_old_lease_due_for_a_check() {
-        let mut lease = claimed_in(1);
-        lease.committed();
-        lease.verified(T0 + HB, T0 + HB + LEASE, T0 + HB + LEASE, 2_000, HB, Some(7));
-        lease.verified(T0 + 2 * HB, T0 + 2 * HB + LEASE, T0 + 2 * HB + LEASE, 2_000, HB, Some(7));
-        lease.subxact_aborted(7);
-        let held = lease.held().unwrap();
-        assert_eq!((held.verified_at_unix_ms, held.terms.lease_until_unix_ms), (T0, T0 + LEASE));
-        assert_eq!(lease.next_id(&mut StillClock(T0 + 1)), Err(Stop::LeaseCheckDue));
-    }
-
-    #[test]
-    fn nested_writes_undo_to_the_state_before_each_savepoint() {
-        let mut lease = claimed_in(1);
-        lease.committed();
-        lease.verified(T0 + HB, T0 + HB + LEASE, T0 + HB + LEASE, 2_000, HB, Some(2)); // in savepoint 2
-        lease.verified(T0 + 2 * HB, T0 + 2 * HB + LEASE, T0 + 2 * HB + LEASE, 2_000, HB, Some(3)); // in savepoint 3 inside 2
-        lease.subxact_committed(3, 2);
-        // Savepoint 2 now holds both writes; its abort goes back to before the first one.
-        lease.subxact_aborted(2);
-        assert_eq!(lease.held().unwrap().verified_at_unix_ms, T0);
-        assert!(!lease.written_in_open_transaction());
-    }
-
-    #[test]
-    fn a_lost_lease_stays_lost_whatever_rolls_back() {
-        let mut lease = claimed_in(1);
-        lease.committed();
-        lease.verified(T0 + HB, T0 + HB + LEASE, T0 + HB + LEASE, 2_000, HB, Some(2));
-        lease.lost();
-        lease.subxact_aborted(2);
-        lease.aborted();
-        assert!(lease.held().is_none());
-    }
-
-    #[test]
-    fn ids_keep_growing_across_a_forgotten_lease() {
-        let mut lease = claimed_in(1);
+    fn ids_keep_growing_across_leases() {
+        let mut lease = claimed();
         let first = lease.next_id(&mut StillClock(T0 + 50)).unwrap();
-        lease.aborted();
+        lease.lost();
         // Re-claimed with the same machine id and an earlier-looking claim time.
-        lease.claimed(backend(), Layout::DEFAULT, terms(4, 3, T0 + 10), 2_000, HB, 1);
+        lease.claimed(backend(), Layout::DEFAULT, terms(4, 3, T0 + 10), 2_000, HB);
         let second = lease.next_id(&mut StillClock(T0 + 50)).unwrap();
         assert!(second > first);
         assert_eq!(lease.ids_issued(), 1);
@@ -454,9 +343,23 @@ mod tests {
     }
 
     #[test]
-    fn leases_are_kept_per_service() {
+    fn a_closing_lease_leaves_its_last_stamp_or_its_not_before() {
+        let mut lease = claimed();
+        assert_eq!(lease.closing_watermark_unix_ms(), Some(T0), "nothing stamped: not_before");
+        lease.next_id(&mut StillClock(T0 + 700)).unwrap();
+        lease.next_id(&mut StillClock(T0 + 900)).unwrap();
+        assert_eq!(lease.closing_watermark_unix_ms(), Some(T0 + 900));
+        // Never below not_before, which covers the earlier holders of the id.
+        let mut later = BackendLease::new("orders".into());
+        let t = Terms { not_before_unix_ms: T0 + 5_000, ..terms(4, 2, T0) };
+        later.claimed(backend(), Layout::DEFAULT, t, 2_000, HB);
+        assert_eq!(later.closing_watermark_unix_ms(), Some(T0 + 5_000));
+    }
+
+    #[test]
+    fn leases_are_kept_per_service_and_closed_together() {
         let mut all = BackendLeases::new();
-        all.get_or_add("a").claimed(backend(), Layout::DEFAULT, terms(1, 1, T0), 2_000, HB, 1);
+        all.get_or_add("a").claimed(backend(), Layout::DEFAULT, terms(1, 1, T0), 2_000, HB);
         all.get_or_add("b");
         assert!(all.get("a").unwrap().held().is_some());
         assert!(all.get("b").unwrap().held().is_none());
@@ -465,10 +368,26 @@ mod tests {
         assert_eq!((b, all.index_or_add("c"), all.at(b).service()), (1, 2, "b"));
         let holding = all.get("a").unwrap().holding().unwrap();
         assert_eq!((holding.machine_id, holding.version, holding.node.backend_slot), (1, 1, Some(3)));
-        assert_eq!(all.written_in_open_transaction(), vec!["a"]);
-        all.aborted();
-        assert_eq!(all.iter().count(), 3, "aborting forgets leases, not the services");
+        let closings = all.closings();
+        assert_eq!(closings.len(), 1, "only held leases have something to record");
+        assert_eq!((closings[0].0.machine_id, closings[0].1), (1, T0));
+        all.lose_all();
+        assert_eq!(all.iter().count(), 3, "losing leases keeps the services");
         assert!(all.iter().all(|l| l.held().is_none()));
+    }
+
+    #[test]
+    fn an_authorization_stands_for_its_role_and_generation_only() {
+        let mut lease = BackendLease::new("a".into());
+        let checked = Authorized { role: 10, grants_generation: 3 };
+        assert!(!lease.authorized_for(|| checked), "nobody is authorized before a check");
+        lease.set_authorized(Some(checked));
+        assert!(lease.authorized_for(|| checked));
+        assert!(!lease.authorized_for(|| Authorized { role: 11, ..checked }), "another role (SET ROLE) asks again");
+        assert!(!lease.authorized_for(|| Authorized { grants_generation: 4, ..checked }), "so do changed grants");
+        let mut own = BackendLease::new("shop".into());
+        own.needs_no_grant();
+        assert!(own.authorized_for(|| unreachable!("the database's own service asks nobody")));
     }
 
     #[test]
@@ -476,12 +395,11 @@ mod tests {
         // The registry recorded a window of 10 ms: the backend must check (and write a new one) first.
         let mut lease = BackendLease::new("orders".into());
         let terms = Terms { issued_until_unix_ms: T0 + 10, ..terms(4, 2, T0) };
-        lease.claimed(backend(), Layout::DEFAULT, terms, 2_000, HB, 1);
-        lease.committed();
+        lease.claimed(backend(), Layout::DEFAULT, terms, 2_000, HB);
         assert!(lease.next_id(&mut StillClock(T0 + 9)).is_ok());
         assert_eq!(lease.next_id(&mut StillClock(T0 + 10)), Err(Stop::LeaseCheckDue));
         // A write moved the watermark on; a read-only check that finds it behind its lease end stops there too.
-        lease.verified(T0 + 10, T0 + 10 + LEASE, T0 + 30, 2_000, HB, None);
+        lease.verified(T0 + 10, T0 + 10 + LEASE, T0 + 30, 2_000, HB);
         assert!(lease.next_id(&mut StillClock(T0 + 29)).is_ok());
         assert_eq!(lease.next_id(&mut StillClock(T0 + 30)), Err(Stop::LeaseCheckDue));
     }
@@ -491,7 +409,7 @@ mod tests {
         // An earlier holder may have stamped up to T0 + 1500: the backend waits that out.
         let mut lease = BackendLease::new("orders".into());
         let terms = Terms { not_before_unix_ms: T0 + 1_500, ..terms(4, 2, T0) };
-        lease.claimed(backend(), Layout::DEFAULT, terms, 2_000, HB, 1);
+        lease.claimed(backend(), Layout::DEFAULT, terms, 2_000, HB);
         let mut clock = StillClock(T0);
         let id = lease.next_id(&mut clock).unwrap();
         assert_eq!(Layout::DEFAULT.decompose(id).unwrap().ticks, T0 + 1_501 - EPOCH_2025_UNIX_MS);

@@ -5,6 +5,7 @@ use crate::error::{IdgenError, SqlState};
 use crate::input::{node_name, Holding, NodeIdentity};
 use crate::layout::Layout;
 use crate::policy::{human_duration, Outcome};
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::ops::RangeInclusive;
 
@@ -39,7 +40,7 @@ impl RowFacts {
 
 /// An event a person should hear about: a WARNING to the client, a LOG line
 /// and a `NOTIFY idgen_alert` with `payload` as JSON.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Alert {
     pub message: String,
     pub payload: serde_json::Value,
@@ -105,7 +106,7 @@ pub fn identity_busy(function: &str, node: &NodeIdentity, machine_id: Option<i16
         ),
     )
     .detail(format!("{what} A claim never waits for another session."))
-    .hint("Retry in a moment. If it keeps failing, look for an old transaction in pg_stat_activity, or for two processes started with the same host and port.")
+    .hint("Retry in a moment. If it keeps failing, look for an old transaction of this service's role in pg_stat_activity, for a prepared one in pg_prepared_xacts, or for two processes started with the same host and port.")
 }
 
 /// The registry cannot be written: a read-only transaction, or a standby.
@@ -325,10 +326,21 @@ pub struct WatermarkAhead {
     pub bound_unix_ms: i64,
     pub now_unix_ms: i64,
     pub tolerance_ms: i64,
+    /// When the bound is a live holder's lease rather than a watermark: the service node that holds
+    /// the row, last seen then, may still be issuing (an earlier process of the claimant's identity,
+    /// or a second one). `None`: the bound is what was stamped.
+    pub held_since_unix_ms: Option<i64>,
 }
 
 impl WatermarkAhead {
     fn facts(&self) -> String {
+        if let Some(seen) = self.held_since_unix_ms {
+            return format!(
+                "It is held by this identity, last seen at {}, whose lease lets it issue IDs until {}: it may be an earlier process of this node that has not exited, or another process started with the same address and port.",
+                iso_utc(seen),
+                iso_utc(self.bound_unix_ms)
+            );
+        }
         format!(
             "Its watermark, the latest time an earlier holder may have stamped IDs with it, is {}: {} ms ahead of the server clock ({}), longer than a claim may wait ({} ms).",
             iso_utc(self.bound_unix_ms),
@@ -351,8 +363,20 @@ pub fn moved_past_watermark(function: &str, node: &NodeIdentity, ahead: &Waterma
             node.name()
         ),
     )
-    .detail(format!("{} It is released and comes back into use once the clock has passed it.", ahead.facts()))
-    .hint("The server clock (or this node's) was ahead earlier, or stepped back: check time synchronisation (NTP).")
+    .detail(format!(
+        "{} {}",
+        ahead.facts(),
+        if ahead.held_since_unix_ms.is_some() {
+            "It is released: that holder's next heartbeat fails, and the id comes back into use once its lease has ended."
+        } else {
+            "It is released and comes back into use once the clock has passed it."
+        }
+    ))
+    .hint(if ahead.held_since_unix_ms.is_some() {
+        "Expected after a crash: that process's next heartbeat fails with 55000 and it stops. Otherwise give every process its own address and port; a process that releases its id on shutdown (idgen_release) gets it back when it restarts."
+    } else {
+        "The server clock (or this node's) was ahead earlier, or stepped back: check time synchronisation (NTP)."
+    })
 }
 
 /// The caller's own machine id cannot be used yet and no other is free.
@@ -367,7 +391,11 @@ pub fn watermark_ahead(function: &str, node: &NodeIdentity, ahead: &WatermarkAhe
         ),
     )
     .detail(format!("{} No ID was issued.", ahead.facts()))
-    .hint("Retry once the server clock has passed the watermark, and check time synchronisation (NTP). Do not delete the row or lower its issued_until: the IDs stamped up to it would be issued again.")
+    .hint(if ahead.held_since_unix_ms.is_some() {
+        "Retry after that time, or stop the other process and let it release its id (idgen_release). Do not delete the row: its holder may be issuing IDs with it."
+    } else {
+        "Retry once the server clock has passed the watermark, and check time synchronisation (NTP). Do not delete the row or lower its issued_until: the IDs stamped up to it would be issued again."
+    })
 }
 
 /// A node reported an infinite watermark.
@@ -379,20 +407,19 @@ pub fn infinite_watermark(function: &str) -> IdgenError {
         .hint("Pass the node's watermark, or NULL to let the server's clock stand in for it.")
 }
 
-/// The registry grants nothing before its floor: rows were removed, or it was
-/// created, while holders may still be issuing IDs from leases it forgot.
-pub fn registry_floor_ahead(function: &str, floor_unix_ms: i64, now_unix_ms: i64) -> IdgenError {
+/// A node reported a watermark after the last time an ID can carry: its clock is wrong, and it
+/// stamped nothing that late. Refused, so that it stops (the reference client does).
+pub fn watermark_beyond_layout(function: &str, reported_unix_ms: i64, layout: &Layout) -> IdgenError {
     IdgenError::new(
-        SqlState::ObjectNotInPrerequisiteState,
-        format!("{function}: the registry grants no machine id before {}", iso_utc(floor_unix_ms)),
+        SqlState::InvalidParameterValue,
+        format!("{function}: argument \"issued_until\" is after the last time an ID can carry"),
     )
     .detail(format!(
-        "Rows of system_nodes were deleted or truncated, or idgen was installed while other sessions were connected, so holders the registry no longer knows may issue IDs until {} ({} ms after the server clock, {}).",
-        iso_utc(floor_unix_ms),
-        floor_unix_ms - now_unix_ms,
-        iso_utc(now_unix_ms)
+        "Got {}; no ID stamps a time after {}, so the node's clock is wrong. Nothing was changed: the node must stop issuing IDs.",
+        iso_utc(reported_unix_ms),
+        iso_utc(layout.last_unix_ms())
     ))
-    .hint("Retry after that time. See idgen_registry.floor.")
+    .hint("Correct the node's clock (NTP), then restart it: it claims again and starts after every ID its machine id carried.")
 }
 
 /// The clock reads a time the layout cannot stamp.
@@ -421,17 +448,89 @@ pub fn negative_id(function: &str, id: i64) -> IdgenError {
         .detail(format!("Got {id}; idgen IDs are never negative (their sign bit is always 0)."))
 }
 
-/// PREPARE TRANSACTION after this backend claimed or renewed a lease in it.
-pub fn prepare_with_lease_write(services: &[String]) -> IdgenError {
+/// PREPARE TRANSACTION after idgen's SQL functions wrote the registry in the transaction.
+pub fn prepare_after_registry_write(functions: &[String]) -> IdgenError {
     IdgenError::new(
         SqlState::FeatureNotSupported,
-        "cannot PREPARE a transaction in which idgen claimed or renewed this backend's machine id",
+        "cannot PREPARE a transaction in which idgen wrote the registry",
     )
     .detail(format!(
-        "The transaction wrote the backend's lease for service(s) {}; its outcome would be decided by another session, after this backend has issued IDs from it.",
-        services.iter().map(|s| format!("\"{s}\"")).collect::<Vec<_>>().join(", ")
+        "The transaction called {}. A prepared transaction keeps its row locks until COMMIT PREPARED or ROLLBACK PREPARED, which may be never: the node's own row and its claim guards would stay locked, and its claim would depend on another session's decision.",
+        functions.join(", ")
     ))
-    .hint("Call idgen_next_id() once in an ordinary transaction before using it in a two-phase one.")
+    .hint("Call idgen_claim, idgen_heartbeat and idgen_release in transactions of their own (autocommit), as the client contract says.")
+}
+
+/// The library runs against SQL objects of another version of the extension.
+pub fn version_mismatch(installed: &str, library: &str) -> IdgenError {
+    IdgenError::new(
+        SqlState::ObjectNotInPrerequisiteState,
+        format!("idgen: this database has version {installed} of the extension, but the server runs its library {library}"),
+    )
+    .detail("The library's registry statements are written for the SQL objects of its own version; none runs against another. Nothing was changed.")
+    .hint("Run ALTER EXTENSION idgen UPDATE in this database.")
+}
+
+/// A registry write had no background worker to commit it in a transaction of its own.
+pub fn no_worker_slot(function: &str, waited_ms: i64) -> IdgenError {
+    IdgenError::new(
+        SqlState::InsufficientResources,
+        format!("{function}: no background worker slot is free to write the registry"),
+    )
+    .detail(format!(
+        "A backend's claim and each renewal of its window commit in a short-lived background worker of their own, before any ID is issued under them; none could start in {waited_ms} ms. No ID was issued."
+    ))
+    .hint("Raise max_worker_processes (a restart), counting one slot for idgen besides parallel query and replication workers; or find what holds the slots (pg_stat_activity.backend_type).")
+}
+
+/// `idgen_next_id` inside a parallel worker (a PARALLEL SAFE wrapper around it).
+pub fn in_parallel_worker(function: &str) -> IdgenError {
+    IdgenError::new(SqlState::FeatureNotSupported, format!("{function} cannot run in a parallel worker"))
+        .detail(
+            "A parallel worker holds no machine id of its own and must not claim one for a query that ends with it.",
+        )
+        .hint("idgen_next_id is PARALLEL UNSAFE: do not wrap it in a function declared PARALLEL SAFE.")
+}
+
+/// Something the registry still guards when someone tries to drop it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StillStamping {
+    pub service: String,
+    pub machine_id: i16,
+    /// Who may be stamping: `10.0.0.5:8080`, `backend slot 3 of 127.0.0.1:5432 (pid 4242)`, or
+    /// `a row deleted by hand`.
+    pub holder: String,
+    pub until_unix_ms: i64,
+}
+
+/// `DROP EXTENSION idgen` (or a DROP that would cascade to it) while holders may still stamp.
+/// `count` machine ids in all; `shown` the first few, latest first.
+pub fn drop_refused(command: &str, count: i64, shown: &[StillStamping]) -> IdgenError {
+    let latest = shown.iter().map(|s| s.until_unix_ms).max().unwrap_or(i64::MIN);
+    let list: Vec<String> = shown
+        .iter()
+        .map(|s| {
+            format!(
+                "service \"{}\" machine id {} ({}) until {}",
+                s.service,
+                s.machine_id,
+                s.holder,
+                iso_utc(s.until_unix_ms)
+            )
+        })
+        .collect();
+    IdgenError::new(
+        SqlState::ObjectInUse,
+        format!("{command}: the idgen registry still guards machine ids that may be stamped"),
+    )
+    .detail(format!(
+        "{count} machine id{} may be stamped until {} at the latest: {}{}. A registry created afterwards would hand them out again while their holders use them.",
+        if count == 1 { "" } else { "s" },
+        iso_utc(latest),
+        list.join("; "),
+        if (shown.len() as i64) < count { "; and others" } else { "" }
+    ))
+    .hint("Stop those holders and let them release their ids (idgen_release), or wait until then; a database backend records its last stamp when it disconnects (pg_terminate_backend ends one). Only for a database whose IDs can be thrown away: a superuser may run ALTER EVENT TRIGGER idgen_drop_guard DISABLE first.")
 }
 
 fn layout_range_detail(layout: &Layout) -> String {
@@ -649,9 +748,9 @@ mod tests {
         let ro = no_lease_read_only("idgen_next_id", "orders", false);
         assert_eq!(ro.sqlstate.code(), "25006");
         assert!(ro.message.ends_with("cannot claim one in a read-only transaction"), "{}", ro.message);
-        let prep = prepare_with_lease_write(&["a".to_owned(), "b".to_owned()]);
+        let prep = prepare_after_registry_write(&["idgen_claim".to_owned(), "idgen_release".to_owned()]);
         assert_eq!(prep.sqlstate.code(), "0A000");
-        assert!(prep.detail.unwrap().contains("\"a\", \"b\""));
+        assert!(prep.detail.unwrap().starts_with("The transaction called idgen_claim, idgen_release."));
     }
 
     #[test]
@@ -672,6 +771,7 @@ mod tests {
             bound_unix_ms: 1_796_000_000_123,
             now_unix_ms: 1_796_000_000_123 - 3_600_000,
             tolerance_ms: 2_000,
+            held_since_unix_ms: None,
         };
         let claimant = NodeIdentity { backend_slot: Some(4), ..node("127.0.0.1", 5432) };
         let err = watermark_ahead("idgen_next_id", &claimant, &ahead);
@@ -690,9 +790,62 @@ mod tests {
             "{}",
             moved.message
         );
-        let floor = registry_floor_ahead("idgen_claim", 1_796_000_000_123, 1_796_000_000_000);
-        assert_eq!(floor.sqlstate.code(), "55000");
-        assert!(floor.detail.unwrap().contains("(123 ms after the server clock"));
+    }
+
+    #[test]
+    fn a_claim_beside_a_live_holder_of_its_identity_says_so() {
+        let now = 1_796_000_000_000;
+        let ahead = WatermarkAhead {
+            machine_id: 0,
+            bound_unix_ms: now + 3_300_000,
+            now_unix_ms: now,
+            tolerance_ms: 2_000,
+            held_since_unix_ms: Some(now - 5_000),
+        };
+        let moved = moved_past_watermark("idgen_claim", &node("10.0.0.5", 8080), &ahead, 2);
+        assert!(moved.message.ends_with("10.0.0.5:8080 claimed machine id 2 instead"), "{}", moved.message);
+        let detail = moved.detail.unwrap();
+        assert!(detail.contains("held by this identity, last seen at 2026-11-30T00:53:15.000Z"), "{detail}");
+        assert!(detail.ends_with("once its lease has ended."), "{detail}");
+        assert!(moved.hint.unwrap().contains("next heartbeat fails with 55000"));
+    }
+
+    #[test]
+    fn a_library_of_another_version_says_how_to_update() {
+        let err = version_mismatch("0.3.0", "0.4.0");
+        assert_eq!(err.sqlstate.code(), "55000");
+        assert_eq!(
+            err.message,
+            "idgen: this database has version 0.3.0 of the extension, but the server runs its library 0.4.0"
+        );
+        assert_eq!(err.hint.as_deref(), Some("Run ALTER EXTENSION idgen UPDATE in this database."));
+    }
+
+    #[test]
+    fn a_refused_drop_names_what_may_still_be_stamped_and_until_when() {
+        let shown = [
+            StillStamping {
+                service: "orders".into(),
+                machine_id: 3,
+                holder: "10.0.0.5:8080".into(),
+                until_unix_ms: 1_796_000_000_123,
+            },
+            StillStamping {
+                service: "shop".into(),
+                machine_id: 0,
+                holder: "backend slot 4 of 127.0.0.1:5432 (pid 77)".into(),
+                until_unix_ms: 1_796_000_000_000,
+            },
+        ];
+        let err = drop_refused("DROP EXTENSION", 3, &shown);
+        assert_eq!(err.sqlstate.code(), "55006");
+        assert_eq!(err.message, "DROP EXTENSION: the idgen registry still guards machine ids that may be stamped");
+        let detail = err.detail.unwrap();
+        assert!(detail.starts_with("3 machine ids may be stamped until 2026-11-30T00:53:20.123Z at the latest: service \"orders\" machine id 3 (10.0.0.5:8080) until 2026-11-30T00:53:20.123Z; service \"shop\""), "{detail}");
+        assert!(detail.contains("; and others. A registry created afterwards"), "{detail}");
+        assert!(err.hint.unwrap().contains("ALTER EVENT TRIGGER idgen_drop_guard DISABLE"));
+        let one = drop_refused("DROP SCHEMA", 1, &shown[..1]);
+        assert!(one.detail.unwrap().starts_with("1 machine id may be stamped"));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! [`ClaimPolicy::steps`].
 
 use crate::error::{IdgenError, SqlState};
+use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// How a claim got its machine id. The label is part of the SQL API (`outcome`).
@@ -58,7 +59,7 @@ pub enum ClaimStep {
 
 /// The settings the registry runs by, in seconds. Defaults follow the design:
 /// take back after 7 days, then 1 day, then (with an alert) 1 hour idle.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClaimPolicy {
     pub takeover_idle_7d_secs: i64,
     pub takeover_idle_1d_secs: i64,
@@ -211,29 +212,51 @@ impl NodeState {
     }
 }
 
+/// The times of a registry row a state depends on, in seconds relative to now (the
+/// transaction's start, as the claim measures them).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RowAges {
+    /// Since `last_seen`.
+    pub idle_secs: f64,
+    /// Since `released_at`, if released.
+    pub released_secs: Option<f64>,
+    /// Until the `lease_until` the holder was granted; `None` when the row does not record it
+    /// (written by hand, or before idgen 0.4.0): then the lease of the settings now stands in.
+    pub lease_left_secs: Option<f64>,
+    /// Until the `takeover_at` the holder was granted (no take-back before it); `None` as above.
+    pub takeover_left_secs: Option<f64>,
+}
+
 impl ClaimPolicy {
-    /// The state of a row idle `idle_secs` (since `last_seen`), released
-    /// `released_secs` ago if it was. Ages are measured as the claim measures
-    /// them: a row is past an age when it is strictly older (`last_seen < now - age`).
-    pub fn node_state(&self, idle_secs: f64, released_secs: Option<f64>) -> NodeState {
-        if let Some(released) = released_secs {
+    /// The state of a row. A lease is honoured as granted: a row is live until the
+    /// `lease_until` it records and takeable no sooner than its `takeover_at`, whatever
+    /// the settings are now; the tiers (by today's settings) then order the take-backs.
+    /// Ages are measured as the claim measures them: a row is past an age when it is
+    /// strictly older (`last_seen < now - age`).
+    pub fn node_state(&self, row: RowAges) -> NodeState {
+        if let Some(released) = row.released_secs {
             return if released >= self.release_cooldown_secs as f64 {
                 NodeState::Released
             } else {
                 NodeState::Cooling
             };
         }
-        let past = |age: i64| idle_secs > age as f64;
+        let lease_left = row.lease_left_secs.unwrap_or(self.lease_secs() as f64 - row.idle_secs);
+        if lease_left > 0.0 {
+            return NodeState::Live;
+        }
+        if row.takeover_left_secs.is_some_and(|left| left >= 0.0) {
+            return NodeState::PastLease;
+        }
+        let past = |age: i64| row.idle_secs > age as f64;
         if past(self.takeover_idle_7d_secs) {
             NodeState::Idle7d
         } else if past(self.takeover_idle_1d_secs) {
             NodeState::Idle1d
         } else if past(self.takeover_idle_1h_secs) {
             NodeState::Idle1h
-        } else if idle_secs >= self.lease_secs() as f64 {
-            NodeState::PastLease
         } else {
-            NodeState::Live
+            NodeState::PastLease
         }
     }
 }
@@ -361,6 +384,16 @@ mod tests {
         assert_eq!(human_duration(7 * DAY + 2 * HOUR + 3 * MINUTE + 4), "7d 2h 3m 4s");
     }
 
+    /// A row whose times were recorded as the default settings grant them.
+    fn granted(idle_secs: f64, released_secs: Option<f64>) -> RowAges {
+        RowAges {
+            idle_secs,
+            released_secs,
+            lease_left_secs: Some(55.0 * 60.0 - idle_secs),
+            takeover_left_secs: Some(HOUR as f64 - idle_secs),
+        }
+    }
+
     #[test]
     fn node_states_follow_the_tiers_the_claim_uses() {
         let p = ClaimPolicy::DEFAULT;
@@ -377,9 +410,28 @@ mod tests {
             (0.0, Some(60.0), NodeState::Released),
         ];
         for (idle, released, state) in cases {
-            assert_eq!(p.node_state(idle, released), state, "idle {idle}, released {released:?}");
+            assert_eq!(p.node_state(granted(idle, released)), state, "idle {idle}, released {released:?}");
+            // A row that records no terms gets the same states from today's settings.
+            let unrecorded = RowAges { lease_left_secs: None, takeover_left_secs: None, ..granted(idle, released) };
+            assert_eq!(p.node_state(unrecorded), state, "unrecorded: idle {idle}, released {released:?}");
         }
         let labels: Vec<&str> = NodeState::ALL.iter().map(|s| s.label()).collect();
         assert_eq!(labels, ["live", "past_lease", "idle_1h", "idle_1d", "idle_7d", "cooling_down", "released"]);
+    }
+
+    #[test]
+    fn a_lease_is_honoured_as_granted_whatever_the_settings_are_now() {
+        // Granted 55 minutes 12 seconds ago, then the tiers were lowered to seconds.
+        let lowered = ClaimPolicy {
+            takeover_idle_7d_secs: 30,
+            takeover_idle_1d_secs: 20,
+            takeover_idle_1h_secs: 10,
+            lease_safety_margin_secs: 2,
+            heartbeat_interval_secs: 2,
+            release_cooldown_secs: 1,
+        };
+        assert_eq!(lowered.node_state(granted(12.0, None)), NodeState::Live, "inside the lease it was given");
+        assert_eq!(lowered.node_state(granted(56.0 * 60.0, None)), NodeState::PastLease, "before its takeover_at");
+        assert_eq!(lowered.node_state(granted(HOUR as f64 + 1.0, None)), NodeState::Idle7d, "and takeable after it");
     }
 }

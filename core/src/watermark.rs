@@ -9,25 +9,31 @@
 //! may stamp.
 //!
 //! - **Backends** write the end of the window they may issue in before their
-//!   next lease check, before issuing in it: the bound holds by construction.
-//!   The window grows with the lease's age (see [`backend_window_ms`]), so a
-//!   short-lived connection leaves a watermark only a few milliseconds ahead
-//!   and the next connection in its slot need not wait.
+//!   next lease check, and issue in it only once that write has committed: the
+//!   bound holds by construction, whatever the caller's transaction does. The
+//!   window grows with the lease's age (see [`backend_window_ms`]). When a
+//!   backend stops (it disconnects, or its session drops the extension), it
+//!   records its last stamp instead ([`crate::lease::BackendLease::closing_watermark_unix_ms`]),
+//!   so that the next connection in its slot need not wait for the window.
 //! - **Services** report their own watermark, measured on their clock, with
-//!   each heartbeat and release (see [`check_reported_watermark`]).
-//! - The registry only ever raises it (`greatest`), whatever a reporter says.
+//!   each heartbeat and release. A report far ahead is kept, with a warning
+//!   ([`reported_far_ahead`]): refusing it would forget stamps already made.
+//! - The registry only ever raises it (`greatest`), whatever a reporter says;
+//!   only a backend's own closing record lowers its own window to its last stamp.
 
 use crate::error::{IdgenError, SqlState};
 use crate::messages::iso_utc;
 use crate::policy::{human_duration, ClaimPolicy, DAY};
 
-/// The shortest window a backend claims or renews: long enough to issue a
-/// first ID after the claim's millisecond, short enough that the next
-/// connection in the slot rarely waits for it.
-pub const MIN_BACKEND_WINDOW_MS: i64 = 4;
+/// The shortest window a backend claims or renews. Every write behind a window
+/// commits in a transaction of its own (a few milliseconds), so a window is
+/// long enough for a connection's first second of IDs; a backend that stops
+/// records its last stamp, so the next connection in its slot does not wait.
+pub const MIN_BACKEND_WINDOW_MS: i64 = 1_000;
 
-/// A reported watermark further ahead of the server clock than this is not a
-/// clock anyone should trust: it is refused, not recorded.
+/// A reported watermark further ahead of the server clock than this comes from
+/// a clock nobody should trust: it is kept (the node may have stamped up to it),
+/// and the caller and the server log are warned.
 pub const MAX_REPORTED_AHEAD_SECS: i64 = DAY;
 
 /// Who holds a machine id: the two kinds wait for a watermark in different places.
@@ -68,11 +74,11 @@ pub fn tolerance_ms(kind: HolderKind, policy: &ClaimPolicy, max_clock_backward_m
     }
 }
 
-/// The time after which a new holder may stamp: after its claim, after every
-/// timestamp an earlier holder of the id may have used (`bound`), and after
-/// the registry's floor (see the README: rows removed while holders lived).
-pub fn not_before(claimed_at_unix_ms: i64, bound_unix_ms: Option<i64>, floor_unix_ms: Option<i64>) -> i64 {
-    claimed_at_unix_ms.max(bound_unix_ms.unwrap_or(i64::MIN)).max(floor_unix_ms.unwrap_or(i64::MIN))
+/// The time after which a new holder may stamp: after its claim, and after every
+/// timestamp an earlier holder of the id may have used (`bound`: the row's, or
+/// for an id whose row was removed by hand, its tombstone's).
+pub fn not_before(claimed_at_unix_ms: i64, bound_unix_ms: Option<i64>) -> i64 {
+    claimed_at_unix_ms.max(bound_unix_ms.unwrap_or(i64::MIN))
 }
 
 /// Whether a watermark lets a claim made at `now` keep the machine id.
@@ -80,24 +86,39 @@ pub fn usable(bound_unix_ms: Option<i64>, now_unix_ms: i64, tolerance_ms: i64) -
     bound_unix_ms.is_none_or(|bound| bound <= now_unix_ms.saturating_add(tolerance_ms))
 }
 
-/// Checks a watermark a service reports with a heartbeat or release.
-pub fn check_reported_watermark(function: &str, reported_unix_ms: i64, now_unix_ms: i64) -> Result<(), IdgenError> {
+/// A watermark a service reports with a heartbeat or release, when it is further ahead of
+/// the server clock than any sane clock: a WARNING. The watermark is kept all the same: the
+/// node may have stamped up to it, and only that node's machine id waits for it.
+pub fn reported_far_ahead(
+    function: &str,
+    machine_id: i16,
+    reported_unix_ms: i64,
+    now_unix_ms: i64,
+) -> Option<IdgenError> {
     let ahead_ms = reported_unix_ms.saturating_sub(now_unix_ms);
     if ahead_ms <= MAX_REPORTED_AHEAD_SECS * 1000 {
-        return Ok(());
+        return None;
     }
-    Err(IdgenError::new(
-        SqlState::InvalidParameterValue,
-        format!("{function}: argument \"issued_until\" is too far in the future"),
+    Some(
+        IdgenError::new(
+            SqlState::Warning,
+            format!("{function}: argument \"issued_until\" is {} ahead of the server clock", human_duration(ahead_ms / 1000)),
+        )
+        .detail(format!(
+            "Got {}; the server clock reads {}. The watermark was kept: no other node gets machine id {machine_id} before that time.",
+            iso_utc(reported_unix_ms),
+            iso_utc(now_unix_ms)
+        ))
+        .hint("Check the node's clock (NTP). Its IDs carry that time; correct the clock, then restart the node (it moves to another machine id)."),
     )
-    .detail(format!(
-        "Got {}, {} ahead of the server clock ({}); a watermark more than {} ahead is refused. Nothing was changed.",
-        iso_utc(reported_unix_ms),
-        human_duration(ahead_ms / 1000),
-        iso_utc(now_unix_ms),
-        human_duration(MAX_REPORTED_AHEAD_SECS)
-    ))
-    .hint("Check the node's clock (NTP). The node must not issue IDs past its lease deadline unless a heartbeat succeeds."))
+}
+
+/// Whether the bound of a claimant's own held row comes from its holder's lease rather than from
+/// what it reported: a service node whose report is within the claimant's tolerance while its
+/// lease runs on is alive, or may be (an earlier process of the identity, or a second one). A
+/// backend's bound is its window, what it may have stamped.
+pub fn held_by_live_holder(kind: HolderKind, reported_unix_ms: i64, now_unix_ms: i64, tolerance_ms: i64) -> bool {
+    kind == HolderKind::Service && reported_unix_ms <= now_unix_ms + tolerance_ms
 }
 
 #[cfg(test)]
@@ -111,23 +132,23 @@ mod tests {
     fn a_backend_window_grows_with_the_lease_up_to_one_heartbeat_interval() {
         assert_eq!(backend_window_ms(&P, 0), MIN_BACKEND_WINDOW_MS);
         assert_eq!(backend_window_ms(&P, 1), MIN_BACKEND_WINDOW_MS);
-        assert_eq!(backend_window_ms(&P, 750), 750);
+        assert_eq!(backend_window_ms(&P, 7_500), 7_500);
         assert_eq!(backend_window_ms(&P, 3 * 60 * 60 * 1000), 5 * MINUTE * 1000);
-        // A lease renewed at the end of each window: 4, 8, 16, ... ms, then every 5 minutes.
+        // A lease renewed at the end of each window: 1, 2, 4, ... s, then every 5 minutes. Each renewal is
+        // a transaction of its own, so a connection's first second of IDs costs one write.
         let (mut age, mut renewals) = (0i64, 0);
         while age < 5 * MINUTE * 1000 {
             age += backend_window_ms(&P, age);
             renewals += 1;
         }
-        assert!(renewals <= 18, "{renewals} renewals before the window reaches the heartbeat interval");
+        assert_eq!(renewals, 10, "renewals before the window reaches the heartbeat interval");
     }
 
     #[test]
-    fn not_before_is_the_latest_of_claim_watermark_and_floor() {
-        assert_eq!(not_before(100, None, None), 100);
-        assert_eq!(not_before(100, Some(40), Some(70)), 100);
-        assert_eq!(not_before(100, Some(140), Some(70)), 140);
-        assert_eq!(not_before(100, Some(140), Some(170)), 170);
+    fn not_before_is_the_latest_of_claim_and_watermark() {
+        assert_eq!(not_before(100, None), 100);
+        assert_eq!(not_before(100, Some(40)), 100);
+        assert_eq!(not_before(100, Some(140)), 140);
     }
 
     #[test]
@@ -142,14 +163,29 @@ mod tests {
     }
 
     #[test]
-    fn a_reported_watermark_more_than_a_day_ahead_is_refused_with_the_facts() {
+    fn a_reported_watermark_more_than_a_day_ahead_is_kept_with_a_warning() {
         let now = 1_800_000_000_000;
-        assert!(check_reported_watermark("idgen_heartbeat", now + DAY * 1000, now).is_ok());
-        assert!(check_reported_watermark("idgen_heartbeat", now - 10 * DAY * 1000, now).is_ok(), "low is harmless");
-        let err = check_reported_watermark("idgen_heartbeat", now + DAY * 1000 + 1_000, now).unwrap_err();
-        assert_eq!(err.sqlstate, SqlState::InvalidParameterValue);
-        assert_eq!(err.message, "idgen_heartbeat: argument \"issued_until\" is too far in the future");
-        let detail = err.detail.unwrap();
-        assert!(detail.contains("1d 1s ahead of the server clock (2027-01-15T08:00:00.000Z)"), "{detail}");
+        assert_eq!(reported_far_ahead("idgen_heartbeat", 3, now + DAY * 1000, now), None);
+        assert_eq!(reported_far_ahead("idgen_heartbeat", 3, now - 10 * DAY * 1000, now), None, "low is harmless");
+        let warning = reported_far_ahead("idgen_heartbeat", 3, now + DAY * 1000 + 1_000, now).unwrap();
+        assert_eq!(warning.sqlstate, SqlState::Warning);
+        assert_eq!(warning.message, "idgen_heartbeat: argument \"issued_until\" is 1d 1s ahead of the server clock");
+        let detail = warning.detail.unwrap();
+        assert!(detail.contains("the server clock reads 2027-01-15T08:00:00.000Z"), "{detail}");
+        assert!(
+            detail.contains("The watermark was kept: no other node gets machine id 3 before that time"),
+            "{detail}"
+        );
+    }
+
+    #[test]
+    fn a_held_row_is_a_live_holders_while_its_report_is_not_ahead() {
+        let now = 1_796_000_000_000;
+        // A service node that reported its clock just now, within a lease: a live holder.
+        assert!(held_by_live_holder(HolderKind::Service, now - 5_000, now, 2_000));
+        // One that reported stamps far ahead: its clock ran ahead.
+        assert!(!held_by_live_holder(HolderKind::Service, now + 60_000, now, 2_000));
+        // A backend's bound is its window, what it may have stamped: never a live twin.
+        assert!(!held_by_live_holder(HolderKind::Backend, now - 5_000, now, 2_000));
     }
 }
