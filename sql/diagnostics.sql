@@ -17,7 +17,7 @@ SELECT pg_catalog.pg_has_role(CURRENT_USER, 'pg_monitor'::name, 'MEMBER'::text)
        OR EXISTS (SELECT FROM pg_catalog.pg_extension e
                    WHERE e.extname OPERATOR(pg_catalog.=) 'idgen'::name
                      AND pg_catalog.pg_has_role(CURRENT_USER, e.extowner, 'MEMBER'::text)) AS reads_all,
-       ARRAY(SELECT DISTINCT m.service::text FROM idgen_service_members m
+       ARRAY(SELECT DISTINCT m.service::text FROM idgen_private.idgen_service_members m
               WHERE pg_catalog.pg_has_role(CURRENT_USER, m.member::pg_catalog.oid, 'MEMBER'::text)) AS services;
 COMMENT ON VIEW idgen_visibility IS
     'Which services the current role may read in the idgen views: all of them (reads_all: superusers, the extension owner, pg_monitor), or those granted to it with idgen_grant_service.';
@@ -28,11 +28,12 @@ CREATE VIEW idgen_nodes WITH (security_barrier) AS
 SELECT n.service,
        n.machine_id,
        CASE WHEN n.backend_slot IS NULL THEN 'service'::text ELSE 'backend'::text END AS kind,
-       idgen_node_state(n.last_seen, n.released_at) AS state,
+       idgen_node_state(n.last_seen, n.released_at, n.lease_until, n.takeover_at) AS state,
        idgen_node_name(n.host, n.port, n.backend_slot) AS holder,
        pg_catalog.date_trunc('second'::text, pg_catalog.now() OPERATOR(pg_catalog.-) n.last_seen) AS idle,
-       n.last_seen OPERATOR(pg_catalog.+) p.lease AS lease_until,
+       COALESCE(n.lease_until, n.last_seen OPERATOR(pg_catalog.+) p.lease) AS lease_until,
        n.issued_until,
+       idgen_private.holder_bound(n, p.lease, p.takeover_idle_1h) AS bound,
        n.version,
        n.machine_id OPERATOR(pg_catalog.>=) p.machine_id_first
            AND n.machine_id OPERATOR(pg_catalog.<=) p.machine_id_last AS in_range,
@@ -46,8 +47,9 @@ SELECT n.service,
        n.backend_slot,
        n.last_seen,
        n.released_at,
-       n.created_at
-  FROM system_nodes n
+       n.created_at,
+       n.takeover_at
+  FROM idgen_private.nodes n
  CROSS JOIN idgen_policy() p
  CROSS JOIN idgen_visibility v
   LEFT JOIN pg_catalog.pg_stat_activity a
@@ -62,8 +64,9 @@ COMMENT ON COLUMN idgen_nodes.state IS
     'live (inside its lease), past_lease (its holder must have stopped issuing; not takeable yet), idle_1h / idle_1d / idle_7d (idle long enough for that take-back tier), cooling_down (released, within idgen.release_cooldown), released (released, free for the next claim).';
 COMMENT ON COLUMN idgen_nodes.holder IS 'The holder: host:port, or backend slot N of host:port.';
 COMMENT ON COLUMN idgen_nodes.idle IS 'Time since the last claim or heartbeat (to the second).';
-COMMENT ON COLUMN idgen_nodes.lease_until IS 'When the holder must stop issuing unless it heartbeats: last_seen plus the lease (idgen_policy()).';
-COMMENT ON COLUMN idgen_nodes.issued_until IS 'The watermark: no holder of this id stamped an ID after it; the next holder starts after it.';
+COMMENT ON COLUMN idgen_nodes.lease_until IS 'When the holder must stop issuing unless it heartbeats: the lease it was granted (for a row that records none, last_seen plus today''s lease).';
+COMMENT ON COLUMN idgen_nodes.issued_until IS 'The watermark: the latest timestamp the holders of this id reported, or (a backend) the end of the window it may issue in, or its last stamp once it stopped.';
+COMMENT ON COLUMN idgen_nodes.bound IS 'The latest time any holder of this id may have stamped: the next holder starts after it (for a held service node, its last report plus its lease).';
 COMMENT ON COLUMN idgen_nodes.version IS 'Ownership epoch.';
 COMMENT ON COLUMN idgen_nodes.in_range IS 'Inside this server''s idgen.machine_id_range: claims here hand out only such ids. A holder outside keeps its id until it stops.';
 COMMENT ON COLUMN idgen_nodes.pid IS 'Backend rows of this server: the process in the row''s slot now, if any (it holds the row, or reuses it on its first idgen_next_id()).';
@@ -77,6 +80,7 @@ COMMENT ON COLUMN idgen_nodes.backend_slot IS 'The backend slot; NULL for servic
 COMMENT ON COLUMN idgen_nodes.last_seen IS 'Last claim or heartbeat.';
 COMMENT ON COLUMN idgen_nodes.released_at IS 'When it was released; NULL while held.';
 COMMENT ON COLUMN idgen_nodes.created_at IS 'When the machine id was first registered for the service.';
+COMMENT ON COLUMN idgen_nodes.takeover_at IS 'No take-back before this time, as granted with the lease (NULL: not recorded).';
 
 CREATE VIEW idgen_capacity WITH (security_barrier) AS
 SELECT s.service,
@@ -155,7 +159,7 @@ SELECT h.at,
        h.previous_host,
        h.previous_port,
        h.previous_backend_slot
-  FROM idgen_history h
+  FROM idgen_private.idgen_history h
  CROSS JOIN idgen_visibility v
  WHERE v.reads_all OR h.service::text OPERATOR(pg_catalog.=) ANY (v.services);
 COMMENT ON VIEW idgen_events IS
@@ -212,11 +216,11 @@ SELECT c.service,
               pg_catalog.sum(k.n) FILTER (WHERE k.event OPERATOR(pg_catalog.=) 'ownership_lost'::text) AS ownership_losses,
               pg_catalog.sum(k.n) FILTER (WHERE k.event OPERATOR(pg_catalog.=) ANY (ARRAY['refused_full'::text, 'refused_watermark'::text, 'refused_no_standby'::text])) AS refused_claims,
               pg_catalog.sum(k.n) FILTER (WHERE k.purged) AS history_events_purged
-         FROM (SELECT h.event, h.outcome, pg_catalog.count(*) AS n, false AS purged FROM idgen_history h
+         FROM (SELECT h.event, h.outcome, pg_catalog.count(*) AS n, false AS purged FROM idgen_private.idgen_history h
                 WHERE h.service OPERATOR(pg_catalog.=) c.service GROUP BY h.event, h.outcome
                UNION ALL
                SELECT p.event, CASE WHEN p.outcome OPERATOR(pg_catalog.=) ''::text THEN NULL ELSE p.outcome END, p.events, true
-                 FROM idgen_history_purged p WHERE p.service OPERATOR(pg_catalog.=) c.service) k
+                 FROM idgen_private.idgen_history_purged p WHERE p.service OPERATOR(pg_catalog.=) c.service) k
   ) t ON true;
 COMMENT ON VIEW idgen_metrics IS
     'One row per service you may read, numeric columns only, for postgres_exporter (see the README''s queries.yaml). The counters count every event since the extension was created, purged ones included.';
@@ -230,16 +234,48 @@ COMMENT ON COLUMN idgen_metrics.take_backs_released IS 'Counter: released ids ta
 COMMENT ON COLUMN idgen_metrics.take_backs_7d IS 'Counter: take-backs in the 7-day tier.';
 COMMENT ON COLUMN idgen_metrics.take_backs_1d IS 'Counter: take-backs in the 1-day tier.';
 COMMENT ON COLUMN idgen_metrics.take_backs_1h IS 'Counter: take-backs in the 1-hour tier (each also alerted).';
-COMMENT ON COLUMN idgen_metrics.ownership_losses IS 'Counter: holders that learnt their id had moved.';
-COMMENT ON COLUMN idgen_metrics.refused_claims IS 'Counter: claims refused (service full, watermark ahead, or no synchronous standby).';
+COMMENT ON COLUMN idgen_metrics.ownership_losses IS 'Counter: holders that learnt their id had moved (at most one per minute).';
+COMMENT ON COLUMN idgen_metrics.refused_claims IS 'Counter: claims refused (service full, watermark ahead, or no synchronous standby), at most one of each kind per minute.';
 COMMENT ON COLUMN idgen_metrics.oldest_idle_seconds IS 'Idle time of the held id seen longest ago, in seconds.';
 COMMENT ON COLUMN idgen_metrics.history_events_purged IS 'Counter: history events removed by idgen_purge_history().';
 
+CREATE VIEW idgen_tombstones WITH (security_barrier) AS
+SELECT t.service,
+       t.machine_id,
+       t.bound,
+       t.bound OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp() AS ahead,
+       t.version,
+       t.removed_at
+  FROM idgen_private.idgen_tombstones t
+ CROSS JOIN idgen_visibility v
+ WHERE v.reads_all OR t.service::text OPERATOR(pg_catalog.=) ANY (v.services);
+COMMENT ON VIEW idgen_tombstones IS
+    'Machine ids of the services you may read whose registry rows were deleted or truncated by hand: no claim hands one out before its bound, and a row restored for it takes the bound and a newer version.';
+COMMENT ON COLUMN idgen_tombstones.service IS 'The service.';
+COMMENT ON COLUMN idgen_tombstones.machine_id IS 'The machine id whose row was removed.';
+COMMENT ON COLUMN idgen_tombstones.bound IS 'The latest time a holder of the removed rows may stamp: claims of the id stamp after it.';
+COMMENT ON COLUMN idgen_tombstones.ahead IS 'The bound is still ahead of the clock: claims skip the id until then.';
+COMMENT ON COLUMN idgen_tombstones.version IS 'The highest version the removed rows had; a row restored for the id gets a newer one.';
+COMMENT ON COLUMN idgen_tombstones.removed_at IS 'When the last of them was removed.';
+
 CREATE VIEW idgen_registry_status AS
-SELECT r.created_at, r.floor FROM idgen_registry r;
-COMMENT ON VIEW idgen_registry_status IS 'When this registry was created, and its floor (no claim grants an id stamped at or before it).';
+SELECT r.created_at,
+       (SELECT pg_catalog.count(*) FROM idgen_tombstones t) AS tombstones,
+       (SELECT pg_catalog.max(t.bound) FROM idgen_tombstones t WHERE t.ahead) AS held_back_until
+  FROM idgen_private.idgen_registry r;
+COMMENT ON VIEW idgen_registry_status IS 'When this registry was created, and what it keeps of rows removed by hand (idgen_tombstones) in the services you may read.';
 COMMENT ON COLUMN idgen_registry_status.created_at IS 'When the registry was created (CREATE EXTENSION).';
-COMMENT ON COLUMN idgen_registry_status.floor IS 'Raised by rows deleted or truncated by hand; claims wait or refuse while it is ahead of the clock.';
+COMMENT ON COLUMN idgen_registry_status.tombstones IS 'Machine ids whose rows were deleted or truncated by hand: claims stamp after their bound.';
+COMMENT ON COLUMN idgen_registry_status.held_back_until IS 'The latest tombstone bound still ahead of the clock: until then some machine ids are skipped by claims. NULL: none.';
+
+-- What idgen_explain reads, as its caller: the views above, reached through names in a
+-- schema no lower role controls (bound when created, like every view).
+CREATE VIEW idgen_private.visible_events AS SELECT * FROM idgen_events;
+CREATE VIEW idgen_private.visible_nodes AS SELECT * FROM idgen_nodes;
+CREATE VIEW idgen_private.visible_metrics AS SELECT * FROM idgen_metrics;
+COMMENT ON VIEW idgen_private.visible_events IS 'idgen_events, as idgen_explain reads it (bound when created).';
+COMMENT ON VIEW idgen_private.visible_nodes IS 'idgen_nodes, as idgen_explain reads it (bound when created).';
+COMMENT ON VIEW idgen_private.visible_metrics IS 'idgen_metrics, as idgen_explain reads it (bound when created).';
 
 -- One row per finding; none means healthy. Reads only the views above, as the caller.
 CREATE FUNCTION idgen_health()
@@ -259,11 +295,13 @@ SELECT f.severity, f.finding, f.subject, f.detail, f.action FROM (
       FROM (SELECT pg_catalog.max(n.last_seen) AS newest FROM idgen_nodes n) x
      WHERE x.newest OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
     UNION ALL
-    SELECT 'critical', 'registry_floor_ahead', 'registry',
-           pg_catalog.format('The registry''s floor is %s, %s ahead of the clock: rows were deleted or truncated by hand while their holders may still issue.',
-                             r.floor, r.floor OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp()),
-           'Claims of new holders fail with SQLSTATE 55000 until then. Wait; next time free ids with idgen_release, not DELETE.'
-      FROM idgen_registry_status r WHERE r.floor OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
+    SELECT 'warning', 'tombstone_ahead', t.service,
+           pg_catalog.format('%s machine ids whose rows were deleted or truncated by hand may still be stamped by their holders until %s (machine ids %s): claims skip them until then.',
+                             t.n, t.until, t.ids),
+           'Nothing else is held back: claims take other ids meanwhile. Next time free ids with idgen_release, not DELETE or TRUNCATE (README: freeing an id by hand).'
+      FROM (SELECT s.service, pg_catalog.count(*) AS n, pg_catalog.max(s.bound) AS until,
+                   pg_catalog.string_agg(s.machine_id::text, ', '::text ORDER BY s.machine_id) AS ids
+              FROM idgen_tombstones s WHERE s.ahead GROUP BY s.service) t
     UNION ALL
     SELECT CASE WHEN c.free OPERATOR(pg_catalog.=) 0
                  AND (c.takeable_7d OPERATOR(pg_catalog.+) c.takeable_1d OPERATOR(pg_catalog.+) c.takeable_1h) OPERATOR(pg_catalog.=) 0
@@ -342,12 +380,14 @@ END;
 COMMENT ON FUNCTION idgen_health() IS
     'What the person on call must know, one row per finding (severity critical, warning or notice; what; which rows; what to do), over the services you may read. No rows: healthy.';
 
-GRANT SELECT ON idgen_visibility, idgen_nodes, idgen_capacity, idgen_events, idgen_metrics, idgen_registry_status TO PUBLIC;
+GRANT SELECT ON idgen_visibility, idgen_nodes, idgen_capacity, idgen_events, idgen_metrics, idgen_tombstones,
+    idgen_registry_status TO PUBLIC;
+GRANT SELECT ON idgen_private.visible_events, idgen_private.visible_nodes, idgen_private.visible_metrics TO PUBLIC;
 
 COMMENT ON FUNCTION idgen_policy() IS
     'The effective idgen settings as the claim uses them, one row: the lease, heartbeat interval, cooldown, take-back ages, capacity alert, history retention, the machine ids a service can have on this server (idgen.machine_id_range: count, first, last), whether claims require a synchronous standby, and problem (why the settings are inconsistent, or NULL).';
-COMMENT ON FUNCTION idgen_node_state(timestamptz, timestamptz) IS
-    'The state of a registry row from its last_seen and released_at, by the claim''s own thresholds: live, past_lease, idle_1h, idle_1d, idle_7d, cooling_down or released.';
+COMMENT ON FUNCTION idgen_node_state(timestamptz, timestamptz, timestamptz, timestamptz) IS
+    'The state of a registry row from its last_seen, released_at, lease_until and takeover_at, by the claim''s own rules: live, past_lease, idle_1h, idle_1d, idle_7d, cooling_down or released.';
 COMMENT ON FUNCTION idgen_node_name(inet, integer, integer) IS 'How idgen names a node: host:port, or backend slot N of host:port.';
 COMMENT ON FUNCTION idgen_slot_pid(inet, integer, integer) IS
     'For a backend row of this server (host idgen.node_host, this port): the pid of the process in its slot now, or NULL.';

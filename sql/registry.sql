@@ -1,5 +1,5 @@
 -- The machine-id registry. One row per (service, machine_id): who holds it,
--- at which version, and when it was last heard from.
+-- at which version, when it was last heard from, and the lease it was granted.
 CREATE TABLE system_nodes (
     service     VARCHAR(64) NOT NULL,
     machine_id  SMALLINT NOT NULL,
@@ -11,6 +11,8 @@ CREATE TABLE system_nodes (
     released_at TIMESTAMPTZ,
     backend_slot INTEGER,
     issued_until TIMESTAMPTZ NOT NULL DEFAULT '-infinity',
+    lease_until TIMESTAMPTZ,
+    takeover_at TIMESTAMPTZ,
     PRIMARY KEY (service, machine_id),
     CONSTRAINT system_nodes_backend_slot_not_negative CHECK (backend_slot >= 0),
     CONSTRAINT system_nodes_machine_id_not_negative CHECK (machine_id >= 0),
@@ -38,13 +40,17 @@ COMMENT ON COLUMN system_nodes.port IS
 COMMENT ON COLUMN system_nodes.version IS
     'Ownership epoch: raised by every claim, take-back and release. A heartbeat or release with an older version fails, so a stale node learns that ownership moved.';
 COMMENT ON COLUMN system_nodes.last_seen IS
-    'Last successful claim or heartbeat. Rows idle past idgen.takeover_idle_* may be taken back by other nodes.';
+    'Last successful claim or heartbeat. Rows idle past idgen.takeover_idle_* (and past their takeover_at) may be taken back by other nodes.';
 COMMENT ON COLUMN system_nodes.created_at IS
     'When this machine id was first registered for the service.';
 COMMENT ON COLUMN system_nodes.released_at IS
     'Set by idgen_release: others may take the id once idgen.release_cooldown has passed. NULL while held.';
 COMMENT ON COLUMN system_nodes.issued_until IS
-    'Watermark: an upper bound of every timestamp the holders of this machine id may have stamped in IDs. Only ever raised. A database backend writes the end of the window it may issue in before its next lease check; a service reports its own (idgen_heartbeat, idgen_release). Every claim returns not_before at or after it.';
+    'Watermark: an upper bound of every timestamp the holders of this machine id may have stamped in IDs. A database backend writes the end of the window it may issue in, and commits it, before issuing; when it disconnects it records its last stamp instead. A service reports its own (idgen_heartbeat, idgen_release). Every claim returns not_before at or after it.';
+COMMENT ON COLUMN system_nodes.lease_until IS
+    'The lease the holder was granted at its last claim or heartbeat: it issues no ID from then on without a newer heartbeat. Kept as granted, whatever the settings become. NULL: not recorded (a row written by hand), and the lease of today''s settings applies.';
+COMMENT ON COLUMN system_nodes.takeover_at IS
+    'No take-back before this time: last_seen plus idgen.takeover_idle_1h as they were when the lease was granted, whatever the settings become. NULL: not recorded, and today''s settings apply.';
 COMMENT ON INDEX system_nodes_node_identity IS
     'A node identity (service, host, port, backend_slot) holds at most one machine id; released rows do not count.';
 COMMENT ON COLUMN system_nodes.backend_slot IS
@@ -56,118 +62,163 @@ SELECT pg_catalog.pg_extension_config_dump('system_nodes', '');
 -- Only idgen's functions write the registry, with the extension owner's rights.
 REVOKE ALL ON system_nodes FROM PUBLIC;
 
--- The latest time any holder of a row's machine id may stamp, as a node taking
--- the id over must assume: a silent service node may go on issuing for a whole
--- lease after its last report (its clock) or, as the server sees it, until its
--- take-back age; everyone else is bounded by issued_until. The body is bound at
--- creation, so nothing on a caller's search_path can change what it calls.
-CREATE FUNCTION idgen_holder_bound(n system_nodes, lease interval, takeover_age interval)
+-- system_nodes as idgen's privileged SQL reaches it: bound to the table when created, so
+-- that renaming or replacing the schema idgen is installed in changes nothing here.
+-- (Automatically updatable: claims, heartbeats and releases write through it.)
+CREATE VIEW idgen_private.nodes AS SELECT * FROM system_nodes;
+COMMENT ON VIEW idgen_private.nodes IS
+    'system_nodes, bound when the extension was created: idgen''s privileged SQL reads and writes the registry through this view, never through a name in a schema a lower role may own.';
+REVOKE ALL ON idgen_private.nodes FROM PUBLIC;
+
+-- The latest time any holder of a row's machine id may stamp, as a node taking the id
+-- over must assume: a service node that has not released it may go on issuing for the
+-- lease it was granted after its last report (its clock) and, as the server sees it,
+-- until its takeover_at; everyone else is bounded by issued_until. lease and
+-- takeover_age are today's settings, for rows that record no terms. The body is bound
+-- at creation, so nothing on a caller's search_path can change what it calls.
+CREATE FUNCTION idgen_private.holder_bound(n idgen_private.nodes, lease interval, takeover_age interval)
     RETURNS timestamptz
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN CASE
     WHEN n.backend_slot IS NULL AND n.released_at IS NULL
-    THEN greatest(n.issued_until OPERATOR(pg_catalog.+) lease,
-                             n.last_seen OPERATOR(pg_catalog.+) takeover_age)
+    THEN GREATEST(n.issued_until OPERATOR(pg_catalog.+) COALESCE(n.lease_until OPERATOR(pg_catalog.-) n.last_seen, lease),
+                  COALESCE(n.takeover_at, n.last_seen OPERATOR(pg_catalog.+) takeover_age))
     ELSE n.issued_until
 END;
-COMMENT ON FUNCTION idgen_holder_bound(system_nodes, interval, interval) IS
-    'The latest time any holder of the row''s machine id may stamp in an ID, for a node taking it over: issued_until, or for a service node that has not released it, its last report plus a lease (and at least last_seen plus the take-back age).';
+COMMENT ON FUNCTION idgen_private.holder_bound(idgen_private.nodes, interval, interval) IS
+    'The latest time any holder of the row''s machine id may stamp in an ID, for a node taking it over: issued_until, or for a service node that has not released it, its last report plus the lease it was granted (and at least its takeover_at). lease and takeover_age stand in for rows that record no terms.';
+-- Arithmetic only, and the view idgen_nodes (read by every role that may read it) calls it.
+GRANT EXECUTE ON FUNCTION idgen_private.holder_bound(idgen_private.nodes, interval, interval) TO PUBLIC;
 
--- One row: the registry's incarnation and its floor.
-CREATE TABLE idgen_registry (
+-- One row: the registry's incarnation.
+CREATE TABLE idgen_private.idgen_registry (
     singleton  BOOLEAN PRIMARY KEY DEFAULT true CONSTRAINT idgen_registry_one_row CHECK (singleton),
     epoch      BIGINT NOT NULL,
-    created_at TIMESTAMPTZ NOT NULL,
-    floor      TIMESTAMPTZ NOT NULL
+    created_at TIMESTAMPTZ NOT NULL
 );
-COMMENT ON TABLE idgen_registry IS
-    'idgen''s registry as a whole: one row with its epoch and its floor.';
-COMMENT ON COLUMN idgen_registry.singleton IS 'Always true: the table has one row.';
-COMMENT ON COLUMN idgen_registry.epoch IS
+COMMENT ON TABLE idgen_private.idgen_registry IS
+    'idgen''s registry as a whole: one row with its epoch.';
+COMMENT ON COLUMN idgen_private.idgen_registry.singleton IS 'Always true: the table has one row.';
+COMMENT ON COLUMN idgen_private.idgen_registry.epoch IS
     'Incarnation of the registry: new at CREATE EXTENSION, raised by TRUNCATE system_nodes. A database backend whose lease was granted in another epoch drops it at its next lease check.';
-COMMENT ON COLUMN idgen_registry.created_at IS 'When this registry was created.';
-COMMENT ON COLUMN idgen_registry.floor IS
-    'No claim grants a machine id that may be stamped at or before this time. Raised to the watermark of every row deleted or truncated (its holder may still be issuing), and at CREATE EXTENSION to one heartbeat interval ahead when other sessions are connected (they may hold leases of an earlier installation until their next check).';
-
-INSERT INTO idgen_registry (epoch, created_at, floor)
+COMMENT ON COLUMN idgen_private.idgen_registry.created_at IS 'When this registry was created.';
+-- A new registry grants at once: dropping one is refused while it guards anything (the
+-- event trigger idgen_drop_guard), so no holder of an earlier registry of this database
+-- can still be stamping.
+INSERT INTO idgen_private.idgen_registry (epoch, created_at)
 SELECT pg_catalog.floor(pg_catalog.random() OPERATOR(pg_catalog.*) 9007199254740991::float8)::bigint,
-       clock.now,
-       CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_stat_activity a
-                          WHERE a.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()
-                            AND a.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()
-                            AND a.backend_type OPERATOR(pg_catalog.=) 'client backend'::text)
-            THEN clock.now OPERATOR(pg_catalog.+)
-                 coalesce(pg_catalog.current_setting('idgen.heartbeat_interval', true), '5min')::interval
-            ELSE '-infinity'::timestamptz
-       END
-  FROM (SELECT pg_catalog.clock_timestamp() AS now) clock;
+       pg_catalog.clock_timestamp();
+REVOKE ALL ON idgen_private.idgen_registry FROM PUBLIC;
 
--- Rows leave the registry only by hand (DELETE, TRUNCATE): whoever held them may
--- still be issuing until their watermark, so the floor keeps it. TRUNCATE also
--- starts a new epoch, so that rows restored afterwards fence the old leases.
-CREATE FUNCTION idgen_registry_rows_removed() RETURNS trigger
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    takeover_age interval := coalesce(pg_catalog.current_setting('idgen.takeover_idle_1h', true), '1h')::interval;
-    lease interval := takeover_age OPERATOR(pg_catalog.-)
-        coalesce(pg_catalog.current_setting('idgen.lease_safety_margin', true), '5min')::interval;
-BEGIN
-    IF TG_OP OPERATOR(pg_catalog.=) 'TRUNCATE' THEN
-        UPDATE @extschema@.idgen_registry r
-           SET floor = greatest(r.floor, (SELECT pg_catalog.max(@extschema@.idgen_holder_bound(n, lease, takeover_age))
-                                                       FROM @extschema@.system_nodes n)),
-               epoch = r.epoch OPERATOR(pg_catalog.+) 1;
-        RETURN NULL;
-    END IF;
-    UPDATE @extschema@.idgen_registry r
-       SET floor = greatest(r.floor, @extschema@.idgen_holder_bound(OLD, lease, takeover_age));
-    RETURN OLD;
-END
-$$;
-COMMENT ON FUNCTION idgen_registry_rows_removed() IS
-    'Trigger of system_nodes: raises idgen_registry.floor to the watermark of rows deleted or truncated; TRUNCATE also starts a new epoch.';
+-- What the registry knows of rows removed by hand (DELETE, TRUNCATE): whoever held them
+-- may still be stamping until their bound, so no claim hands that machine id out before
+-- it, and a row restored later is fenced. One row per machine id: it holds back that id
+-- alone, never the whole registry.
+CREATE TABLE idgen_private.idgen_tombstones (
+    service    VARCHAR(64) NOT NULL,
+    machine_id SMALLINT NOT NULL,
+    version    BIGINT NOT NULL,
+    bound      TIMESTAMPTZ NOT NULL,
+    removed_at TIMESTAMPTZ NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    PRIMARY KEY (service, machine_id)
+);
+COMMENT ON TABLE idgen_private.idgen_tombstones IS
+    'Machine ids whose registry row was deleted or truncated by hand: the latest time their holders may stamp, and their last version. A claim of the id stamps after bound; a row inserted for it (a restore) takes bound and a newer version, so its old holder is fenced.';
+COMMENT ON COLUMN idgen_private.idgen_tombstones.service IS 'The service.';
+COMMENT ON COLUMN idgen_private.idgen_tombstones.machine_id IS 'The machine id whose row was removed.';
+COMMENT ON COLUMN idgen_private.idgen_tombstones.version IS 'The highest version the removed rows had.';
+COMMENT ON COLUMN idgen_private.idgen_tombstones.bound IS 'The latest time a holder of the removed rows may stamp (their holder bound).';
+COMMENT ON COLUMN idgen_private.idgen_tombstones.removed_at IS 'When the last of them was removed.';
+SELECT pg_catalog.pg_extension_config_dump('idgen_private.idgen_tombstones', '');
+REVOKE ALL ON idgen_private.idgen_tombstones FROM PUBLIC;
+
+-- Rows leave the registry only by hand: the triggers keep their bounds as tombstones
+-- (TRUNCATE also starts a new epoch), and a row inserted by hand or restored takes the
+-- tombstone of its machine id. Functions of idgen's library (src/registry/triggers.rs):
+-- they read today's settings there, not through SQL, and pin their own search_path.
+CREATE FUNCTION idgen_private.rows_removed() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'rows_removed_wrapper';
+CREATE FUNCTION idgen_private.rows_inserted() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'rows_inserted_wrapper';
+CREATE FUNCTION idgen_private.grants_changed() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'grants_changed_wrapper';
+CREATE FUNCTION idgen_private.drop_guard() RETURNS event_trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'drop_guard_wrapper';
 CREATE TRIGGER idgen_rows_deleted BEFORE DELETE ON system_nodes
-    FOR EACH ROW EXECUTE FUNCTION idgen_registry_rows_removed();
+    FOR EACH ROW EXECUTE FUNCTION idgen_private.rows_removed();
 CREATE TRIGGER idgen_rows_truncated BEFORE TRUNCATE ON system_nodes
-    FOR EACH STATEMENT EXECUTE FUNCTION idgen_registry_rows_removed();
+    FOR EACH STATEMENT EXECUTE FUNCTION idgen_private.rows_removed();
+CREATE TRIGGER idgen_rows_inserted AFTER INSERT ON system_nodes
+    FOR EACH ROW EXECUTE FUNCTION idgen_private.rows_inserted();
 -- Also under session_replication_role = replica (pg_restore --disable-triggers aside).
 ALTER TABLE system_nodes ENABLE ALWAYS TRIGGER idgen_rows_deleted;
 ALTER TABLE system_nodes ENABLE ALWAYS TRIGGER idgen_rows_truncated;
+ALTER TABLE system_nodes ENABLE ALWAYS TRIGGER idgen_rows_inserted;
 COMMENT ON TRIGGER idgen_rows_deleted ON system_nodes IS
-    'Keeps the watermark of a deleted row in idgen_registry.floor.';
+    'Keeps the bound of a deleted row as its machine id''s tombstone.';
 COMMENT ON TRIGGER idgen_rows_truncated ON system_nodes IS
-    'Keeps the watermarks of truncated rows in idgen_registry.floor and starts a new epoch.';
+    'Keeps the bounds of truncated rows as tombstones and starts a new epoch.';
+COMMENT ON TRIGGER idgen_rows_inserted ON system_nodes IS
+    'A row inserted for a machine id with a tombstone (a restore) takes its bound and a newer version, and consumes it.';
 
-REVOKE ALL ON idgen_registry FROM PUBLIC;
-
--- Guards that make a claim never wait for another session, locked with FOR UPDATE
--- SKIP LOCKED by the extension owner only: unlike advisory-lock keys, no other role
--- can hold them (see core/src/guard.rs). Keys hash onto these rows.
-CREATE TABLE idgen_claim_guards (
-    bucket INTEGER PRIMARY KEY CONSTRAINT idgen_claim_guards_bucket_in_range CHECK (bucket BETWEEN 0 AND 65535)
+-- Guards that make a claim never wait for another session, locked with FOR UPDATE SKIP
+-- LOCKED by the extension owner only: unlike advisory-lock keys, no other role can hold
+-- them (see core/src/guard.rs). A guard belongs to one service, so claims of different
+-- services never share one. A service's rows are created once, in a transaction of their
+-- own, when it first needs them.
+CREATE TABLE idgen_private.idgen_claim_guards (
+    service VARCHAR(64) NOT NULL,
+    bucket  INTEGER NOT NULL CONSTRAINT idgen_claim_guards_bucket_in_range CHECK (bucket BETWEEN 0 AND 2047),
+    PRIMARY KEY (service, bucket)
 );
-INSERT INTO idgen_claim_guards (bucket) SELECT pg_catalog.generate_series(0, 65535);
-COMMENT ON TABLE idgen_claim_guards IS
-    'Row locks that serialise claims of one node identity, and inserts of one new machine id, without waiting (FOR UPDATE SKIP LOCKED). Private to the extension owner, so no other role can hold them.';
-COMMENT ON COLUMN idgen_claim_guards.bucket IS 'A guard: node identities and new machine ids hash onto 65,536 of them.';
-REVOKE ALL ON idgen_claim_guards FROM PUBLIC;
+COMMENT ON TABLE idgen_private.idgen_claim_guards IS
+    'Row locks that serialise claims of one node identity, and inserts of one new machine id, within one service and without waiting (FOR UPDATE SKIP LOCKED). Private to the extension owner, so no other role can hold them; a claim of one service never takes a guard of another.';
+COMMENT ON COLUMN idgen_private.idgen_claim_guards.service IS 'The service whose claims the guard serialises.';
+COMMENT ON COLUMN idgen_private.idgen_claim_guards.bucket IS
+    'Buckets 0 to 1023: one per never-registered machine id; 1024 to 2047: service node identities hash onto these.';
+REVOKE ALL ON idgen_private.idgen_claim_guards FROM PUBLIC;
 
 -- Which roles may act for which service (besides superusers and the extension owner;
 -- a database's own backends may use the service named like the database). Managed by
 -- idgen_grant_service and idgen_revoke_service; dumped, and restored by role name.
-CREATE TABLE idgen_service_members (
+CREATE TABLE idgen_private.idgen_service_members (
     service    VARCHAR(64) NOT NULL,
     member     REGROLE NOT NULL,
     granted_at TIMESTAMPTZ NOT NULL DEFAULT now(),
     PRIMARY KEY (service, member)
 );
-COMMENT ON TABLE idgen_service_members IS
+COMMENT ON TABLE idgen_private.idgen_service_members IS
     'Roles that may claim, heartbeat and release the machine ids of a service, and use it in idgen_next_id (besides superusers, the extension owner, and a database''s own backends for the service named like the database). Managed with idgen_grant_service and idgen_revoke_service.';
-COMMENT ON COLUMN idgen_service_members.service IS 'The service.';
-COMMENT ON COLUMN idgen_service_members.member IS 'A role that may act for the service; so may the roles that are members of it.';
-COMMENT ON COLUMN idgen_service_members.granted_at IS 'When the grant was made.';
-SELECT pg_catalog.pg_extension_config_dump('idgen_service_members', '');
-REVOKE ALL ON idgen_service_members FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION idgen_registry_rows_removed() FROM PUBLIC;
+COMMENT ON COLUMN idgen_private.idgen_service_members.service IS 'The service.';
+COMMENT ON COLUMN idgen_private.idgen_service_members.member IS 'A role that may act for the service; so may the roles that are members of it.';
+COMMENT ON COLUMN idgen_private.idgen_service_members.granted_at IS 'When the grant was made.';
+SELECT pg_catalog.pg_extension_config_dump('idgen_private.idgen_service_members', '');
+REVOKE ALL ON idgen_private.idgen_service_members FROM PUBLIC;
+-- Every change of the grants, however made, reaches every session's cache of who may act
+-- for which service at its next statement: grants and revocations take effect at once.
+CREATE TRIGGER idgen_grants_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON idgen_private.idgen_service_members
+    FOR EACH STATEMENT EXECUTE FUNCTION idgen_private.grants_changed();
+ALTER TABLE idgen_private.idgen_service_members ENABLE ALWAYS TRIGGER idgen_grants_changed;
+COMMENT ON TRIGGER idgen_grants_changed ON idgen_private.idgen_service_members IS
+    'Tells every session that the grants changed, so that it checks them again before its next ID for a service.';
+
+-- No DROP of the registry while it guards machine ids that may still be stamped: a
+-- registry created afterwards would hand them out again. DROP SCHEMA ... CASCADE and
+-- DROP OWNED would take the extension with them, and are checked too.
+CREATE EVENT TRIGGER idgen_drop_guard ON ddl_command_start
+    WHEN TAG IN ('DROP EXTENSION', 'DROP SCHEMA', 'DROP OWNED')
+    EXECUTE FUNCTION idgen_private.drop_guard();
+ALTER EVENT TRIGGER idgen_drop_guard ENABLE ALWAYS;
+COMMENT ON EVENT TRIGGER idgen_drop_guard IS
+    'Refuses (55006) a DROP that would remove the idgen extension while its registry guards machine ids that may still be stamped.';
+
+COMMENT ON FUNCTION idgen_private.rows_removed() IS
+    'Trigger of system_nodes: keeps the bound of rows deleted or truncated by hand as tombstones; TRUNCATE also starts a new epoch.';
+COMMENT ON FUNCTION idgen_private.rows_inserted() IS
+    'Trigger of system_nodes: a row inserted for a machine id with a tombstone takes the tombstone''s bound and a newer version.';
+COMMENT ON FUNCTION idgen_private.grants_changed() IS
+    'Trigger of idgen_service_members: tells every session to check who may act for which service again.';
+COMMENT ON FUNCTION idgen_private.drop_guard() IS
+    'Event trigger: refuses to drop the idgen extension while its registry guards machine ids that may still be stamped.';
+REVOKE EXECUTE ON FUNCTION idgen_private.rows_removed(), idgen_private.rows_inserted(),
+    idgen_private.grants_changed(), idgen_private.drop_guard() FROM PUBLIC;

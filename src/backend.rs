@@ -1,43 +1,59 @@
 //! Each backend's own leases on machine ids: the hot path of `idgen_next_id`
-//! and the slow path that claims or verifies a lease through the registry.
+//! and the slow path that claims or renews a lease through the registry.
 //!
 //! The hot path reads the clock once, compares it with the lease's check
 //! deadline and composes the ID: no SPI, no lock shared with other backends
-//! (the mutex below is this process's own). The slow path runs when no lease
-//! is held or the deadline passed: it verifies the lease (a version-checked
-//! heartbeat, or a version-checked read in a read-only transaction) or claims
-//! one through `registry::claim`, the same code `idgen_claim` runs.
+//! (the mutex below is this process's own). For a service other than the
+//! database's own it also compares the acting role and the grants' generation
+//! with those it last checked (`registry::access`).
+//!
+//! The slow path runs when no lease is held or the deadline passed. A claim, and
+//! each renewal of the window, commit in a transaction of their own
+//! (`registry::autonomous`) before any ID is issued under them: whatever the
+//! caller's transaction and its savepoints do, every ID this backend returns is
+//! covered by a committed claim and a committed watermark. In a read-only
+//! transaction the lease is only read back, and serves until the window last
+//! committed ends. When the backend exits, it records its last stamp in place of
+//! its window, so that the next connection in its slot need not wait.
 
 use crate::clock::{timestamptz, unix_ms, SystemClock};
-use crate::diagnostics::history;
-use crate::durability;
-use crate::errors::{or_raise, raise, report};
+use crate::diagnostics::history::Who;
+use crate::errors::{or_raise, raise};
 use crate::privilege::as_extension_owner;
 use crate::registry::access;
-use crate::registry::claim::claim;
+use crate::registry::autonomous::{self, LeaseAnswer, Request};
 use crate::registry::store::{self, BackendCheck};
 use crate::settings;
 use idgen_core::generator::{Clock, Stop};
 use idgen_core::input;
-use idgen_core::lease::{BackendLeases, Terms};
+use idgen_core::lease::{Authorized, BackendLeases};
 use idgen_core::watermark::HolderKind;
-use idgen_core::{messages, watermark, IdgenError, Layout};
+use idgen_core::{messages, IdgenError, Layout};
 use once_cell::sync::OnceCell;
 use parking_lot::Mutex;
 use pgrx::datum::TimestampWithTimeZone;
+use pgrx::pg_sys;
 use pgrx::prelude::*;
-use pgrx::spi::Spi;
-use pgrx::{pg_sys, PgLogLevel};
-use std::ffi::c_void;
+use pgrx::spi::{Spi, SpiClient};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// This backend's leases. Only this process locks it.
 static STATE: Mutex<State> = Mutex::new(State { leases: BackendLeases::new(), session_service: None });
 static DATABASE_NAME: OnceCell<String> = OnceCell::new();
+/// Whether the exit hook that records the leases' last stamps is registered.
+static CLOSES_AT_EXIT: AtomicBool = AtomicBool::new(false);
 
 struct State {
     leases: BackendLeases,
     /// Where the lease of `idgen.service` is, for the setting's generation it was resolved at.
     session_service: Option<(u64, usize)>,
+}
+
+/// The role acting now and the grants' generation: an authorization stands while both are unchanged.
+#[inline]
+fn acting_now() -> Authorized {
+    // SAFETY: backend-local state; idgen_next_id is not SECURITY DEFINER, so this is its caller.
+    Authorized { role: u32::from(unsafe { pg_sys::GetUserId() }), grants_generation: access::grants_generation() }
 }
 
 /// The next ID for `service`. `check_name` validates a service name the
@@ -48,12 +64,19 @@ pub fn next_id(function: &str, service: &str, check_name: fn(&str) -> Result<Str
     // A renewal leaves a deadline in the future, and each window is at least as long as the lease is old, so
     // a backend stalled past one window gets a longer one next. The bound only guards against a bug.
     for _ in 0..64 {
-        let stop = match STATE.lock().leases.get(service).map(|lease| lease.next_id(&mut clock)) {
-            Some(Ok(id)) => return id,
-            Some(Err(stop)) => stop,
-            None => {
-                or_raise(check_name(service));
-                Stop::LeaseCheckDue
+        let stop = {
+            let mut state = STATE.lock();
+            match state.leases.get(service) {
+                Some(lease) if !lease.authorized_for(acting_now) => Stop::LeaseCheckDue,
+                Some(lease) => match lease.next_id(&mut clock) {
+                    Ok(id) => return id,
+                    Err(stop) => stop,
+                },
+                None => {
+                    drop(state);
+                    or_raise(check_name(service));
+                    Stop::LeaseCheckDue
+                }
             }
         };
         match stop {
@@ -78,8 +101,11 @@ pub fn next_id_of_session_service(function: &str) -> i64 {
         let mut state = STATE.lock();
         if let Some((resolved_at, index)) = state.session_service {
             if resolved_at == generation {
-                if let Ok(id) = state.leases.at(index).next_id(&mut SystemClock) {
-                    return id;
+                let lease = state.leases.at(index);
+                if lease.authorized_for(acting_now) {
+                    if let Ok(id) = lease.next_id(&mut SystemClock) {
+                        return id;
+                    }
                 }
             }
         }
@@ -89,10 +115,19 @@ pub fn next_id_of_session_service(function: &str) -> i64 {
         if setting.is_empty() { database_name().to_owned() } else { or_raise(input::service_setting(&setting)) };
     {
         let mut state = STATE.lock();
-        let index = state.leases.index_or_add(&service);
+        let index = lease_index(&mut state, &service);
         state.session_service = Some((generation, index));
     }
     next_id(function, &service, |name| Ok(name.to_owned()))
+}
+
+/// Where the lease of `service` is kept, created on first use; the database's own service needs no grant.
+fn lease_index(state: &mut State, service: &str) -> usize {
+    let index = state.leases.index_or_add(service);
+    if service == database_name() {
+        state.leases.at(index).needs_no_grant();
+    }
+    index
 }
 
 /// The current database's name (read once).
@@ -105,38 +140,42 @@ pub fn database_name() -> &'static str {
     })
 }
 
-/// The slow path: verify the held lease, or claim one, in the caller's transaction.
+/// The slow path: authorize the acting role, then renew the held lease or claim one, each
+/// committed on its own before any ID is issued under it.
 fn renew(function: &str, service: &str) {
-    let policy = or_raise(settings::claim_policy());
-    let heartbeat_ms = policy.heartbeat_interval_secs * 1000;
-    let lease_secs = policy.lease_secs();
-    let max_backward_ms = settings::max_clock_backward_ms();
     // SAFETY: plain reads of backend-local state.
-    let (on_standby, read_only, subxact) =
-        unsafe { (pg_sys::RecoveryInProgress(), pg_sys::XactReadOnly, pg_sys::GetCurrentSubTransactionId()) };
+    let (in_parallel_worker, on_standby, read_only) =
+        unsafe { (pg_sys::ParallelWorkerNumber >= 0, pg_sys::RecoveryInProgress(), pg_sys::XactReadOnly) };
+    if in_parallel_worker {
+        raise(messages::in_parallel_worker(function));
+    }
+    let settings = or_raise(settings::claim_settings());
+    let heartbeat_ms = settings.policy.heartbeat_interval_secs * 1000;
+    let max_backward_ms = settings.max_clock_backward_ms;
     let writable = !(on_standby || read_only);
-    // The role calling idgen_next_id: the check below runs with the extension owner's rights.
-    // SAFETY: backend-local state.
-    let caller = unsafe { pg_sys::GetUserId() };
-    let (holding, terms) = {
+    let acting = acting_now();
+    let (holding, terms, authorized) = {
         let mut state = STATE.lock();
-        let lease = state.leases.get(service);
-        (lease.as_ref().and_then(|l| l.holding()), lease.and_then(|l| l.held().map(|h| h.terms)))
+        let index = lease_index(&mut state, service);
+        let lease = state.leases.at(index);
+        (lease.holding(), lease.held().map(|h| h.terms), lease.authorized_for(|| acting))
     };
+    if !authorized {
+        let role = pg_sys::Oid::from(acting.role);
+        as_extension_owner(|| {
+            Spi::connect_mut(|client| access::authorize(client, function, HolderKind::Backend, role, service))
+        });
+        STATE.lock().leases.get_or_add(service).set_authorized(Some(acting));
+    }
+    let who = Who::now(pg_sys::Oid::from(acting.role));
 
-    as_extension_owner(|| {
-        if let (Some(held), Some(terms)) = (holding, terms) {
-            let epoch = terms.registry_epoch;
-            let check = Spi::connect_mut(|client| {
-                if writable {
-                    durability::make_commit_durable();
-                    // The window grows with the lease's age: see idgen_core::watermark.
-                    let age_ms = SystemClock.now_unix_ms() - terms.claimed_at_unix_ms;
-                    let window_ms = watermark::backend_window_ms(&policy, age_ms);
-                    store::renew_backend_lease(client, &held, lease_secs, epoch, window_ms)
-                } else {
-                    store::read_backend_lease(client, &held, lease_secs, epoch)
-                }
+    let renewal = match (holding, terms) {
+        (Some(held), Some(terms)) if !writable => {
+            // A read cannot move the window: the lease serves until the window last committed ends.
+            let check = as_extension_owner(|| {
+                Spi::connect_mut(|client| {
+                    store::read_backend_lease(client, &held, settings.policy.lease_secs(), terms.registry_epoch)
+                })
             });
             match check {
                 BackendCheck::Held { verified_at, lease_until, issued_until } => {
@@ -144,43 +183,53 @@ fn renew(function: &str, service: &str) {
                         (unix_ms(verified_at), unix_ms(lease_until), unix_ms(issued_until));
                     let end_ms = until_ms.min(issued_ms);
                     if end_ms <= verified_ms {
-                        // Only a read can find this: a write would have moved both on.
                         raise(messages::lease_expired_read_only(function, &held, end_ms));
                     }
-                    let wrote_in = writable.then_some(subxact);
                     let mut state = STATE.lock();
-                    let lease = state.leases.get_or_add(service);
-                    lease.verified(verified_ms, until_ms, issued_ms, max_backward_ms, heartbeat_ms, wrote_in);
+                    state.leases.get_or_add(service).verified(
+                        verified_ms,
+                        until_ms,
+                        issued_ms,
+                        max_backward_ms,
+                        heartbeat_ms,
+                    );
                     return;
                 }
-                BackendCheck::Busy => raise(messages::identity_busy(function, &held.node, Some(held.machine_id))),
-                BackendCheck::Lost(now) => {
+                BackendCheck::Busy | BackendCheck::Lost(_) => {
                     STATE.lock().leases.get_or_add(service).lost();
-                    let warning = messages::backend_lease_lost(function, &held, now.as_ref());
-                    let lost = history::lost_event(&held, &warning, caller);
-                    Spi::connect_mut(|client| history::record_independently(client, lost));
-                    report(warning, PgLogLevel::WARNING);
+                    raise(messages::no_lease_read_only(function, service, on_standby));
                 }
             }
         }
-        if !writable {
-            raise(messages::no_lease_read_only(function, service, on_standby));
+        (Some(held), Some(terms)) => {
+            let age_ms = SystemClock.now_unix_ms() - terms.claimed_at_unix_ms;
+            Some(autonomous::renewal(held, terms.registry_epoch, &settings, age_ms))
         }
-        Spi::connect_mut(|client| access::authorize(client, function, HolderKind::Backend, caller, service));
-        let node = or_raise(input::backend_identity(service.to_owned(), &settings::node_host(), server_port(), slot()));
-        let claimed = or_raise(claim(function, &node, &policy, max_backward_ms, caller));
-        let terms = Terms {
-            machine_id: claimed.machine_id as u16,
-            version: claimed.version,
-            registry_epoch: claimed.registry_epoch,
-            claimed_at_unix_ms: unix_ms(claimed.claimed_at),
-            not_before_unix_ms: claimed.not_before_unix_ms,
-            lease_until_unix_ms: unix_ms(claimed.lease_until),
-            issued_until_unix_ms: unix_ms(claimed.issued_until),
-        };
-        let mut state = STATE.lock();
-        state.leases.get_or_add(service).claimed(node, Layout::DEFAULT, terms, max_backward_ms, heartbeat_ms, subxact);
-    });
+        _ if !writable => raise(messages::no_lease_read_only(function, service, on_standby)),
+        _ => None,
+    };
+    let node = or_raise(input::backend_identity(service.to_owned(), &settings::node_host(), server_port(), slot()));
+    let request =
+        Request::BackendLease { function: function.to_owned(), node: node.clone(), renew: renewal, settings, who };
+    let answer = autonomous::backend_lease(request);
+    let mut state = STATE.lock();
+    let lease = state.leases.get_or_add(service);
+    match answer {
+        LeaseAnswer::Renewed { verified_at_unix_ms, lease_until_unix_ms, issued_until_unix_ms } => {
+            lease.verified(
+                verified_at_unix_ms,
+                lease_until_unix_ms,
+                issued_until_unix_ms,
+                max_backward_ms,
+                heartbeat_ms,
+            );
+        }
+        LeaseAnswer::Claimed(terms) => {
+            lease.claimed(node, Layout::DEFAULT, terms, max_backward_ms, heartbeat_ms);
+            drop(state);
+            close_at_exit();
+        }
+    }
 }
 
 fn server_port() -> i32 {
@@ -200,56 +249,49 @@ fn slot() -> i32 {
     slot
 }
 
-/// Hooks the leases to transaction ends; called from `_PG_init`.
-pub fn register_transaction_callbacks() {
-    // SAFETY: registers plain functions for the life of the backend.
-    unsafe {
-        pg_sys::RegisterXactCallback(Some(on_xact_event), std::ptr::null_mut());
-        pg_sys::RegisterSubXactCallback(Some(on_subxact_event), std::ptr::null_mut());
+/// Registers, once, the exit hook that records the leases' last stamps.
+fn close_at_exit() {
+    if !CLOSES_AT_EXIT.swap(true, Ordering::Relaxed) {
+        // SAFETY: registers a plain function for the life of the backend.
+        unsafe { pg_sys::before_shmem_exit(Some(close_leases_at_exit), pg_sys::Datum::from(0)) };
     }
 }
 
-/// The leases are only locked by this process, and never across a call that
-/// can end a transaction; `try_lock` fails only when a FATAL error exits the
-/// process from inside the hot path, where nothing is left to undo.
-#[pg_guard]
-unsafe extern "C-unwind" fn on_xact_event(event: pg_sys::XactEvent::Type, _arg: *mut c_void) {
-    use pg_sys::XactEvent::*;
-    match event {
-        XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT => {
-            if let Some(mut state) = STATE.try_lock() {
-                state.leases.committed();
-            }
+/// Records every held lease's last stamp (see `BackendLease::closing_watermark_unix_ms`) in the
+/// current transaction, as the extension owner, and forgets the leases: the next ID claims anew.
+/// The session that drops the extension does this first, so that its own leases count as what
+/// they stamped, not as their windows.
+pub fn close_leases(client: &mut SpiClient) {
+    let (closings, epochs): (Vec<_>, Vec<_>) = {
+        let mut state = STATE.lock();
+        let epochs: Vec<i64> = state.leases.iter().filter_map(|l| l.held().map(|h| h.terms.registry_epoch)).collect();
+        let closings = state.leases.closings();
+        state.leases.lose_all();
+        (closings, epochs)
+    };
+    for ((held, closing_ms), epoch) in closings.iter().zip(epochs) {
+        if let Some(closing) = timestamptz(*closing_ms) {
+            store::close_backend_lease(client, held, epoch, closing);
         }
-        XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT | XACT_EVENT_PREPARE => {
-            if let Some(mut state) = STATE.try_lock() {
-                state.leases.aborted();
-            }
-        }
-        XACT_EVENT_PRE_PREPARE => {
-            // The names are copied out so that the lock is released before raising.
-            let written = STATE.try_lock().map(|state| state.leases.written_in_open_transaction()).unwrap_or_default();
-            if !written.is_empty() {
-                raise(messages::prepare_with_lease_write(&written));
-            }
-        }
-        _ => {}
     }
 }
 
+/// The exit hook: a transaction of its own, as PostgreSQL's own clean-up of temporary tables
+/// does. Nothing it can fail at matters: the window it would have lowered stays, which only makes
+/// the next holder wait for it.
 #[pg_guard]
-unsafe extern "C-unwind" fn on_subxact_event(
-    event: pg_sys::SubXactEvent::Type,
-    subxact: pg_sys::SubTransactionId,
-    parent: pg_sys::SubTransactionId,
-    _arg: *mut c_void,
-) {
-    use pg_sys::SubXactEvent::*;
-    let Some(mut state) = STATE.try_lock() else { return };
-    match event {
-        SUBXACT_EVENT_COMMIT_SUB => state.leases.subxact_committed(subxact, parent),
-        SUBXACT_EVENT_ABORT_SUB => state.leases.subxact_aborted(subxact),
-        _ => {}
+unsafe extern "C-unwind" fn close_leases_at_exit(_code: std::ffi::c_int, _arg: pg_sys::Datum) {
+    if STATE.lock().leases.closings().is_empty() {
+        return;
+    }
+    // SAFETY: no transaction may be open on the way out; this ends whatever was.
+    unsafe { pg_sys::AbortOutOfAnyTransaction() };
+    let closed = autonomous::in_own_transaction(|| {
+        as_extension_owner(|| Spi::connect_mut(close_leases));
+        ((), true)
+    });
+    if let Err(e) = closed {
+        pgrx::log!("idgen: the last stamps of this backend's leases were not recorded: {}", e.message);
     }
 }
 
@@ -270,7 +312,6 @@ fn idgen_backend_leases() -> TableIterator<
         name!(issued_until, Option<TimestampWithTimeZone>),
         name!(ids_issued, i64),
         name!(last_used_at, Option<TimestampWithTimeZone>),
-        name!(uncommitted, bool),
     ),
 > {
     let state = STATE.lock();
@@ -292,7 +333,6 @@ fn idgen_backend_leases() -> TableIterator<
                 timestamptz(held.terms.issued_until_unix_ms),
                 lease.ids_issued() as i64,
                 lease.last_issued_unix_ms().and_then(timestamptz),
-                lease.written_in_open_transaction(),
             ))
         })
         .collect();

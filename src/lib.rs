@@ -3,10 +3,11 @@
 //! The rules live in the pgrx-free `idgen-core` crate; this crate is the edge
 //! that binds them to Postgres: settings, SQL functions, SPI and alerts.
 //!
-//! - `registry`: `system_nodes` and `idgen_claim` / `idgen_heartbeat` / `idgen_release`.
+//! - `registry`: `system_nodes`, `idgen_claim` / `idgen_heartbeat` / `idgen_release`, the
+//!   registry writes that commit on their own, and the triggers that keep what is removed by hand.
 //! - `ids`: `idgen_next_id` and the functions that read IDs back.
-//! - `backend`: each backend's own leases (hot path, slow path, transaction hooks).
-//! - `privilege`: the slow path's switch to the extension owner's rights.
+//! - `backend`: each backend's own leases (hot path, slow path, the record it leaves at exit).
+//! - `privilege`: the switch to the extension owner's rights, with the search_path pinned.
 //! - `diagnostics`: alerts, the ownership history, and what the views and `idgen_explain` compute.
 //! - `clock`, `settings`, `errors`: the small pieces around them.
 
@@ -24,10 +25,10 @@ mod settings;
 
 ::pgrx::pg_module_magic!(name, version);
 
-extension_sql_file!("../sql/types.sql", name = "types", bootstrap);
+extension_sql_file!("../sql/bootstrap.sql", name = "bootstrap", bootstrap);
 extension_sql_file!("../sql/registry.sql", name = "registry");
 extension_sql_file!("../sql/registry_api.sql", name = "registry_api", finalize);
-extension_sql_file!("../sql/history.sql", name = "history", requires = ["registry"]);
+extension_sql_file!("../sql/history.sql", name = "history", requires = ["registry", idgen_policy]);
 extension_sql_file!(
     "../sql/diagnostics.sql",
     name = "diagnostics",
@@ -42,8 +43,18 @@ extension_sql_file!(
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
+    // No Rust backtrace ever reaches a client, whatever RUST_BACKTRACE the server was started
+    // with: pgrx would append one to the DETAIL of every error raised through Rust. (Set before
+    // anything can capture one; a backend is single-threaded.)
+    std::env::set_var("RUST_LIB_BACKTRACE", "0");
+    // idgen's registry writer runs by the settings its caller took (`registry::autonomous`):
+    // defining them would cost its start more than its work.
+    if registry::autonomous::is_registry_writer() {
+        return;
+    }
     settings::register();
-    backend::register_transaction_callbacks();
+    registry::api::register_transaction_callback();
+    registry::access::register_invalidation_callbacks();
 }
 
 #[cfg(any(test, feature = "pg_test"))]

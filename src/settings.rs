@@ -10,6 +10,7 @@ use idgen_core::policy::{DAY, HOUR};
 use idgen_core::{input, ClaimPolicy, IdgenError, Layout};
 use pgrx::pg_guard;
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
+use serde::{Deserialize, Serialize};
 use std::ffi::{c_char, c_void, CString};
 use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -164,6 +165,38 @@ pub fn claim_policy() -> Result<ClaimPolicy, IdgenError> {
     let policy = policy_as_set();
     policy.validate()?;
     Ok(policy)
+}
+
+/// Everything a claim reads of the settings, taken once by the session that claims: a
+/// backend's claim runs in a background worker of its own (`registry::autonomous`), which
+/// runs by the settings the backend saw.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ClaimSettings {
+    pub policy: ClaimPolicy,
+    pub machine_id_first: u16,
+    pub machine_id_last: u16,
+    pub capacity_alert: f64,
+    pub require_synchronous_standby: bool,
+    pub max_clock_backward_ms: i64,
+}
+
+impl ClaimSettings {
+    pub fn machine_id_range(&self) -> RangeInclusive<u16> {
+        self.machine_id_first..=self.machine_id_last
+    }
+}
+
+/// The settings as they are now, refused when the thresholds contradict each other.
+pub fn claim_settings() -> Result<ClaimSettings, IdgenError> {
+    let range = machine_id_range();
+    Ok(ClaimSettings {
+        policy: claim_policy()?,
+        machine_id_first: *range.start(),
+        machine_id_last: *range.end(),
+        capacity_alert: capacity_alert(),
+        require_synchronous_standby: require_synchronous_standby(),
+        max_clock_backward_ms: max_clock_backward_ms(),
+    })
 }
 
 /// The settings as they are, consistent or not (diagnostics show both).

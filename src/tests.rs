@@ -11,13 +11,17 @@ fn one<T: pgrx::FromDatum + pgrx::IntoDatum>(sql: &str) -> T {
 }
 
 #[pg_test]
-fn claim_then_reclaim_keeps_the_id_and_bumps_the_version() {
+fn a_released_node_gets_its_id_back_at_a_new_version() {
     let first = one::<String>("SELECT format('%s/%s/%s', machine_id, version, outcome) FROM idgen_claim('svc', '10.0.0.5', 8080)");
     assert_eq!(first, "0/1/new");
     let other = one::<String>("SELECT format('%s/%s/%s', machine_id, version, outcome) FROM idgen_claim('svc', '10.0.0.6', 8080)");
     assert_eq!(other, "1/1/new");
+    Spi::run("SELECT idgen_release('svc', 0::smallint, '10.0.0.5', 8080, 1)").unwrap();
     let again = one::<String>("SELECT format('%s/%s/%s', machine_id, version, outcome) FROM idgen_claim('svc', '10.0.0.5', 8080)");
-    assert_eq!(again, "0/2/reused");
+    assert_eq!(again, "0/3/reused");
+    // Claimed again while it holds the id: the row may be a live twin's, so it takes another.
+    let twin = one::<String>("SELECT format('%s/%s/%s', machine_id, version, outcome) FROM idgen_claim('svc', '10.0.0.5', 8080)");
+    assert_eq!(twin, "2/1/new");
     // Services have separate id spaces.
     let elsewhere = one::<String>("SELECT format('%s/%s', machine_id, outcome) FROM idgen_claim('billing', '10.0.0.5', 8080)");
     assert_eq!(elsewhere, "0/new");
@@ -83,72 +87,84 @@ fn thresholds_cannot_be_set_for_one_session() {
 
 #[pg_test]
 fn every_registry_object_explains_itself() {
-    let uncommented_columns = one::<i64>(
-        "SELECT count(*) FROM pg_attribute a WHERE a.attrelid IN ('system_nodes'::regclass, 'idgen_registry'::regclass, \
-             'idgen_claim_guards'::regclass, 'idgen_service_members'::regclass) \
-         AND a.attnum > 0 AND NOT a.attisdropped AND col_description(a.attrelid, a.attnum) IS NULL",
+    // Every table and view of the extension, in its schema and in idgen_private, and their columns.
+    let uncommented = one::<String>(
+        "WITH ext AS (SELECT oid FROM pg_extension WHERE extname = 'idgen'), \
+              rel AS (SELECT c.oid, c.relname FROM pg_class c JOIN pg_depend d ON d.objid = c.oid AND d.classid = 'pg_class'::regclass \
+                        AND d.deptype = 'e' JOIN ext ON d.refobjid = ext.oid WHERE c.relkind IN ('r', 'v', 'i', 'S')) \
+         SELECT format('%s relations, %s without a comment, %s columns without one', \
+           (SELECT count(*) FROM rel), \
+           (SELECT count(*) FROM rel WHERE obj_description(rel.oid, 'pg_class') IS NULL), \
+           (SELECT count(*) FROM rel JOIN pg_attribute a ON a.attrelid = rel.oid AND a.attnum > 0 AND NOT a.attisdropped \
+             JOIN pg_class c ON c.oid = rel.oid AND c.relkind = 'r' WHERE col_description(rel.oid, a.attnum) IS NULL))",
     );
-    assert_eq!(uncommented_columns, 0);
+    assert_eq!(uncommented, "19 relations, 0 without a comment, 0 columns without one");
     assert!(one::<bool>(
-        "SELECT obj_description('system_nodes'::regclass, 'pg_class') IS NOT NULL \
-            AND obj_description('idgen_registry'::regclass, 'pg_class') IS NOT NULL \
-            AND obj_description('idgen_claim_guards'::regclass, 'pg_class') IS NOT NULL \
-            AND obj_description('idgen_service_members'::regclass, 'pg_class') IS NOT NULL \
-            AND obj_description('system_nodes_node_identity'::regclass, 'pg_class') IS NOT NULL \
+        "SELECT obj_description('system_nodes_node_identity'::regclass, 'pg_class') IS NOT NULL \
             AND (SELECT bool_and(obj_description(oid, 'pg_trigger') IS NOT NULL) FROM pg_trigger \
-                 WHERE tgrelid = 'system_nodes'::regclass AND NOT tgisinternal)"
+                 WHERE tgrelid IN ('system_nodes'::regclass, 'idgen_private.idgen_service_members'::regclass, \
+                                   'idgen_private.idgen_history'::regclass) AND NOT tgisinternal) \
+            AND obj_description((SELECT oid FROM pg_event_trigger WHERE evtname = 'idgen_drop_guard'), 'pg_event_trigger') IS NOT NULL \
+            AND obj_description('idgen_private'::regnamespace, 'pg_namespace') IS NOT NULL"
     ));
     let uncommented_functions = one::<i64>(
         "SELECT count(*) FROM pg_proc WHERE proname IN ('idgen_claim', 'idgen_heartbeat', 'idgen_release') \
          AND obj_description(oid, 'pg_proc') IS NULL",
     );
     assert_eq!(uncommented_functions, 0);
-    // Every function and type the extension installs in its schema, the generator's included
-    // (the test build also installs these tests, in schema "tests"). Types: standalone composite
-    // types only; a table's or view's row type is explained by its relation (and from PostgreSQL 18
-    // on it is an extension member of its own).
+    // Every function and type the extension installs in its schema and in idgen_private, the
+    // generator's included (the test build also installs these tests, in schema "tests"). Types:
+    // standalone composite types only; a table's or view's row type is explained by its relation
+    // (and from PostgreSQL 18 on it is an extension member of its own).
     let members = one::<String>(
         "WITH ext AS (SELECT oid, extnamespace FROM pg_extension WHERE extname = 'idgen'), \
+              schemas AS (SELECT extnamespace AS oid FROM ext UNION ALL SELECT 'idgen_private'::regnamespace), \
               member AS ( \
-                SELECT p.oid, 'pg_proc' AS catalog FROM pg_proc p, ext WHERE p.pronamespace = ext.extnamespace \
+                SELECT p.oid, 'pg_proc' AS catalog FROM pg_proc p WHERE p.pronamespace IN (SELECT oid FROM schemas) \
                 UNION ALL \
-                SELECT t.oid, 'pg_type' FROM pg_type t, ext WHERE t.typnamespace = ext.extnamespace AND t.typtype = 'c' \
+                SELECT t.oid, 'pg_type' FROM pg_type t WHERE t.typnamespace IN (SELECT oid FROM schemas) AND t.typtype = 'c' \
                     AND (SELECT c.relkind FROM pg_class c WHERE c.oid = t.typrelid) = 'c') \
          SELECT format('%s/%s', count(*), count(*) FILTER (WHERE obj_description(m.oid, m.catalog) IS NULL)) \
          FROM member m JOIN pg_depend d ON d.objid = m.oid AND d.deptype = 'e' JOIN ext ON d.refobjid = ext.oid",
     );
-    assert_eq!(members, "22/0", "21 functions and the idgen_id_parts type, none without a comment");
+    assert_eq!(members, "25/0", "24 functions and the idgen_id_parts type, none without a comment");
 }
 
 #[pg_test]
 fn the_registry_is_dumped_and_closed_to_public() {
     assert!(one::<bool>(
-        "SELECT 'system_nodes'::regclass = ANY (extconfig) AND 'idgen_service_members'::regclass = ANY (extconfig) \
+        "SELECT 'system_nodes'::regclass = ANY (extconfig) AND 'idgen_private.idgen_service_members'::regclass = ANY (extconfig) \
+            AND 'idgen_private.idgen_tombstones'::regclass = ANY (extconfig) \
          FROM pg_extension WHERE extname = 'idgen'"
     ));
+    // The registry functions are open to every role, and check the acting role's service grants
+    // themselves (tests/cluster/tests/privileges.rs); nothing else is.
     let public_can = one::<String>(
-        "SELECT format('%s %s %s %s %s %s %s %s %s %s', \
+        "SELECT format('%s %s %s / %s %s %s %s %s %s %s %s %s %s', \
            has_function_privilege('public', 'idgen_claim(text, inet, integer)', 'EXECUTE'), \
            has_function_privilege('public', 'idgen_heartbeat(text, smallint, inet, integer, bigint, timestamptz)', 'EXECUTE'), \
            has_function_privilege('public', 'idgen_release(text, smallint, inet, integer, bigint, timestamptz)', 'EXECUTE'), \
            has_table_privilege('public', 'system_nodes', 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE'), \
-           has_table_privilege('public', 'idgen_registry', 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE'), \
-           has_function_privilege('public', 'idgen_registry_rows_removed()', 'EXECUTE'), \
-           has_table_privilege('public', 'idgen_claim_guards', 'SELECT, UPDATE'), \
-           has_table_privilege('public', 'idgen_service_members', 'SELECT, INSERT, UPDATE, DELETE'), \
+           has_table_privilege('public', 'idgen_private.nodes', 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE'), \
+           has_table_privilege('public', 'idgen_private.idgen_registry', 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE'), \
+           has_table_privilege('public', 'idgen_private.idgen_tombstones', 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE'), \
+           has_function_privilege('public', 'idgen_private.rows_removed()', 'EXECUTE'), \
+           has_table_privilege('public', 'idgen_private.idgen_claim_guards', 'SELECT, UPDATE'), \
+           has_table_privilege('public', 'idgen_private.idgen_service_members', 'SELECT, INSERT, UPDATE, DELETE'), \
+           has_schema_privilege('public', 'idgen_private', 'CREATE'), \
            has_function_privilege('public', 'idgen_grant_service(text, text)', 'EXECUTE'), \
            has_function_privilege('public', 'idgen_revoke_service(text, text)', 'EXECUTE'))",
     );
-    assert_eq!(public_can, "f f f f f f f f f f");
+    assert_eq!(public_can, "t t t / f f f f f f f f f f");
     // The history: dumped, written and purged by idgen only, read through the filtered views.
     let history = one::<String>(
         "SELECT format('%s %s %s %s %s %s', \
-           'idgen_history'::regclass = ANY (extconfig) AND 'idgen_history_purged'::regclass = ANY (extconfig) \
-             AND 'idgen_history_event_id_seq'::regclass = ANY (extconfig), \
-           has_table_privilege('public', 'idgen_history', 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE'), \
-           has_table_privilege('public', 'idgen_history_purged', 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE'), \
+           'idgen_private.idgen_history'::regclass = ANY (extconfig) AND 'idgen_private.idgen_history_purged'::regclass = ANY (extconfig) \
+             AND 'idgen_private.idgen_history_event_id_seq'::regclass = ANY (extconfig), \
+           has_table_privilege('public', 'idgen_private.idgen_history', 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE'), \
+           has_table_privilege('public', 'idgen_private.idgen_history_purged', 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE'), \
            has_function_privilege('public', 'idgen_purge_history(interval)', 'EXECUTE'), \
-           has_function_privilege('public', 'idgen_history_append_only()', 'EXECUTE'), \
+           has_function_privilege('public', 'idgen_private.history_append_only()', 'EXECUTE'), \
            has_table_privilege('public', 'idgen_nodes', 'SELECT') AND NOT has_table_privilege('public', 'idgen_nodes', 'INSERT')) \
          FROM pg_extension WHERE extname = 'idgen'",
     );

@@ -1,32 +1,52 @@
 //! Alerts for the person on call: a WARNING to the client, a LOG line that
 //! always reaches the server log, and a NOTIFY on `idgen_alert` without the
 //! holders' addresses (any role can LISTEN).
+//!
+//! A claim made in a background worker's transaction (a backend's) announces
+//! there, where it commits, and hands the WARNING to the backend that waits.
 
 use idgen_core::messages::{Alert, ALERT_CHANNEL};
+use idgen_core::{IdgenError, SqlState};
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use pgrx::{PgLogLevel, PgSqlErrorCode};
 
-/// Raises an alert in a transaction that goes on to commit.
-pub fn alert(alert: &Alert) {
-    warn_and_log(alert);
-    let payload = alert.for_listeners().to_string();
-    Spi::run_with_args(crate::registry::sql::NOTIFY_ALERT, &[ALERT_CHANNEL.into(), payload.into()])
-        .unwrap_or_else(|e| panic!("idgen: could not send NOTIFY {ALERT_CHANNEL}: {e}"));
+/// Something a claim tells people besides its result.
+#[derive(Clone, Debug)]
+pub enum Notice {
+    /// A WARNING for the client.
+    Warning(IdgenError),
+    /// An alert: announced where the claim's transaction runs, and a WARNING for the client.
+    Alert(Alert),
 }
 
-/// Raises an alert in a transaction that is about to fail. A NOTIFY would be
-/// discarded with the transaction, so the server log is where it lands.
-pub fn alert_before_error(alert: &Alert) {
-    warn_and_log(alert);
-}
-
-fn warn_and_log(alert: &Alert) {
-    let payload = alert.payload.to_string();
-    ErrorReport::new(PgSqlErrorCode::ERRCODE_WARNING, alert.message.clone(), "idgen")
-        .set_detail(format!("idgen_alert {payload}"))
-        .report(PgLogLevel::WARNING);
-    // LOG reaches the server log unless log_min_messages is fatal or panic.
-    ErrorReport::new(PgSqlErrorCode::ERRCODE_WARNING, format!("idgen_alert {payload}"), "idgen")
+/// The LOG line, and the NOTIFY when the transaction is going to commit (a NOTIFY from a
+/// transaction that fails is never delivered, so an alert that comes with an error lives in the log).
+pub fn announce(alert: &Alert, committing: bool) {
+    ErrorReport::new(PgSqlErrorCode::ERRCODE_WARNING, format!("idgen_alert {}", alert.payload), "idgen")
         .report(PgLogLevel::LOG);
+    if committing {
+        let payload = alert.for_listeners().to_string();
+        Spi::run_with_args(crate::registry::sql::NOTIFY_ALERT, &[ALERT_CHANNEL.into(), payload.into()])
+            .unwrap_or_else(|e| panic!("idgen: could not send NOTIFY {ALERT_CHANNEL}: {e}"));
+    }
+}
+
+/// The WARNING the client reads for an alert.
+pub fn warning_of(alert: &Alert) -> IdgenError {
+    IdgenError::new(SqlState::Warning, alert.message.clone()).detail(format!("idgen_alert {}", alert.payload))
+}
+
+/// Delivers notices in the session of the claim: alerts announced, warnings reported.
+pub fn deliver(notices: &[Notice], committing: bool) {
+    for notice in notices {
+        let warning = match notice {
+            Notice::Warning(w) => w.clone(),
+            Notice::Alert(alert) => {
+                announce(alert, committing);
+                warning_of(alert)
+            }
+        };
+        crate::errors::report(warning, PgLogLevel::WARNING);
+    }
 }

@@ -1,6 +1,8 @@
 //! `idgen_explain(id [, service])`: who made an ID. It runs as the caller and
-//! reads the views `idgen_events` and `idgen_nodes`, so it shows only the
-//! services the caller may read; the reading of tenures is the core's
+//! reads the views `idgen_events` and `idgen_nodes` (through their bound
+//! aliases in `idgen_private`, with the search_path pinned, so that nothing in
+//! a schema a lower role controls takes part), so it shows only the services
+//! the caller may read; the reading of tenures is the core's
 //! (`idgen_core::history`).
 
 use crate::clock::timestamptz;
@@ -30,7 +32,6 @@ type ExplainRow = (
 
 /// Decodes `id` and names the holder of its machine id at its timestamp, per service.
 #[pg_extern(stable, parallel_restricted)]
-#[search_path(pg_catalog, @extschema@, pg_temp)]
 #[allow(clippy::type_complexity)]
 fn idgen_explain(
     id: i64,
@@ -58,41 +59,43 @@ fn idgen_explain(
     let stamp_ms = layout.unix_ms_of(parts.ticks);
     let machine_id = parts.machine_id as i16;
     let sequence = parts.sequence as i32;
-    let rows = Spi::connect_mut(|client| {
-        let services = services_of(client, machine_id, service);
-        if services.is_empty() {
-            raise(nothing_known(F, machine_id, service));
-        }
-        let mut rows: Vec<ExplainRow> = Vec::new();
-        for (service, purged) in services {
-            let events = events_of(client, &service, machine_id);
-            let finding = if events.is_empty() { None } else { Some(history::explain(&events, stamp_ms, !purged)) };
-            let explained = match &finding {
-                Some(finding) => history::explained(finding, &service, machine_id, stamp_ms),
-                None => registry_only(client, &service, machine_id),
-            };
-            if let Some(Finding::Overlap(holders)) = &finding {
-                report(overlap_warning(F, &service, machine_id, stamp_ms, holders.len()), PgLogLevel::WARNING);
+    let rows = crate::privilege::with_pinned_search_path(|| {
+        Spi::connect_mut(|client| {
+            let services = services_of(client, machine_id, service);
+            if services.is_empty() {
+                raise(nothing_known(F, machine_id, service));
             }
-            for e in explained {
-                let t = e.tenure.as_ref();
-                rows.push((
-                    service.clone(),
-                    machine_id,
-                    timestamptz(stamp_ms),
-                    sequence,
-                    e.finding.to_owned(),
-                    t.map(|t| t.holder.name()),
-                    t.and_then(|t| t.holder.role.clone()),
-                    t.and_then(|t| t.holder.pid),
-                    t.map(|t| t.version),
-                    t.and_then(|t| timestamptz(t.after_ms)),
-                    t.and_then(|t| t.until_ms).and_then(timestamptz),
-                    e.detail,
-                ));
+            let mut rows: Vec<ExplainRow> = Vec::new();
+            for (service, purged) in services {
+                let events = events_of(client, &service, machine_id);
+                let finding = if events.is_empty() { None } else { Some(history::explain(&events, stamp_ms, !purged)) };
+                let explained = match &finding {
+                    Some(finding) => history::explained(finding, &service, machine_id, stamp_ms),
+                    None => registry_only(client, &service, machine_id),
+                };
+                if let Some(Finding::Overlap(holders)) = &finding {
+                    report(overlap_warning(F, &service, machine_id, stamp_ms, holders.len()), PgLogLevel::WARNING);
+                }
+                for e in explained {
+                    let t = e.tenure.as_ref();
+                    rows.push((
+                        service.clone(),
+                        machine_id,
+                        timestamptz(stamp_ms),
+                        sequence,
+                        e.finding.to_owned(),
+                        t.map(|t| t.holder.name()),
+                        t.and_then(|t| t.holder.role.clone()),
+                        t.and_then(|t| t.holder.pid),
+                        t.map(|t| t.version),
+                        t.and_then(|t| timestamptz(t.after_ms)),
+                        t.and_then(|t| t.until_ms).and_then(timestamptz),
+                        e.detail,
+                    ));
+                }
             }
-        }
-        rows
+            rows
+        })
     });
     TableIterator::new(rows)
 }

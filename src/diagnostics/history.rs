@@ -1,12 +1,14 @@
-//! Recording the ownership history (`idgen_history`; the events are
-//! `idgen_core::history::Event`). Ownership changes are written in the
+//! Recording the ownership history (`idgen_private.idgen_history`; the events
+//! are `idgen_core::history::Event`). Ownership changes are written in the
 //! transaction that makes them, so they exist exactly when the change
-//! committed. Events that come with an error (a refused claim, a lost
-//! ownership) would roll back with it, so `recorder` writes them from a
-//! background worker of its own.
+//! committed. Refusals (a claim refused, a heartbeat or release that finds the
+//! id moved) come with an error that rolls the caller back, so they are written
+//! in a transaction of their own, and at most one of each kind per service per
+//! [`REFUSAL_INTERVAL_SECS`]: a flood of refused calls starts next to nothing
+//! and writes next to nothing.
 
-use super::recorder;
 use crate::clock::SystemClock;
+use crate::registry::autonomous;
 use crate::registry::sql;
 use idgen_core::generator::Clock;
 use idgen_core::history::{Event, EventKind};
@@ -14,24 +16,40 @@ use idgen_core::input::{Holding, NodeIdentity};
 use idgen_core::IdgenError;
 use pgrx::pg_sys;
 use pgrx::spi::SpiClient;
-use std::sync::atomic::{AtomicBool, Ordering};
+use serde::{Deserialize, Serialize};
 
-/// An event about `node`, with the role that called idgen and this process.
-pub fn event(kind: EventKind, node: &NodeIdentity, caller: pg_sys::Oid) -> Event {
+pub use idgen_core::history::REFUSAL_INTERVAL_SECS;
+
+/// Who acts: the role that called idgen (as of the call) and the server process it called in.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Who {
+    pub role: Option<String>,
+    pub pid: i32,
+}
+
+impl Who {
+    /// The role acting now in this process.
+    pub fn now(role: pg_sys::Oid) -> Who {
+        // SAFETY: backend-local.
+        Who { role: role_name(role), pid: unsafe { pg_sys::MyProcPid } }
+    }
+}
+
+/// An event about `node`, by `who`.
+pub fn event(kind: EventKind, node: &NodeIdentity, who: &Who) -> Event {
     Event {
         host: Some(node.host.clone()),
         port: Some(node.port),
         backend_slot: node.backend_slot,
-        role: role_name(caller),
-        // SAFETY: backend-local.
-        pid: Some(unsafe { pg_sys::MyProcPid }),
+        role: who.role.clone(),
+        pid: Some(who.pid),
         ..Event::new(kind, &node.service)
     }
 }
 
 /// A holder learnt that its machine id moved; `told` is what it was told.
-pub fn lost_event(held: &Holding, told: &IdgenError, caller: pg_sys::Oid) -> Event {
-    let mut event = event(EventKind::OwnershipLost, &held.node, caller);
+pub fn lost_event(held: &Holding, told: &IdgenError, who: &Who) -> Event {
+    let mut event = event(EventKind::OwnershipLost, &held.node, who);
     event.machine_id = Some(held.machine_id);
     event.version = Some(held.version);
     event.detail = Some(told_text(told));
@@ -43,39 +61,55 @@ pub fn told_text(error: &IdgenError) -> String {
     format!("{} {}", error.message, error.detail.as_deref().unwrap_or_default()).trim().to_owned()
 }
 
-/// Records `event` in the caller's transaction (which runs with the extension owner's rights).
+/// Records `event` in the current transaction (which runs with the extension owner's rights).
 pub fn record(client: &mut SpiClient, event: &Event) {
-    if !installed(client) {
-        return;
-    }
-    client
-        .update(sql::INSERT_EVENT, None, &[event.to_json().into()])
-        .unwrap_or_else(|e| panic!("idgen: could not record a history event: {e}"));
+    insert(client, sql::INSERT_EVENT, &[event.to_json().into()]);
 }
 
-/// Records `event` whatever becomes of the caller's transaction: an error is on its way.
-pub fn record_independently(client: &mut SpiClient, mut event: Event) {
-    if !installed(client) {
+/// Records refusal `event` in the current transaction, unless one of its kind was recorded for
+/// its service within the interval: for a transaction of its own that will commit.
+pub fn record_refusal_here(client: &mut SpiClient, event: &Event) {
+    insert(client, sql::INSERT_REFUSAL, &[event.to_json().into(), (REFUSAL_INTERVAL_SECS as f64).into()]);
+}
+
+/// Runs one of the history's inserts. When nothing was inserted, the event's number may have
+/// been taken (the numbering went back: a restore over a live database resets it to the dump's):
+/// the numbering moves past the last event, and the insert runs once more (a refusal recorded
+/// recently is then left out again, as it should be).
+fn insert(client: &mut SpiClient, statement: &str, args: &[pgrx::datum::DatumWithOid]) {
+    let inserted = |client: &mut SpiClient| {
+        client
+            .update(statement, None, args)
+            .map(|rows| !rows.is_empty())
+            .unwrap_or_else(|e| panic!("idgen: could not record a history event: {e}"))
+    };
+    if !inserted(client) {
+        client
+            .update(sql::RESYNC_EVENT_IDS, None, &[])
+            .unwrap_or_else(|e| panic!("idgen: could not renumber the history: {e}"));
+        inserted(client);
+    }
+}
+
+/// Records refusal `event` whatever becomes of the caller's transaction (an error is on its
+/// way), unless one of its kind was recorded for its service within the interval: only then,
+/// and only if no other session is doing so at the moment, does it start the background
+/// worker that writes it. A refusal is thus recorded once a minute per service and kind, at
+/// most one worker runs for refusals at a time, and a refused call never waits for one.
+pub fn record_refusal(client: &mut SpiClient, mut event: Event) {
+    let args = [event.service.clone().into(), event.event.into(), (REFUSAL_INTERVAL_SECS as f64).into()];
+    let first = |client: &mut SpiClient, statement: &str, args: &[pgrx::datum::DatumWithOid]| {
+        client
+            .update(statement, Some(1), args)
+            .ok()
+            .and_then(|mut rows| rows.next().and_then(|row| row.get::<bool>(1).ok().flatten()))
+            .unwrap_or(false)
+    };
+    if first(client, sql::REFUSAL_RECORDED_RECENTLY, &args) || !first(client, sql::TAKE_REFUSAL_TURN, &[]) {
         return;
     }
     event.at.get_or_insert_with(|| idgen_core::messages::iso_utc(SystemClock.now_unix_ms()));
-    recorder::record(&event);
-}
-
-/// Whether the history table exists: a new library runs against an older installation between
-/// its install and `ALTER EXTENSION idgen UPDATE`, and must go on claiming meanwhile.
-fn installed(client: &mut SpiClient) -> bool {
-    static SEEN: AtomicBool = AtomicBool::new(false);
-    if SEEN.load(Ordering::Relaxed) {
-        return true;
-    }
-    let found = client
-        .select(sql::HISTORY_INSTALLED, Some(1), &[])
-        .ok()
-        .and_then(|mut rows| rows.next().and_then(|row| row.get::<bool>(1).ok().flatten()))
-        .unwrap_or(false);
-    SEEN.store(found, Ordering::Relaxed);
-    found
+    autonomous::record_refusal(event);
 }
 
 fn role_name(role: pg_sys::Oid) -> Option<String> {

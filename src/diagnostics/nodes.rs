@@ -4,6 +4,7 @@
 
 use crate::settings;
 use idgen_core::input::node_name;
+use idgen_core::policy::RowAges;
 use pgrx::datum::{Inet, Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -18,7 +19,7 @@ fn age_secs(ts: TimestampWithTimeZone) -> f64 {
     // SAFETY: reads backend-local transaction state.
     let now = unsafe { pg_sys::GetCurrentTransactionStartTimestamp() };
     let ts: pg_sys::TimestampTz = ts.into();
-    (now - ts) as f64 / 1e6
+    now.saturating_sub(ts) as f64 / 1e6
 }
 
 /// The effective idgen policy, one row: what the claim, the views and `idgen_health()` run by.
@@ -64,10 +65,21 @@ fn idgen_policy() -> TableIterator<
     ))
 }
 
-/// The state of a registry row (see `idgen_core::policy::NodeState`).
+/// The state of a registry row (see `idgen_core::policy::NodeState`), by the lease it records.
 #[pg_extern(stable, parallel_safe)]
-fn idgen_node_state(last_seen: TimestampWithTimeZone, released_at: Option<TimestampWithTimeZone>) -> &'static str {
-    settings::policy_as_set().node_state(age_secs(last_seen), released_at.map(age_secs)).label()
+fn idgen_node_state(
+    last_seen: TimestampWithTimeZone,
+    released_at: Option<TimestampWithTimeZone>,
+    lease_until: Option<TimestampWithTimeZone>,
+    takeover_at: Option<TimestampWithTimeZone>,
+) -> &'static str {
+    let ages = RowAges {
+        idle_secs: age_secs(last_seen),
+        released_secs: released_at.map(age_secs),
+        lease_left_secs: lease_until.map(|t| -age_secs(t)),
+        takeover_left_secs: takeover_at.map(|t| -age_secs(t)),
+    };
+    settings::policy_as_set().node_state(ages).label()
 }
 
 /// How messages name a node: `10.0.0.5:8080`, or `backend slot 7 of 127.0.0.1:5432`.
@@ -82,11 +94,16 @@ fn idgen_node_name(host: Option<Inet>, port: Option<i32>, backend_slot: Option<i
 /// is one of this server's backends (host `idgen.node_host`, this port); NULL otherwise.
 #[pg_extern(stable, parallel_restricted)]
 fn idgen_slot_pid(host: Option<Inet>, port: Option<i32>, backend_slot: Option<i32>) -> Option<i32> {
-    let (host, port, slot) = (host?, port?, backend_slot?);
+    slot_pid_of(&host?.0, port?, backend_slot)
+}
+
+/// [`idgen_slot_pid`] for a holder's address, port and slot.
+pub fn slot_pid_of(host: &str, port: i32, backend_slot: Option<i32>) -> Option<i32> {
+    let slot = backend_slot?;
     // SAFETY: set at postmaster start.
     let our_port = unsafe { pg_sys::PostPortNumber };
     let ours = |text: &str| text.split('/').next().unwrap_or_default().trim().parse::<std::net::IpAddr>().ok();
-    if port != our_port || ours(&host.0).is_none() || ours(&host.0) != ours(&settings::node_host()) {
+    if port != our_port || ours(host).is_none() || ours(host) != ours(&settings::node_host()) {
         return None;
     }
     process_in_slot(slot)

@@ -1,30 +1,54 @@
 //! Which role may act for which service: the check the registry functions and
-//! the backends' claims run (the rule is `idgen_core::access`), and the SQL
-//! functions that grant and revoke services.
+//! the backends' claims run (the rule is `idgen_core::access`), the SQL
+//! functions that grant and revoke services, and how every session learns that
+//! grants changed.
+//!
+//! The role checked is the one acting at the call: `GetUserId()`, after
+//! `SET ROLE` and inside another role's SECURITY DEFINER function (idgen's own
+//! functions are not SECURITY DEFINER, so they see it). The registry functions
+//! check on every call; a backend caches the answer per service for the role it
+//! checked and the grants' generation ([`grants_generation`]), which moves
+//! whenever `idgen_service_members` or role memberships change anywhere (a
+//! relcache or syscache invalidation, which every session processes before its
+//! next statement), so that a revocation takes effect at once, in open sessions
+//! too.
 
 use super::sql;
 use crate::errors::{or_raise, raise};
+use crate::privilege::as_extension_owner;
 use idgen_core::access::{self, Caller};
 use idgen_core::input;
 use idgen_core::watermark::HolderKind;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::spi::{Spi, SpiClient};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-/// Refuses (42501) a `caller` who may not act for `service`. Runs with the
-/// extension owner's rights (it reads `idgen_service_members`).
-pub fn authorize(client: &mut SpiClient, function: &str, kind: HolderKind, caller: pg_sys::Oid, service: &str) {
-    let database = crate::backend::database_name();
-    or_raise(access::may_act_for(function, kind, service, database, || standing(client, caller, service)));
+/// Moves whenever who may act for which service may have changed.
+static GRANTS_GENERATION: AtomicU64 = AtomicU64::new(0);
+/// The oid of `idgen_private.idgen_service_members`, once known (0 before).
+static SERVICE_MEMBERS: AtomicU32 = AtomicU32::new(0);
+
+#[inline]
+pub fn grants_generation() -> u64 {
+    GRANTS_GENERATION.load(Ordering::Relaxed)
 }
 
-/// What the registry knows of `caller` for `service`.
-fn standing(client: &mut SpiClient, caller: pg_sys::Oid, service: &str) -> Caller {
-    let args = [caller.into(), service.to_owned().into()];
+/// Refuses (42501) a `role` that may not act for `service`. Runs with the extension owner's
+/// rights (it reads `idgen_service_members`).
+pub fn authorize(client: &mut SpiClient, function: &str, kind: HolderKind, role: pg_sys::Oid, service: &str) {
+    let database = crate::backend::database_name();
+    watch_service_members(client);
+    or_raise(access::may_act_for(function, kind, service, database, || standing(client, role, service)));
+}
+
+/// What the registry knows of `role` for `service`.
+fn standing(client: &mut SpiClient, role: pg_sys::Oid, service: &str) -> Caller {
+    let args = [role.into(), service.to_owned().into()];
     let mut table = client
         .update(sql::CALLER_STANDING, Some(1), &args)
         .unwrap_or_else(|e| panic!("idgen: could not look up the calling role: {e}"));
-    let row = table.next().unwrap_or_else(|| panic!("idgen: the calling role {caller:?} is not in pg_roles"));
+    let row = table.next().unwrap_or_else(|| panic!("idgen: the calling role {role:?} is not in pg_roles"));
     let flag = |ordinal| row.get::<bool>(ordinal).ok().flatten().unwrap_or(false);
     Caller {
         role: row.get::<String>(1).ok().flatten().unwrap_or_default(),
@@ -34,10 +58,71 @@ fn standing(client: &mut SpiClient, caller: pg_sys::Oid, service: &str) -> Calle
     }
 }
 
-/// The role a SECURITY DEFINER function is acting for: the session's current role.
-pub fn calling_role() -> pg_sys::Oid {
+/// The role acting now: the one idgen checks and records. Read before switching to the
+/// extension owner (after it, this would be the owner).
+pub fn acting_role() -> pg_sys::Oid {
     // SAFETY: backend-local state.
-    unsafe { pg_sys::GetOuterUserId() }
+    if unsafe { pg_sys::InLocalUserIdChange() } {
+        // The SQL objects of an older version (SECURITY DEFINER functions) call this library
+        // until ALTER EXTENSION UPDATE: say so rather than fail below.
+        crate::privilege::checked_installation();
+        panic!("idgen: the acting role is read after switching to the extension owner");
+    }
+    // SAFETY: backend-local state.
+    unsafe { pg_sys::GetUserId() }
+}
+
+/// Learns, once, which relation's invalidations mean "the grants changed".
+fn watch_service_members(client: &mut SpiClient) {
+    if SERVICE_MEMBERS.load(Ordering::Relaxed) != 0 {
+        return;
+    }
+    let oid = client
+        .update(sql::SERVICE_MEMBERS_OID, Some(1), &[])
+        .ok()
+        .and_then(|mut rows| rows.next().and_then(|row| row.get::<pg_sys::Oid>(1).ok().flatten()));
+    if let Some(oid) = oid {
+        SERVICE_MEMBERS.store(u32::from(oid), Ordering::Relaxed);
+    }
+}
+
+/// Hooks the grants' generation to the invalidations of the grants' table and of roles and
+/// their memberships; called from `_PG_init`.
+pub fn register_invalidation_callbacks() {
+    // SAFETY: registers plain functions for the life of the backend; they only bump a counter.
+    unsafe {
+        pg_sys::CacheRegisterRelcacheCallback(Some(relation_changed), pg_sys::Datum::from(0));
+        pg_sys::CacheRegisterSyscacheCallback(
+            pg_sys::SysCacheIdentifier::AUTHMEMROLEMEM as i32,
+            Some(roles_changed),
+            pg_sys::Datum::from(0),
+        );
+        pg_sys::CacheRegisterSyscacheCallback(
+            pg_sys::SysCacheIdentifier::AUTHOID as i32,
+            Some(roles_changed),
+            pg_sys::Datum::from(0),
+        );
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn relation_changed(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
+    let watched = SERVICE_MEMBERS.load(Ordering::Relaxed);
+    if relid == pg_sys::InvalidOid || watched == 0 || u32::from(relid) == watched {
+        GRANTS_GENERATION.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn roles_changed(_arg: pg_sys::Datum, _cache_id: std::ffi::c_int, _hash: u32) {
+    GRANTS_GENERATION.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Tells every session, at this transaction's commit, that the grants changed: the trigger of
+/// `idgen_service_members` calls it for every change, however made.
+pub fn announce_grants_changed(relid: pg_sys::Oid) {
+    // SAFETY: queues a relcache invalidation of the grants' table, sent at commit.
+    unsafe { pg_sys::CacheInvalidateRelcacheByRelid(relid) };
 }
 
 fn role_oid(client: &mut SpiClient, function: &str, role: &str) -> pg_sys::Oid {
@@ -48,43 +133,38 @@ fn role_oid(client: &mut SpiClient, function: &str, role: &str) -> pg_sys::Oid {
     found.unwrap_or_else(|| raise(access::unknown_role(function, role)))
 }
 
-/// Lets `role` (and its members) act for `service`, and call the three registry functions.
-#[pg_extern(volatile, parallel_unsafe, security_definer)]
-#[search_path(pg_catalog, @extschema@, pg_temp)]
+/// Lets `role` (and its members) act for `service`.
+#[pg_extern(volatile, parallel_unsafe)]
 fn idgen_grant_service(service: Option<&str>, role: Option<&str>) -> bool {
     const F: &str = "idgen_grant_service";
     let service = or_raise(input::service_name(F, service));
     let role = or_raise(input::role_name(F, role));
-    Spi::connect_mut(|client| {
-        let oid = role_oid(client, F, &role);
-        let args = [service.into(), oid.into()];
-        let new = client
-            .update(sql::GRANT_SERVICE, Some(1), &args)
-            .map(|mut table| table.next().is_some())
-            .unwrap_or_else(|e| panic!("idgen: could not record the grant: {e}"));
-        let grant: String = client
-            .update(sql::GRANT_EXECUTE_STATEMENT, Some(1), &[oid.into()])
-            .map(|mut table| table.next().and_then(|row| row.get::<String>(1).ok().flatten()))
-            .unwrap_or_else(|e| panic!("idgen: could not build the GRANT: {e}"))
-            .expect("the role exists");
-        client.update(&grant, None, &[]).unwrap_or_else(|e| panic!("idgen: {grant} failed: {e}"));
-        new
+    super::api::wrote_in_transaction(F);
+    as_extension_owner(|| {
+        Spi::connect_mut(|client| {
+            let oid = role_oid(client, F, &role);
+            client
+                .update(sql::GRANT_SERVICE, None, &[service.into(), oid.into()])
+                .map(|mut table| table.next().is_some())
+                .unwrap_or_else(|e| panic!("idgen: could not record the grant: {e}"))
+        })
     })
 }
 
-/// Takes `service` back from `role`; true when it had been granted. EXECUTE on the
-/// registry functions stays (the role may act for other services).
-#[pg_extern(volatile, parallel_unsafe, security_definer)]
-#[search_path(pg_catalog, @extschema@, pg_temp)]
+/// Takes `service` back from `role`; true when it had been granted.
+#[pg_extern(volatile, parallel_unsafe)]
 fn idgen_revoke_service(service: Option<&str>, role: Option<&str>) -> bool {
     const F: &str = "idgen_revoke_service";
     let service = or_raise(input::service_name(F, service));
     let role = or_raise(input::role_name(F, role));
-    Spi::connect_mut(|client| {
-        let oid = role_oid(client, F, &role);
-        client
-            .update(sql::REVOKE_SERVICE, Some(1), &[service.into(), oid.into()])
-            .map(|mut table| table.next().is_some())
-            .unwrap_or_else(|e| panic!("idgen: could not revoke the grant: {e}"))
+    super::api::wrote_in_transaction(F);
+    as_extension_owner(|| {
+        Spi::connect_mut(|client| {
+            let oid = role_oid(client, F, &role);
+            client
+                .update(sql::REVOKE_SERVICE, None, &[service.into(), oid.into()])
+                .map(|mut table| table.next().is_some())
+                .unwrap_or_else(|e| panic!("idgen: could not revoke the grant: {e}"))
+        })
     })
 }

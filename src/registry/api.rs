@@ -1,26 +1,35 @@
-//! The registry's SQL functions. Each validates its arguments, reads the
-//! settings, and hands over to `claim` or `store`. They run as the extension
-//! owner (SECURITY DEFINER, search_path pinned), so callers need EXECUTE on
-//! them and a grant of the service (`idgen_grant_service` gives both), and no
-//! right at all on `system_nodes`.
+//! The registry's SQL functions. Each validates its arguments, checks that the
+//! role acting now may act for the service, reads the settings, and hands over
+//! to `claim` or `store` with the extension owner's rights
+//! (`privilege::as_extension_owner`). They are not SECURITY DEFINER: the role
+//! checked is the caller's own, after `SET ROLE` or inside another role's
+//! SECURITY DEFINER function. Callers need no right on `system_nodes`.
+//!
+//! They write in the caller's transaction: the client contract calls them in
+//! transactions of their own. PREPARE TRANSACTION after any of them wrote is
+//! refused, so that no prepared transaction keeps a node's row or guard locked.
 
 use super::access;
-use super::claim::claim;
+use super::claim::{claim, Refused};
 use super::store;
 use crate::clock::{timestamptz, unix_ms, SystemClock};
-use crate::diagnostics::history;
+use crate::diagnostics::alerts;
+use crate::diagnostics::history::{self, Who};
 use crate::durability;
 use crate::errors::{or_raise, raise, report};
+use crate::privilege::as_extension_owner;
 use crate::settings::{self, claim_policy};
 use idgen_core::generator::Clock;
 use idgen_core::history::EventKind;
 use idgen_core::messages::iso_utc;
 use idgen_core::watermark::HolderKind;
-use idgen_core::{input, messages, watermark, Layout};
+use idgen_core::{input, messages, watermark, IdgenError, Layout, SqlState};
+use parking_lot::Mutex;
 use pgrx::datum::{Inet, TimestampWithTimeZone};
 use pgrx::prelude::*;
-use pgrx::spi::Spi;
+use pgrx::spi::{Spi, SpiClient};
 use pgrx::{pg_sys, PgLogLevel};
+use std::ffi::c_void;
 
 /// Refuses before any work when the registry cannot be written here, with a
 /// clearer message than the UPDATE's own.
@@ -32,17 +41,15 @@ fn ensure_registry_writable(function: &str) {
     }
 }
 
-/// Refuses (42501) a calling role that may not act for `service`: what it may
-/// see of other nodes (the DETAILs of fencing and releases) is its own service's.
-fn may_act_for(function: &str, service: &str) {
-    Spi::connect_mut(|client| {
-        access::authorize(client, function, HolderKind::Service, access::calling_role(), service)
-    });
+/// Refuses (42501) `role` (the one acting at the call, taken before switching to the extension
+/// owner) if it may not act for `service`: what it may see of other nodes (the DETAILs of
+/// fencing and releases) is its own service's.
+fn may_act_for(client: &mut SpiClient, function: &str, role: pg_sys::Oid, service: &str) {
+    access::authorize(client, function, HolderKind::Service, role, service);
 }
 
 /// Claims a machine id for a service node; see the README's client contract.
-#[pg_extern(volatile, parallel_unsafe, security_definer)]
-#[search_path(pg_catalog, @extschema@, pg_temp)]
+#[pg_extern(volatile, parallel_unsafe)]
 fn idgen_claim(
     service: Option<&str>,
     host: Option<Inet>,
@@ -60,33 +67,74 @@ fn idgen_claim(
     const F: &str = "idgen_claim";
     ensure_registry_writable(F);
     let node = or_raise(input::node_identity(F, service, host.as_deref(), port));
-    may_act_for(F, &node.service);
-    let policy = or_raise(claim_policy());
-    let caller = access::calling_role();
-    let claimed = or_raise(claim(F, &node, &policy, settings::max_clock_backward_ms(), caller));
-    let not_before = timestamptz(claimed.not_before_unix_ms).expect("claim times fit timestamptz");
-    TableIterator::once((
-        claimed.machine_id,
-        claimed.version,
-        claimed.outcome.label().to_owned(),
-        claimed.lease_until,
-        not_before,
-    ))
+    let settings = or_raise(settings::claim_settings());
+    let role = access::acting_role();
+    let who = Who::now(role);
+    let granted = as_extension_owner(|| {
+        Spi::connect_mut(|client| {
+            may_act_for(client, F, role, &node.service);
+            ensure_guards(client, F, &node.service);
+            wrote_in_transaction(F);
+            claim(client, F, &node, &settings, &who).map_err(|refused| {
+                let Refused { error, event, notices } = refused;
+                alerts::deliver(&notices, false);
+                if let Some(event) = event {
+                    history::record_refusal(client, event);
+                }
+                error
+            })
+        })
+    });
+    let granted = or_raise(granted);
+    alerts::deliver(&granted.notices, true);
+    let c = granted.claim;
+    let not_before = timestamptz(c.not_before_unix_ms).expect("claim times fit timestamptz");
+    TableIterator::once((c.machine_id, c.version, c.outcome.label().to_owned(), c.lease_until, not_before))
 }
 
-/// Checks a watermark a node reports, against the server clock.
-fn reported_watermark(function: &str, issued_until: Option<TimestampWithTimeZone>) -> Option<TimestampWithTimeZone> {
+/// Makes sure `service` has its claim guards, created in a transaction of their own so that
+/// no claim ever waits for another session's uncommitted guard (see `idgen_core::guard`).
+/// A transaction whose snapshot predates them cannot see them: it must retry (`40001`).
+fn ensure_guards(client: &mut SpiClient, function: &str, service: &str) {
+    if store::guards_exist(client, service) {
+        return;
+    }
+    super::autonomous::create_guards(function, service);
+    // SAFETY: reads backend-local transaction state.
+    if unsafe { pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 } {
+        raise(
+            IdgenError::new(SqlState::SerializationFailure, format!("{function}: the first claim of service \"{service}\" must be retried"))
+                .detail("Its claim guards were just created, after this transaction's snapshot was taken, which cannot see them.")
+                .hint("Retry the transaction (the client contract retries 40001)."),
+        );
+    }
+}
+
+/// Checks a watermark a node reports: infinite ones, and ones after the last time an ID can carry
+/// (the node's clock is wrong and it stamped nothing that late), are refused before anything is
+/// written; one far ahead of the server clock is kept, with a WARNING.
+fn reported_watermark(
+    function: &str,
+    machine_id: i16,
+    issued_until: Option<TimestampWithTimeZone>,
+) -> Option<TimestampWithTimeZone> {
     let reported = issued_until?;
     if reported.is_infinity() || reported.is_neg_infinity() {
         raise(messages::infinite_watermark(function));
     }
-    or_raise(watermark::check_reported_watermark(function, unix_ms(reported), SystemClock.now_unix_ms()));
+    if unix_ms(reported) > Layout::DEFAULT.last_unix_ms() {
+        raise(messages::watermark_beyond_layout(function, unix_ms(reported), &Layout::DEFAULT));
+    }
+    if let Some(warning) =
+        watermark::reported_far_ahead(function, machine_id, unix_ms(reported), SystemClock.now_unix_ms())
+    {
+        report(warning, PgLogLevel::WARNING);
+    }
     Some(reported)
 }
 
 /// Renews a claim; raises 55000 when the caller no longer owns the machine id.
-#[pg_extern(volatile, parallel_unsafe, security_definer)]
-#[search_path(pg_catalog, @extschema@, pg_temp)]
+#[pg_extern(volatile, parallel_unsafe)]
 fn idgen_heartbeat(
     service: Option<&str>,
     machine_id: Option<i16>,
@@ -98,24 +146,33 @@ fn idgen_heartbeat(
     const F: &str = "idgen_heartbeat";
     ensure_registry_writable(F);
     let held = or_raise(input::holding(F, &Layout::DEFAULT, service, machine_id, host.as_deref(), port, version));
-    may_act_for(F, &held.node.service);
-    let reported = reported_watermark(F, issued_until);
     let policy = or_raise(claim_policy());
-    durability::make_commit_durable();
-    Spi::connect_mut(|client| match store::heartbeat(client, &held, policy.lease_secs(), reported) {
-        Some(lease_until) => lease_until,
-        None => {
-            let now = store::current_row(client, &held.node.service, held.machine_id);
-            let error = messages::ownership_lost(F, &held, now.as_ref());
-            history::record_independently(client, history::lost_event(&held, &error, access::calling_role()));
-            raise(error)
-        }
-    })
+    let role = access::acting_role();
+    let who = Who::now(role);
+    let renewed = as_extension_owner(|| {
+        Spi::connect_mut(|client| {
+            may_act_for(client, F, role, &held.node.service);
+            let reported = reported_watermark(F, held.machine_id, issued_until);
+            durability::make_commit_durable();
+            let lease_secs = policy.lease_secs();
+            match store::heartbeat(client, &held, lease_secs, policy.takeover_idle_1h_secs, reported) {
+                Some(lease_until) => Ok(lease_until),
+                None => {
+                    let now = store::current_row(client, &held.node.service, held.machine_id);
+                    let error = messages::ownership_lost(F, &held, now.as_ref());
+                    history::record_refusal(client, history::lost_event(&held, &error, &who));
+                    Err(error)
+                }
+            }
+        })
+    });
+    let lease_until = or_raise(renewed);
+    wrote_in_transaction(F);
+    lease_until
 }
 
 /// Releases a machine id on graceful shutdown; false (with a WARNING) when not held.
-#[pg_extern(volatile, parallel_unsafe, security_definer)]
-#[search_path(pg_catalog, @extschema@, pg_temp)]
+#[pg_extern(volatile, parallel_unsafe)]
 fn idgen_release(
     service: Option<&str>,
     machine_id: Option<i16>,
@@ -127,24 +184,74 @@ fn idgen_release(
     const F: &str = "idgen_release";
     ensure_registry_writable(F);
     let held = or_raise(input::holding(F, &Layout::DEFAULT, service, machine_id, host.as_deref(), port, version));
-    may_act_for(F, &held.node.service);
-    let reported = reported_watermark(F, issued_until);
     let policy = or_raise(claim_policy());
-    durability::make_commit_durable();
-    Spi::connect_mut(|client| {
-        if let Some((version, issued_until)) = store::release(client, &held, policy.lease_safety_margin_secs, reported)
-        {
-            let mut event = history::event(EventKind::Release, &held.node, access::calling_role());
-            event.machine_id = Some(held.machine_id);
-            event.version = Some(version);
-            event.issued_until = Some(iso_utc(unix_ms(issued_until)));
-            history::record(client, &event);
-            return true;
-        }
-        let now = store::current_row(client, &held.node.service, held.machine_id);
-        let warning = messages::release_not_held(&held, now.as_ref());
-        history::record_independently(client, history::lost_event(&held, &warning, access::calling_role()));
-        report(warning, PgLogLevel::WARNING);
-        false
+    let role = access::acting_role();
+    let who = Who::now(role);
+    as_extension_owner(|| {
+        Spi::connect_mut(|client| {
+            may_act_for(client, F, role, &held.node.service);
+            let reported = reported_watermark(F, held.machine_id, issued_until);
+            durability::make_commit_durable();
+            if let Some((version, issued_until)) =
+                store::release(client, &held, policy.lease_safety_margin_secs, reported)
+            {
+                let mut event = history::event(EventKind::Release, &held.node, &who);
+                event.machine_id = Some(held.machine_id);
+                event.version = Some(version);
+                event.issued_until = Some(iso_utc(unix_ms(issued_until)));
+                history::record(client, &event);
+                wrote_in_transaction(F);
+                return true;
+            }
+            // Not held: the registry is left as it is, and the refusal recorded in this
+            // transaction (which returns normally), once a minute per service and kind.
+            let now = store::current_row(client, &held.node.service, held.machine_id);
+            let warning = messages::release_not_held(&held, now.as_ref());
+            history::record_refusal_here(client, &history::lost_event(&held, &warning, &who));
+            report(warning, PgLogLevel::WARNING);
+            false
+        })
     })
+}
+
+/// The registry functions that wrote in the open transaction (a PREPARE would strand their locks).
+static WROTE: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+
+/// Notes that `function` wrote the registry in the open transaction.
+pub fn wrote_in_transaction(function: &'static str) {
+    let mut wrote = WROTE.lock();
+    if !wrote.contains(&function) {
+        wrote.push(function);
+    }
+}
+
+/// Hooks the PREPARE refusal to transaction ends; called from `_PG_init`.
+pub fn register_transaction_callback() {
+    // SAFETY: registers a plain function for the life of the backend.
+    unsafe { pg_sys::RegisterXactCallback(Some(on_xact_event), std::ptr::null_mut()) };
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn on_xact_event(event: pg_sys::XactEvent::Type, _arg: *mut c_void) {
+    use pg_sys::XactEvent::*;
+    match event {
+        XACT_EVENT_PRE_PREPARE => {
+            // Copied out, so that the lock is released before raising.
+            let wrote: Vec<String> = WROTE.lock().iter().map(|f| (*f).to_owned()).collect();
+            if !wrote.is_empty() {
+                WROTE.lock().clear();
+                raise(messages::prepare_after_registry_write(&wrote));
+            }
+        }
+        XACT_EVENT_COMMIT
+        | XACT_EVENT_PARALLEL_COMMIT
+        | XACT_EVENT_ABORT
+        | XACT_EVENT_PARALLEL_ABORT
+        | XACT_EVENT_PREPARE => {
+            if let Some(mut wrote) = WROTE.try_lock() {
+                wrote.clear();
+            }
+        }
+        _ => {}
+    }
 }

@@ -1,12 +1,11 @@
 //! Runs the registry's statements (`sql.rs`) for the claim, heartbeat,
-//! release and backend-verification paths, with parameters only. Callers run as the
-//! extension owner with search_path pinned to `pg_catalog, <extension schema>,
-//! pg_temp` (SECURITY DEFINER functions, or `privilege::as_extension_owner`
-//! for backends).
+//! release, backend-lease and trigger paths, with parameters only. Callers run
+//! as the extension owner with search_path pinned (`privilege::as_extension_owner`).
 //!
 //! The statements themselves, and the rule every statement run with the
-//! owner's rights follows (no operator or function resolved through the
-//! search_path, no advisory locks), are in `sql.rs`.
+//! owner's rights follows (no name resolved in a schema a lower role controls,
+//! no operator or function resolved through the search_path, no advisory
+//! locks), are in `sql.rs`.
 //!
 //! Times written are `clock_timestamp()`, not `now()`: a backend may claim or
 //! renew late in a long transaction, and its lease runs from the write.
@@ -14,11 +13,17 @@
 //! make rows look younger than they are.
 //!
 //! Watermarks (`issued_until`, see `idgen_core::watermark`): every write raises
-//! it with `GREATEST`, never lowers it. A claim reads the bound earlier holders
-//! left (a node's own row: its `issued_until`; a row taken over:
-//! `idgen_holder_bound`, defined once in `sql/registry.sql`) before it writes,
+//! it with `GREATEST`; only a backend's own closing record lowers its own
+//! window to its last stamp. A claim reads the bound earlier holders left
+//! (`idgen_private.holder_bound`, defined once in `sql/registry.sql`; for a
+//! machine id whose row was removed by hand, its tombstone) before it writes,
 //! and skips rows whose bound is further ahead of the clock than the claimant
-//! may wait.
+//! may wait. Every grant records the lease it gives (`lease_until`,
+//! `takeover_at`): take-backs honour it whatever the settings become.
+//!
+//! Statements that write run without a row limit (`None`), even those that
+//! return one row: SPI stops a statement with RETURNING at its limit, before
+//! its AFTER STATEMENT triggers fire (the grants' table relies on one).
 
 use super::sql;
 use idgen_core::guard;
@@ -52,7 +57,7 @@ pub enum OwnRow {
     Absent,
 }
 
-/// How a claim treats watermarks, in the units its statements take.
+/// How a claim treats watermarks and grants leases, in the units its statements take.
 #[derive(Clone, Copy)]
 pub struct ClaimTimes {
     /// The lease granted, in seconds.
@@ -61,18 +66,11 @@ pub struct ClaimTimes {
     pub tolerance_ms: i64,
     /// The window the claimant may issue in before its next write (0 for services).
     pub window_ms: i64,
-    /// The shortest take-back age, in seconds (see `idgen_holder_bound`).
+    /// The shortest take-back age, in seconds: no take-back of the grant before it.
     pub takeover_idle_secs: i64,
     /// This server's `idgen.machine_id_range`: claims hand out nothing outside it.
     pub first_machine_id: i16,
     pub last_machine_id: i16,
-}
-
-/// The registry as a whole, read at the start of a claim.
-pub struct Registry {
-    pub epoch: i64,
-    /// No grant may be stamped at or before it; `None` while `-infinity`.
-    pub floor: Option<TimestampWithTimeZone>,
 }
 
 /// Which rows a take-over may take.
@@ -84,18 +82,28 @@ pub enum Victims {
     Idle { min_idle_secs: i64, cooldown_secs: i64 },
 }
 
-/// The registry's epoch and floor.
-pub fn read_registry(client: &mut SpiClient) -> Registry {
-    let row = first_row(client.update(sql::READ_REGISTRY, Some(1), &[]))
-        .unwrap_or_else(|| panic!("idgen: idgen_registry has no row; reinstall the extension"));
-    let floor: TimestampWithTimeZone = column(&row, 2);
-    Registry { epoch: column(&row, 1), floor: (!floor.is_neg_infinity()).then_some(floor) }
+/// The registry's epoch.
+pub fn read_epoch(client: &mut SpiClient) -> i64 {
+    first_value(client.update(sql::READ_REGISTRY, Some(1), &[]))
+        .unwrap_or_else(|| panic!("idgen: idgen_private.idgen_registry has no row; reinstall the extension"))
 }
 
-/// Serialises claims that give `node` a new row, without waiting: false when
-/// another transaction holds its guard (see `idgen_core::guard`).
+/// Whether `service` has its guard rows yet.
+pub fn guards_exist(client: &mut SpiClient, service: &str) -> bool {
+    first_value::<bool>(client.update(sql::GUARDS_EXIST, Some(1), &[text(service)])).unwrap_or(false)
+}
+
+/// Creates the guard rows of `service`; only in a transaction of its own (a background worker),
+/// so that no claim ever waits for another session's uncommitted guard row.
+pub fn create_guards(client: &mut SpiClient, service: &str) {
+    let (first, end) = (guard::buckets().start, guard::buckets().end - 1);
+    spi(client.update(sql::CREATE_GUARDS, None, &[text(service), first.into(), end.into()]));
+}
+
+/// Serialises claims that give a service node's identity a new row, without waiting: false
+/// when another transaction holds its guard (see `idgen_core::guard`).
 pub fn take_identity_guard(client: &mut SpiClient, node: &NodeIdentity) -> bool {
-    let args = [guard::identity_guard(node).into()];
+    let args = [text(&node.service), guard::identity_guard(node).into()];
     first_value::<bool>(client.update(sql::TAKE_GUARD, Some(1), &args)).unwrap_or(false)
 }
 
@@ -103,14 +111,25 @@ pub fn take_identity_guard(client: &mut SpiClient, node: &NodeIdentity) -> bool 
 /// ahead than the caller may wait, is released for good and its bound kept,
 /// so that the identity can move to another machine id. Returns the machine
 /// id and the watermark that set it aside.
-pub fn release_own_row_ahead(
-    client: &mut SpiClient,
-    node: &NodeIdentity,
-    times: &ClaimTimes,
-) -> Option<(i16, TimestampWithTimeZone)> {
+pub fn release_own_row_ahead(client: &mut SpiClient, node: &NodeIdentity, times: &ClaimTimes) -> Option<OwnRowAhead> {
     let sql = sql::RELEASE_OWN_ROW_AHEAD;
     let args = claim_args(node, times, []);
-    first_row(client.update(sql, Some(1), &args)).map(|row| (column(&row, 1), column(&row, 2)))
+    first_row(client.update(sql, None, &args)).map(|row| OwnRowAhead {
+        machine_id: column(&row, 1),
+        bound: column(&row, 2),
+        reported: column(&row, 3),
+        last_seen: column(&row, 4),
+    })
+}
+
+/// The claimant's own row, set aside by [`release_own_row_ahead`].
+pub struct OwnRowAhead {
+    pub machine_id: i16,
+    /// How long its holders may stamp (the holder bound).
+    pub bound: TimestampWithTimeZone,
+    /// Its issued_until: what its holder reported.
+    pub reported: TimestampWithTimeZone,
+    pub last_seen: TimestampWithTimeZone,
 }
 
 /// Step 1, part 0: the caller's own held row outside this server's machine-id range is released
@@ -123,7 +142,7 @@ pub fn release_own_row_outside_range(
 ) -> Option<(i16, TimestampWithTimeZone)> {
     let sql = sql::RELEASE_OWN_ROW_OUTSIDE_RANGE;
     let args = claim_args(node, times, range_args(times));
-    first_row(client.update(sql, Some(1), &args)).map(|row| (column(&row, 1), column(&row, 2)))
+    first_row(client.update(sql, None, &args)).map(|row| (column(&row, 1), column(&row, 2)))
 }
 
 /// Step 1, part 2: bump the caller's own row (held, or else released by the
@@ -131,7 +150,7 @@ pub fn release_own_row_outside_range(
 /// far ahead. Its own `issued_until` is the bound: the caller is its last holder.
 pub fn reuse_own_row(client: &mut SpiClient, node: &NodeIdentity, times: &ClaimTimes) -> OwnRow {
     let args = claim_args(node, times, range_args(times));
-    if let Some(row) = first_row(client.update(sql::REUSE_OWN_ROW, Some(1), &args)) {
+    if let Some(row) = first_row(client.update(sql::REUSE_OWN_ROW, None, &args)) {
         return OwnRow::Won { won: won(&row), was_released: column(&row, 7) };
     }
     match first_value::<i16>(client.update(sql::OWN_HELD_ROW, Some(1), &args[..4])) {
@@ -145,21 +164,40 @@ pub fn reuse_own_row(client: &mut SpiClient, node: &NodeIdentity, times: &ClaimT
 /// in a backend slot, in the one statement a new backend then plans.
 pub fn reuse_own_held_row(client: &mut SpiClient, node: &NodeIdentity, times: &ClaimTimes) -> Option<Won> {
     let args = claim_args(node, times, range_args(times));
-    first_row(client.update(sql::REUSE_OWN_HELD_ROW, Some(1), &args)).map(|row| won(&row))
+    first_row(client.update(sql::REUSE_OWN_HELD_ROW, None, &args)).map(|row| won(&row))
 }
 
-/// Step 2, part 1: machine ids in `first..=last` with no row, lowest first, as of now.
-pub fn unregistered_machine_ids(client: &mut SpiClient, service: &str, first: u16, last: u16) -> Vec<i16> {
+/// Step 2, part 1: machine ids in the range with no row, lowest first, as of now, but those
+/// whose tombstone is further ahead than the claimant may wait.
+pub fn unregistered_machine_ids(client: &mut SpiClient, service: &str, times: &ClaimTimes) -> Vec<i16> {
     let sql = sql::UNREGISTERED_MACHINE_IDS;
-    let args = [text(service), i32::from(first).into(), i32::from(last).into()];
+    let args = [
+        text(service),
+        i32::from(times.first_machine_id).into(),
+        i32::from(times.last_machine_id).into(),
+        (times.tolerance_ms as f64).into(),
+    ];
     let table = spi(client.update(sql, None, &args));
     table.map(|row| spi(row.get::<i16>(1)).expect("machine_id is not null")).collect()
+}
+
+/// The tombstone soonest to pass among machine ids with no row whose tombstone is further ahead
+/// than the claimant may wait: its machine id and bound.
+pub fn soonest_tombstone_ahead(
+    client: &mut SpiClient,
+    service: &str,
+    times: &ClaimTimes,
+) -> Option<(i16, TimestampWithTimeZone)> {
+    let [first, last] = range_args(times);
+    let args = [text(service), first, last, (times.tolerance_ms as f64).into()];
+    first_row(client.update(sql::SOONEST_TOMBSTONE_AHEAD, Some(1), &args)).map(|row| (column(&row, 1), column(&row, 2)))
 }
 
 /// Step 2, part 2: insert the row for `machine_id` unless another claimant is
 /// inserting it (its guard row taken) or it was committed meanwhile (no conflict
 /// wait: the guard means no uncommitted insert of this id is in flight).
-/// A never-registered id has no earlier holder: its bound is none.
+/// A never-registered id has no earlier holder; one whose row was removed by hand
+/// has its tombstone's bound.
 pub fn insert_unregistered(
     client: &mut SpiClient,
     node: &NodeIdentity,
@@ -167,8 +205,8 @@ pub fn insert_unregistered(
     times: &ClaimTimes,
 ) -> Option<Won> {
     let sql = sql::INSERT_UNREGISTERED;
-    let args = claim_args(node, times, [machine_id.into(), guard::new_id_guard(&node.service, machine_id).into()]);
-    first_row(client.update(sql, Some(1), &args)).map(|row| won(&row))
+    let args = claim_args(node, times, [machine_id.into(), guard::new_id_guard(machine_id).into()]);
+    first_row(client.update(sql, None, &args)).map(|row| won(&row))
 }
 
 /// Steps 3 to 6: take one victim row over for the claimant.
@@ -185,13 +223,14 @@ pub fn take_over(
     let mut args = claim_args(node, times, range_args(times));
     args[5] = (min_idle_secs as f64).into();
     args[6] = (cooldown_secs as f64).into();
-    let table = client.update(sql, Some(1), &args);
+    let table = client.update(sql, None, &args);
     first_row(table).map(|row| (won(&row), row_facts(&row, 7)))
 }
 
 /// The parameters every claim statement shares: $1-$4 the claimant, $5 lease
 /// (s), $6 and $7 take-over ages (s, set by `take_over`), $8 tolerance (ms),
-/// $9 take-back age (s), $10 window (ms), then `extra` from $11 on.
+/// $9 take-back age (s, the grant's and `holder_bound`'s), $10 window (ms),
+/// then `extra` from $11 on.
 fn claim_args(
     node: &NodeIdentity,
     times: &ClaimTimes,
@@ -235,20 +274,21 @@ pub fn synchronous_standby_streaming(client: &mut SpiClient) -> bool {
     first_value::<bool>(client.update(sql::SYNCHRONOUS_STANDBY_STREAMING, Some(1), &[])).unwrap_or(false)
 }
 
-/// A version-checked heartbeat. Waits for a concurrent take-over of the same
-/// row to finish, because its answer depends on that take-over's outcome.
-/// Raises the watermark to the node's report, or to the server clock when the
-/// node reports none.
+/// A version-checked heartbeat: a new grant of `lease_secs`, no take-back before
+/// `takeover_secs`. Waits for a concurrent take-over of the same row to finish,
+/// because its answer depends on that take-over's outcome. Raises the watermark
+/// to the node's report, or to the server clock when the node reports none.
 pub fn heartbeat(
     client: &mut SpiClient,
     held: &Holding,
     lease_secs: i64,
+    takeover_secs: i64,
     reported: Option<TimestampWithTimeZone>,
 ) -> Option<TimestampWithTimeZone> {
     let sql = sql::HEARTBEAT;
     let mut args = holding_args(held, Some(lease_secs));
-    args.push(reported.into());
-    first_value(client.update(sql, Some(1), &args))
+    args.extend([reported.into(), (takeover_secs as f64).into()]);
+    first_value(client.update(sql, None, &args))
 }
 
 /// A version-checked release: bumps the version and starts the cooldown. The
@@ -264,7 +304,7 @@ pub fn release(
     let sql = sql::RELEASE;
     let mut args = holding_args(held, Some(margin_secs));
     args.push(reported.into());
-    first_row(client.update(sql, Some(1), &args)).map(|row| (column(&row, 1), column(&row, 2)))
+    first_row(client.update(sql, None, &args)).map(|row| (column(&row, 1), column(&row, 2)))
 }
 
 /// How many machine ids of `service` in the range a claim cannot get without a take-back (held or cooling down).
@@ -285,30 +325,81 @@ pub enum BackendCheck {
     Lost(Option<RowFacts>),
 }
 
-/// A backend's version-checked heartbeat: renews the lease and raises the
+/// A backend's version-checked renewal: grants the lease again and raises the
 /// watermark to the end of its next window, unless another transaction has
 /// the row locked (never waits, unlike a service heartbeat).
 pub fn renew_backend_lease(
     client: &mut SpiClient,
     held: &Holding,
-    lease_secs: i64,
+    times: &ClaimTimes,
     epoch: i64,
     window_ms: i64,
 ) -> BackendCheck {
     let sql = sql::RENEW_BACKEND_LEASE;
-    let mut args = holding_args(held, Some(lease_secs));
-    args.extend([epoch.into(), (window_ms as f64).into()]);
-    if let Some(row) = first_row(client.update(sql, Some(1), &args)) {
+    let mut args = holding_args(held, Some(times.lease_secs));
+    args.extend([epoch.into(), (window_ms as f64).into(), (times.takeover_idle_secs as f64).into()]);
+    if let Some(row) = first_row(client.update(sql, None, &args)) {
         return BackendCheck::Held {
             verified_at: column(&row, 1),
             lease_until: column(&row, 2),
             issued_until: column(&row, 3),
         };
     }
-    match read_backend_lease(client, held, lease_secs, epoch) {
+    match read_backend_lease(client, held, times.lease_secs, epoch) {
         BackendCheck::Held { .. } => BackendCheck::Busy,
         other => other,
     }
+}
+
+/// A backend that stops records its last stamp in place of its window, if the row is still its own.
+pub fn close_backend_lease(client: &mut SpiClient, held: &Holding, epoch: i64, closing: TimestampWithTimeZone) {
+    let mut args = holding_args(held, None);
+    args.extend([epoch.into(), closing.into()]);
+    spi(client.update(sql::CLOSE_BACKEND_LEASE, None, &args));
+}
+
+/// A row deleted by hand leaves its bound and version as its machine id's tombstone.
+pub fn tombstone_row(client: &mut SpiClient, service: &str, machine_id: i16, lease_secs: i64, takeover_secs: i64) {
+    let args = [text(service), machine_id.into(), (lease_secs as f64).into(), (takeover_secs as f64).into()];
+    spi(client.update(sql::TOMBSTONE_ROW, None, &args));
+}
+
+/// Every row truncated leaves its tombstone, and a new epoch begins.
+pub fn tombstone_all_and_start_epoch(client: &mut SpiClient, lease_secs: i64, takeover_secs: i64) {
+    spi(client.update(sql::TOMBSTONE_ALL, None, &[(lease_secs as f64).into(), (takeover_secs as f64).into()]));
+    spi(client.update(sql::NEW_EPOCH, None, &[]));
+}
+
+/// A row inserted for a machine id with a tombstone takes its bound and a newer version.
+pub fn merge_tombstone(client: &mut SpiClient, service: &str, machine_id: i16) {
+    spi(client.update(sql::MERGE_TOMBSTONE, None, &[text(service), machine_id.into()]));
+}
+
+/// One row or tombstone whose holder may still be stamping.
+pub struct Stamping {
+    pub service: String,
+    pub machine_id: i16,
+    /// The holder's address, port and slot; none for a tombstone.
+    pub holder: Option<(String, i32, Option<i32>)>,
+    pub bound: TimestampWithTimeZone,
+}
+
+/// Holds off every write to the registry until this transaction ends (a DROP being checked).
+pub fn lock_against_writes(client: &mut SpiClient) {
+    spi(client.update(sql::LOCK_REGISTRY_FOR_DROP, None, &[]));
+}
+
+/// Every row and tombstone whose bound is ahead of the clock, latest first.
+pub fn still_stamping(client: &mut SpiClient, lease_secs: i64, takeover_secs: i64) -> Vec<Stamping> {
+    let args = [(lease_secs as f64).into(), (takeover_secs as f64).into()];
+    spi(client.update(sql::STILL_STAMPING, None, &args))
+        .map(|row| Stamping {
+            service: column(&row, 1),
+            machine_id: column(&row, 2),
+            holder: spi(row.get::<String>(3)).map(|host| (host, column(&row, 4), spi(row.get::<i32>(5)))),
+            bound: column(&row, 6),
+        })
+        .collect()
 }
 
 /// A backend's version-checked read, for read-only transactions: confirms

@@ -1,0 +1,188 @@
+//! What keeps the registry's knowledge when someone changes it by hand:
+//! - rows deleted or truncated leave their bounds as tombstones, one per machine
+//!   id, and TRUNCATE starts a new epoch;
+//! - a row inserted for a machine id with a tombstone (a restore, a row written
+//!   by hand) takes the tombstone's bound and a newer version, so that its old
+//!   holder is fenced and its next holder starts after it;
+//! - every change of the grants tells every session to check them again;
+//! - a DROP that would remove the extension is refused while its registry
+//!   guards machine ids that may still be stamped.
+//!
+//! These run as whoever changed the table (a superuser, the extension owner)
+//! or ran the DROP (possibly the database owner, dropping its schema), and do
+//! their work as the extension owner with a pinned search_path. They read the
+//! settings through the library, never through SQL text, so that a setting
+//! reset without a restart cannot break them.
+
+use super::store;
+use crate::errors::raise;
+use crate::privilege::as_extension_owner;
+use crate::settings;
+use idgen_core::input::node_name;
+use idgen_core::messages::{self, StillStamping};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::spi::Spi;
+
+/// How many holders a refused DROP names.
+const SHOWN: usize = 5;
+
+/// BEFORE DELETE (per row) and BEFORE TRUNCATE on `system_nodes`.
+#[pg_trigger(sql = false)]
+fn rows_removed<'a>(
+    trigger: &'a pgrx::PgTrigger<'a>,
+) -> Result<Option<PgHeapTuple<'a, impl WhoAllocated>>, PgHeapTupleError> {
+    let policy = settings::policy_as_set();
+    let (lease_secs, takeover_secs) = (policy.lease_secs(), policy.takeover_idle_1h_secs);
+    match trigger.old() {
+        Some(old) => {
+            let (service, machine_id) = row_key(&old);
+            as_extension_owner(|| {
+                Spi::connect_mut(|client| store::tombstone_row(client, &service, machine_id, lease_secs, takeover_secs))
+            });
+            Ok(Some(old))
+        }
+        None => {
+            as_extension_owner(|| {
+                Spi::connect_mut(|client| store::tombstone_all_and_start_epoch(client, lease_secs, takeover_secs))
+            });
+            Ok(None)
+        }
+    }
+}
+
+/// The service and machine id of a row of `system_nodes`.
+fn row_key(row: &PgHeapTuple<'_, impl WhoAllocated>) -> (String, i16) {
+    let service: Option<String> =
+        row.get_by_name("service").unwrap_or_else(|e| panic!("idgen: system_nodes.service: {e}"));
+    let machine_id: Option<i16> =
+        row.get_by_name("machine_id").unwrap_or_else(|e| panic!("idgen: system_nodes.machine_id: {e}"));
+    (service.expect("service is not null"), machine_id.expect("machine_id is not null"))
+}
+
+/// AFTER INSERT (per row) on `system_nodes`.
+#[pg_trigger(sql = false)]
+fn rows_inserted<'a>(
+    trigger: &'a pgrx::PgTrigger<'a>,
+) -> Result<Option<PgHeapTuple<'a, impl WhoAllocated>>, PgHeapTupleError> {
+    let new = trigger.new().expect("an INSERT trigger has a new row");
+    let (service, machine_id) = row_key(&new);
+    as_extension_owner(|| Spi::connect_mut(|client| store::merge_tombstone(client, &service, machine_id)));
+    Ok(Some(new))
+}
+
+/// AFTER INSERT, UPDATE, DELETE or TRUNCATE (per statement) on `idgen_service_members`.
+#[pg_trigger(sql = false)]
+fn grants_changed<'a>(
+    trigger: &'a pgrx::PgTrigger<'a>,
+) -> Result<Option<PgHeapTuple<'a, AllocatedByPostgres>>, PgHeapTupleError> {
+    let relid = trigger.relid().expect("a table trigger has its table");
+    super::access::announce_grants_changed(relid);
+    Ok(None)
+}
+
+/// The event trigger `idgen_drop_guard` (ddl_command_start of DROP EXTENSION, DROP SCHEMA and
+/// DROP OWNED).
+#[pg_extern(sql = false)]
+fn drop_guard(fcinfo: pg_sys::FunctionCallInfo) {
+    // SAFETY: an event trigger is called with its EventTriggerData as the context.
+    let (parsetree, command) = unsafe {
+        let data = (*fcinfo).context as *mut pg_sys::EventTriggerData;
+        if data.is_null() || (*data).type_ != pg_sys::NodeTag::T_EventTriggerData {
+            return;
+        }
+        let tag = std::ffi::CStr::from_ptr(pg_sys::GetCommandTagName((*data).tag)).to_string_lossy().into_owned();
+        ((*data).parsetree, tag)
+    };
+    // SAFETY: the parse tree of the command the trigger fires for.
+    if !unsafe { drops_idgen(parsetree) } {
+        return;
+    }
+    let policy = settings::policy_as_set();
+    let stamping = as_extension_owner(|| {
+        Spi::connect_mut(|client| {
+            // No window or report may commit between this check and the DROP.
+            store::lock_against_writes(client);
+            // This session's own leases count as what they stamped, not as their windows.
+            crate::backend::close_leases(client);
+            store::still_stamping(client, policy.lease_secs(), policy.takeover_idle_1h_secs)
+        })
+    });
+    if stamping.is_empty() {
+        return;
+    }
+    let shown: Vec<StillStamping> = stamping
+        .iter()
+        .take(SHOWN)
+        .map(|s| StillStamping {
+            service: s.service.clone(),
+            machine_id: s.machine_id,
+            holder: match &s.holder {
+                Some((host, port, slot)) => {
+                    let pid = crate::diagnostics::nodes::slot_pid_of(host, *port, *slot);
+                    let name = node_name(host, *port, *slot);
+                    pid.map_or(name.clone(), |pid| format!("{name}, pid {pid}"))
+                }
+                None => "a row deleted by hand".to_owned(),
+            },
+            until_unix_ms: crate::clock::unix_ms(s.bound),
+        })
+        .collect();
+    raise(messages::drop_refused(&command, stamping.len() as i64, &shown));
+}
+
+/// Whether `parsetree` drops the idgen extension: itself, the schema it is in (with CASCADE), or
+/// its owner's objects.
+///
+/// # Safety
+/// `parsetree` is a parse tree node of the current command.
+unsafe fn drops_idgen(parsetree: *mut pg_sys::Node) -> bool {
+    unsafe {
+        let Some(installed) = crate::privilege::installed() else { return false };
+        if parsetree.is_null() {
+            return false;
+        }
+        match (*parsetree).type_ {
+            pg_sys::NodeTag::T_DropStmt => {
+                let stmt = parsetree as *mut pg_sys::DropStmt;
+                let names = list_of_names((*stmt).objects);
+                match (*stmt).removeType {
+                    pg_sys::ObjectType::OBJECT_EXTENSION => names.iter().any(|n| n.to_bytes() == b"idgen"),
+                    pg_sys::ObjectType::OBJECT_SCHEMA => {
+                        (*stmt).behavior == pg_sys::DropBehavior::DROP_CASCADE
+                            && names.iter().any(|n| pg_sys::get_namespace_oid(n.as_ptr(), true) == installed.schema)
+                    }
+                    _ => false,
+                }
+            }
+            pg_sys::NodeTag::T_DropOwnedStmt => {
+                let stmt = parsetree as *mut pg_sys::DropOwnedStmt;
+                list_items((*stmt).roles)
+                    .into_iter()
+                    .any(|role| pg_sys::get_rolespec_oid(role as *const pg_sys::RoleSpec, true) == installed.owner)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The pointers of a parse tree's list.
+unsafe fn list_items(list: *mut pg_sys::List) -> Vec<*mut std::ffi::c_void> {
+    unsafe {
+        if list.is_null() {
+            return Vec::new();
+        }
+        (0..(*list).length as usize).map(|k| (*(*list).elements.add(k)).ptr_value).collect()
+    }
+}
+
+/// The names of a list of String nodes (a DROP's objects).
+unsafe fn list_of_names(list: *mut pg_sys::List) -> Vec<&'static std::ffi::CStr> {
+    unsafe {
+        list_items(list)
+            .into_iter()
+            .filter(|item| !item.is_null() && (*(*item as *mut pg_sys::Node)).type_ == pg_sys::NodeTag::T_String)
+            .map(|item| std::ffi::CStr::from_ptr((*(item as *mut pg_sys::String)).sval))
+            .collect()
+    }
+}
