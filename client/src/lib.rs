@@ -24,10 +24,13 @@
 //! - **the lease is measured on a monotonic clock** from the moment the last successful
 //!   heartbeat (or the claim) was *sent*: `next_id` refuses once it has passed, and resumes
 //!   if a later heartbeat succeeds (the node still owns the id);
-//! - **`55000`** from a heartbeat stops the node for good, with the server's DETAIL;
+//! - **a refused heartbeat** (`55000`: the id moved; `22023`: its watermark refused; `42501`: the
+//!   grant revoked) stops the node for good, with the server's DETAIL;
+//! - **the last word is true**: `shutdown` stops every minting thread before it reads the
+//!   watermark it releases with, so that watermark bounds every ID the node issued;
 //! - **no zombie generator**: if the heartbeat thread panics, the node stops issuing;
 //! - **release on shutdown** ([`IdgenNode::shutdown`], and `Drop`), with the watermark.
 
 mod node;
 
-pub use node::{Config, Error, IdgenNode, Metrics, Status};
+pub use node::{Config, Error, IdgenNode, Metrics, Status, StatusHook, WallClockFn};

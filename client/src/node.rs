@@ -12,6 +12,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// Called from the heartbeat thread (or `shutdown`) whenever the node's [`Status`] changes.
 pub type StatusHook = Arc<dyn Fn(&Status) + Send + Sync>;
 
+/// The wall clock IDs are stamped with, in Unix ms: the system clock unless replaced (a test's
+/// clock that runs ahead, say).
+pub type WallClockFn = Arc<dyn Fn() -> i64 + Send + Sync>;
+
 /// How a node connects and who it is.
 #[derive(Clone)]
 pub struct Config {
@@ -28,6 +32,8 @@ pub struct Config {
     pub start_timeout: Duration,
     /// Told about every change of [`Status`].
     pub on_status_change: Option<StatusHook>,
+    /// The wall clock IDs are stamped with and watermarks are read from (the system clock).
+    pub wall_clock: WallClockFn,
 }
 
 impl Config {
@@ -40,6 +46,7 @@ impl Config {
             heartbeat_interval: None,
             start_timeout: Duration::from_secs(60),
             on_status_change: None,
+            wall_clock: Arc::new(system_unix_ms),
         }
     }
 }
@@ -51,7 +58,9 @@ pub enum Status {
     Live,
     /// No heartbeat succeeded before the lease's deadline: `next_id` refuses until one does.
     Expired,
-    /// A heartbeat found the id moved (`55000`): stopped for good. The server's DETAIL.
+    /// A heartbeat was refused: the id moved (`55000`), the watermark was refused (`22023`) or
+    /// the role may no longer act for the service (`42501`). Stopped for good: the server's
+    /// message and DETAIL.
     Lost { detail: String },
     /// `shutdown` was called.
     Stopped,
@@ -65,7 +74,8 @@ pub enum Error {
     /// The lease passed its deadline without a successful heartbeat. Not final: the node resumes
     /// if a heartbeat succeeds and it still owns its id.
     LeaseExpired,
-    /// The id moved to another node (`55000`): stop issuing and exit.
+    /// The lease ended for good: the id moved to another node (`55000`), or the server refused
+    /// a heartbeat (see [`Status::Lost`]). Stop issuing and exit.
     OwnershipLost(String),
     /// The node was shut down.
     Stopped,
@@ -83,7 +93,7 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::LeaseExpired => write!(f, "idgen: the lease passed its deadline without a successful heartbeat"),
-            Error::OwnershipLost(detail) => write!(f, "idgen: the machine id moved to another node: {detail}"),
+            Error::OwnershipLost(detail) => write!(f, "idgen: the lease ended for good: {detail}"),
             Error::Stopped => write!(f, "idgen: the node was shut down"),
             Error::HeartbeatDied => write!(f, "idgen: the heartbeat thread died; the node stopped issuing"),
             Error::Clock(stop) => write!(f, "idgen: the clock cannot stamp an ID: {stop:?}"),
@@ -122,17 +132,24 @@ pub struct Metrics {
     pub time_to_deadline: Option<Duration>,
 }
 
-/// The process's wall clock, the one IDs are stamped with.
-struct WallClock;
+fn system_unix_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
 
-impl Clock for WallClock {
+/// The node's wall clock ([`Config::wall_clock`]), the one IDs are stamped with.
+struct WallClock<'a>(&'a WallClockFn);
+
+impl Clock for WallClock<'_> {
     fn now_unix_ms(&mut self) -> i64 {
-        SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+        (self.0)()
     }
 
     fn wait_until(&mut self, unix_ms: i64) {
-        let left = unix_ms - self.now_unix_ms();
-        if left > 0 {
+        loop {
+            let left = unix_ms - self.now_unix_ms();
+            if left <= 0 {
+                return;
+            }
             std::thread::sleep(Duration::from_millis(left as u64));
         }
     }
@@ -163,35 +180,45 @@ impl Shared {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    fn generator(&self) -> MutexGuard<'_, Generator> {
+        self.generator.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     fn set_status(&self, status: Status) {
-        let changed = {
-            let mut state = self.state();
-            // Final states stay.
-            let final_ = matches!(state.status, Status::Lost { .. } | Status::Stopped | Status::HeartbeatDied);
-            let changed = !final_ && state.status != status;
-            if changed {
-                state.status = status.clone();
-            }
-            changed
-        };
-        if changed {
-            if let Some(hook) = &self.config.on_status_change {
-                hook(&status);
-            }
+        if Shared::transition(&mut self.state(), &status) {
+            self.announce(&status);
         }
     }
 
-    /// The latest timestamp the node stamped, or its clock, whichever is later (Unix ms).
+    /// Moves to `status` unless the node is in a final state; whether it changed.
+    fn transition(state: &mut Lease, status: &Status) -> bool {
+        let final_ = matches!(state.status, Status::Lost { .. } | Status::Stopped | Status::HeartbeatDied);
+        let changed = !final_ && state.status != *status;
+        if changed {
+            state.status = status.clone();
+        }
+        changed
+    }
+
+    fn announce(&self, status: &Status) {
+        if let Some(hook) = &self.config.on_status_change {
+            hook(status);
+        }
+    }
+
+    /// The latest timestamp the node stamped, or its clock, whichever is later (Unix ms). Read
+    /// under the generator's lock: no ID minted before it is later.
     fn watermark_ms(&self) -> f64 {
-        let last = self.generator.lock().unwrap_or_else(|p| p.into_inner()).last_unix_ms();
-        last.max(WallClock.now_unix_ms()) as f64
+        let generator = self.generator();
+        generator.last_unix_ms().max((self.config.wall_clock)()) as f64
     }
 }
 
-/// A service node holding one machine id of its service.
+/// A service node holding one machine id of its service. Share it between threads (in an `Arc`):
+/// any of them may mint, and any may shut it down while others mint.
 pub struct IdgenNode {
     shared: Arc<Shared>,
-    heartbeat: Option<JoinHandle<Option<Client>>>,
+    heartbeat: Mutex<Option<JoinHandle<Option<Client>>>>,
 }
 
 /// Errors worth another try: a lock held by another session, a serialisation failure, a lost
@@ -255,7 +282,7 @@ impl IdgenNode {
             }
         };
         // No ID at or before not_before: earlier holders may have stamped up to it.
-        WallClock.wait_until(claimed.not_before_ms + 1);
+        WallClock(&config.wall_clock).wait_until(claimed.not_before_ms + 1);
         let generator = Generator::new(Layout::DEFAULT, claimed.machine_id as u16, claimed.not_before_ms, 0);
         let interval = config.heartbeat_interval.unwrap_or(claimed.interval);
         let shared = Arc::new(Shared {
@@ -277,12 +304,15 @@ impl IdgenNode {
                 move || heartbeat_loop(shared, Some(client))
             })
             .expect("spawn the heartbeat thread");
-        Ok(IdgenNode { shared, heartbeat: Some(heartbeat) })
+        Ok(IdgenNode { shared, heartbeat: Mutex::new(Some(heartbeat)) })
     }
 
     /// The next ID. Never waits on the network; refuses once the lease has passed its deadline,
-    /// the id moved, the node stopped, or its heartbeat died.
+    /// the lease ended, the node stopped, or its heartbeat died.
     pub fn next_id(&self) -> Result<i64, Error> {
+        // The status is read under the generator's lock, which `shutdown` takes to stop the node:
+        // an ID minted by a thread racing the shutdown is in the watermark it releases with.
+        let mut generator = self.shared.generator();
         let deadline = {
             let state = self.shared.state();
             match &state.status {
@@ -297,9 +327,9 @@ impl IdgenNode {
             return Err(Error::LeaseExpired);
         }
         // The generator stops at the same deadline on the wall clock it stamps with.
-        let wall_deadline_ms = WallClock.now_unix_ms() + (deadline - now).as_millis() as i64;
-        let mut generator = self.shared.generator.lock().unwrap_or_else(|p| p.into_inner());
-        generator.next_id(&mut WallClock, wall_deadline_ms).map_err(|stop| match stop {
+        let mut clock = WallClock(&self.shared.config.wall_clock);
+        let wall_deadline_ms = clock.now_unix_ms() + (deadline - now).as_millis() as i64;
+        generator.next_id(&mut clock, wall_deadline_ms).map_err(|stop| match stop {
             Stop::LeaseCheckDue => Error::LeaseExpired,
             other => Error::Clock(other),
         })
@@ -326,21 +356,32 @@ impl IdgenNode {
             machine_id: self.shared.machine_id,
             version: self.shared.version,
             status,
-            ids_issued: self.shared.generator.lock().unwrap_or_else(|p| p.into_inner()).issued(),
+            ids_issued: self.shared.generator().issued(),
             heartbeats_ok: self.shared.heartbeats_ok.load(Ordering::Relaxed),
             heartbeats_failed: self.shared.heartbeats_failed.load(Ordering::Relaxed),
             time_to_deadline: deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()),
         }
     }
 
-    /// Stops issuing, stops the heartbeat, then releases the id with the node's watermark.
+    /// Stops issuing (threads minting meanwhile get [`Error::Stopped`]), stops the heartbeat, then
+    /// releases the id with the node's watermark, which bounds every ID it issued.
     /// `Ok(false)`: the id had already moved (nothing to release).
-    pub fn shutdown(&mut self) -> Result<bool, Error> {
-        let Some(heartbeat) = self.heartbeat.take() else { return Err(Error::Stopped) };
-        let lost = matches!(self.status(), Status::Lost { .. });
-        // Stop issuing first (a final status stays as it is), then the heartbeat.
-        self.shared.set_status(Status::Stopped);
-        self.shared.state().stopping = true;
+    pub fn shutdown(&self) -> Result<bool, Error> {
+        let taken = self.heartbeat.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        let Some(heartbeat) = taken else { return Err(Error::Stopped) };
+        // Stop issuing first (a final status stays as it is), under the generator's lock so that
+        // no thread is between its status check and its stamp; then stop the heartbeat.
+        let (lost, stopped) = {
+            let _generator = self.shared.generator();
+            let mut state = self.shared.state();
+            let lost = matches!(state.status, Status::Lost { .. });
+            let stopped = Shared::transition(&mut state, &Status::Stopped);
+            state.stopping = true;
+            (lost, stopped)
+        };
+        if stopped {
+            self.shared.announce(&Status::Stopped);
+        }
         self.shared.wake.notify_all();
         let client = heartbeat.join().ok().flatten();
         if lost {
@@ -365,7 +406,8 @@ impl IdgenNode {
 
 impl Drop for IdgenNode {
     fn drop(&mut self) {
-        if self.heartbeat.is_some() {
+        let running = self.heartbeat.get_mut().map(|h| h.is_some()).unwrap_or(true);
+        if running {
             let _ = self.shutdown();
         }
     }
@@ -403,10 +445,12 @@ fn heartbeat_loop(shared: Arc<Shared>, mut client: Option<Client>) -> Option<Cli
             }
         }
         let sent = Instant::now();
+        // Only the server's answer to the heartbeat itself can end the lease: a connection that
+        // cannot be made (refused, or not permitted) is retried like one that broke.
         let result = match client.as_mut() {
-            Some(c) => heartbeat(&shared, c),
-            None => connect(&shared.config.conninfo).and_then(|mut c| {
-                let r = heartbeat(&shared, &mut c);
+            Some(c) => heartbeat(&shared, c).map_err(Failure::Answered),
+            None => connect(&shared.config.conninfo).map_err(|_| Failure::NotConnected).and_then(|mut c| {
+                let r = heartbeat(&shared, &mut c).map_err(Failure::Answered);
                 client = Some(c);
                 r
             }),
@@ -418,9 +462,8 @@ fn heartbeat_loop(shared: Arc<Shared>, mut client: Option<Client>) -> Option<Cli
                 shared.set_status(Status::Live);
                 next = sent + shared.interval;
             }
-            Err(e) if e.code().map(|c| c.code()) == Some("55000") => {
-                let detail = e.as_db_error().and_then(|d| d.detail()).unwrap_or_default().to_owned();
-                shared.set_status(Status::Lost { detail });
+            Err(Failure::Answered(e)) if lease_ended(&e) => {
+                shared.set_status(Status::Lost { detail: refusal(&e) });
                 return client;
             }
             Err(_) => {
@@ -432,6 +475,36 @@ fn heartbeat_loop(shared: Arc<Shared>, mut client: Option<Client>) -> Option<Cli
                 next = Instant::now() + retry;
             }
         }
+    }
+}
+
+/// How a heartbeat failed.
+enum Failure {
+    /// No connection could be made.
+    NotConnected,
+    /// The server answered the heartbeat with an error (or the connection broke meanwhile).
+    Answered(postgres::Error),
+}
+
+/// Whether a heartbeat's error ends the lease for good: the id moved (`55000`), the server refused
+/// the watermark (`22xxx`: the node must not go on stamping past what it could report), or the role
+/// may no longer act for the service (`42501`). Anything else (a lost connection, a busy server) is
+/// retried until the deadline.
+fn lease_ended(e: &postgres::Error) -> bool {
+    e.code().is_some_and(|code| {
+        let code = code.code();
+        code == "55000" || code == "42501" || code.starts_with("22")
+    })
+}
+
+/// What the server said when it refused a heartbeat: its DETAIL when the id moved (it names the new
+/// holder), its message and DETAIL otherwise.
+fn refusal(e: &postgres::Error) -> String {
+    let Some(db) = e.as_db_error() else { return e.to_string() };
+    match (db.code().code(), db.detail()) {
+        ("55000", Some(detail)) => detail.to_owned(),
+        (code, Some(detail)) => format!("{} ({code}) {detail}", db.message()),
+        (code, None) => format!("{} ({code})", db.message()),
     }
 }
 

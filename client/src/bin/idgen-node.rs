@@ -54,7 +54,7 @@ fn main() {
 
     let mut config = Config::new(&dsn, &service, &host, port);
     config.on_status_change = Some(Arc::new(|status: &Status| eprintln!("idgen-node: lease {status:?}")));
-    let mut node = match IdgenNode::start(config) {
+    let node = match IdgenNode::start(config) {
         Ok(node) => node,
         Err(e) => {
             eprintln!("idgen-node: {e}");
