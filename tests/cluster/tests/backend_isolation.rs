@@ -2,7 +2,7 @@
 
 use idgen_cluster_tests::*;
 use std::collections::BTreeSet;
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 use std::thread;
 
 const APP_ROLE: &str = "idgen_t_insert_only";

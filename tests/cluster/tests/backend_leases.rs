@@ -1,41 +1,37 @@
-//! A backend's own lease: it follows its transaction, re-claims when it is
-//! taken over, never waits on another session, and refuses clearly where it
-//! cannot write.
+//! A backend's own lease: committed on its own whatever its caller's
+//! transaction does, re-claimed when it is taken over, never waiting on
+//! another session, and refusing clearly where it cannot write.
 
 use idgen_cluster_tests::*;
-use std::time::Duration;
 
 fn next_id(client: &mut postgres::Client) -> Result<i64, postgres::Error> {
     client.query_one("SELECT idgen_next_id()", &[]).map(|r| r.get(0))
 }
 
 #[test]
-fn a_claim_rolled_back_with_its_transaction_or_savepoint_leaves_no_phantom_lease() {
+fn a_claim_made_in_a_transaction_or_savepoint_that_rolls_back_stays_committed() {
     let db = TestDb::create("rollback");
     let service = db.name.clone();
     let mut client = db.connect();
     let mut issued = Vec::new();
 
-    // A whole transaction rolls back.
+    // A whole transaction rolls back: its IDs may have reached the client, so the claim behind them
+    // committed on its own and stays.
     client.batch_execute("BEGIN").unwrap();
     issued.push(next_id(&mut client).unwrap());
-    assert!(backend_lease(&mut client, &service).unwrap().uncommitted);
     client.batch_execute("ROLLBACK").unwrap();
-    assert_eq!(backend_lease(&mut client, &service), None, "the lease died with its transaction");
-    assert_eq!(backend_rows(&mut client, &service), 0);
+    let lease = backend_lease(&mut client, &service).expect("the lease outlives the rollback");
+    assert_eq!(backend_rows(&mut client, &service), 1, "and so does its row");
 
-    // A savepoint rolls back inside a transaction that commits.
+    // A savepoint rolls back inside a transaction that commits: the same lease goes on.
     client.batch_execute("BEGIN; SAVEPOINT s").unwrap();
     issued.push(next_id(&mut client).unwrap());
     client.batch_execute("ROLLBACK TO SAVEPOINT s").unwrap();
-    assert_eq!(backend_lease(&mut client, &service), None, "the lease died with its savepoint");
-    issued.push(next_id(&mut client).unwrap()); // claims afresh inside the same transaction
+    issued.push(next_id(&mut client).unwrap());
     client.batch_execute("COMMIT").unwrap();
-    let lease = backend_lease(&mut client, &service).unwrap();
-    assert!(!lease.uncommitted);
-    assert_eq!(backend_rows(&mut client, &service), 1);
+    assert_eq!(backend_lease(&mut client, &service).map(|l| l.version), Some(lease.version));
 
-    // A PL/pgSQL exception block is a savepoint too; a later claim in a new service rolls back with it.
+    // A PL/pgSQL exception block is a savepoint too: a claim of a new service inside it stays.
     client
         .batch_execute(
             "DO $$ BEGIN
@@ -47,12 +43,12 @@ fn a_claim_rolled_back_with_its_transaction_or_savepoint_leaves_no_phantom_lease
              END $$",
         )
         .unwrap();
-    assert_eq!(backend_lease(&mut client, "scratch_service"), None);
+    assert!(backend_lease(&mut client, "scratch_service").is_some());
     let rows: i64 =
         client.query_one("SELECT count(*) FROM system_nodes WHERE service = 'scratch_service'", &[]).unwrap().get(0);
-    assert_eq!(rows, 0);
+    assert_eq!(rows, 1);
 
-    // IDs after the rollbacks are new and keep growing.
+    // IDs after the rollbacks keep growing.
     for _ in 0..100 {
         issued.push(next_id(&mut client).unwrap());
     }
@@ -60,7 +56,7 @@ fn a_claim_rolled_back_with_its_transaction_or_savepoint_leaves_no_phantom_lease
 }
 
 #[test]
-fn a_verification_rolled_back_is_done_again_before_the_next_id() {
+fn a_renewal_made_in_a_transaction_that_rolls_back_stays_committed() {
     let db = TestDb::create("verify_rollback");
     let service = db.name.clone();
     let mut client = db.connect();
@@ -69,15 +65,14 @@ fn a_verification_rolled_back_is_done_again_before_the_next_id() {
         c.query_one("SELECT last_seen::text FROM system_nodes WHERE service = $1", &[&service]).unwrap().get(0)
     };
     let claimed_seen = seen(&mut client);
-    std::thread::sleep(Duration::from_millis(1_100));
+    wait_past_backend_watermark(&mut client, &service);
     client.batch_execute("BEGIN").unwrap();
-    next_id(&mut client).unwrap(); // due: a version-checked heartbeat inside this transaction
-    assert!(backend_lease(&mut client, &service).unwrap().uncommitted);
+    next_id(&mut client).unwrap(); // due: a renewal, committed on its own before the ID
     client.batch_execute("ROLLBACK").unwrap();
-    assert_eq!(seen(&mut client), claimed_seen, "the heartbeat rolled back");
-    assert!(!backend_lease(&mut client, &service).unwrap().uncommitted);
-    next_id(&mut client).unwrap(); // verifies again, this time for good
-    assert_ne!(seen(&mut client), claimed_seen);
+    let renewed_seen = seen(&mut client);
+    assert_ne!(renewed_seen, claimed_seen, "the renewal outlived the rollback");
+    next_id(&mut client).unwrap(); // inside the renewed window: no write
+    assert_eq!(seen(&mut client), renewed_seen);
 }
 
 #[test]
@@ -128,12 +123,12 @@ fn a_taken_over_backend_reclaims_before_its_next_id_and_never_stamps_past_its_wa
 }
 
 #[test]
-fn a_backend_never_waits_on_another_sessions_uncommitted_claim() {
+fn a_backend_never_waits_on_another_sessions_open_transaction() {
     let db = TestDb::create("no_wait");
     let service = db.name.clone();
     let mut first = db.connect();
     first.batch_execute("BEGIN").unwrap();
-    next_id(&mut first).unwrap(); // claims machine id 0, not committed yet
+    next_id(&mut first).unwrap(); // claims machine id 0 on its own; the transaction stays open
     let mut second = db.connect();
     // `first` commits only at the end: a wait on it could only end by this timeout, with 55P03.
     second.batch_execute("SET lock_timeout = '5s'").unwrap();
@@ -155,7 +150,7 @@ fn a_verification_finding_its_row_locked_fails_at_once_with_55p03() {
     let mut other = db.connect();
     other.batch_execute("BEGIN").unwrap();
     other.execute("SELECT 1 FROM system_nodes WHERE service = $1 FOR UPDATE", &[&service]).unwrap();
-    std::thread::sleep(Duration::from_millis(1_100));
+    wait_past_backend_watermark(&mut backend, &service);
     let err = next_id(&mut backend).unwrap_err();
     assert_eq!(sqlstate(&err), "55P03", "{err:?}");
     assert!(db_error(&err).message().contains("is busy"), "{err:?}");
@@ -208,34 +203,21 @@ fn read_only_transactions_issue_only_below_the_watermark_the_last_write_recorded
 }
 
 #[test]
-fn a_two_phase_transaction_that_claimed_is_refused_and_forgotten() {
+fn a_two_phase_transaction_may_use_ids_and_holds_nothing_of_the_registry() {
     let db = TestDb::create("prepare");
     let service = db.name.clone();
     let mut client = db.connect();
     client.batch_execute("BEGIN").unwrap();
-    next_id(&mut client).unwrap();
-    let err = client.batch_execute("PREPARE TRANSACTION 'idgen_t_prepare'").unwrap_err();
-    assert_eq!(sqlstate(&err), "0A000", "{err:?}");
-    assert_eq!(backend_lease(&mut client, &service), None);
-    assert_eq!(backend_rows(&mut client, &service), 0);
-    // With the lease committed first, two-phase transactions may use it, as long as their call does not
-    // renew it (a renewal is due once the window written last has passed; windows grow with the lease's
-    // age, so a call soon falls inside one).
-    next_id(&mut client).unwrap();
-    loop {
-        client.batch_execute("BEGIN").unwrap();
-        next_id(&mut client).unwrap();
-        let renewed: bool = client
-            .query_one("SELECT uncommitted FROM idgen_backend_leases() WHERE service = $1", &[&service])
-            .unwrap()
-            .get(0);
-        if !renewed {
-            break;
-        }
-        client.batch_execute("COMMIT").unwrap();
-    }
+    next_id(&mut client).unwrap(); // the claim commits on its own, outside this transaction
     client.batch_execute("PREPARE TRANSACTION 'idgen_t_prepare'").unwrap();
+    // Nothing of the registry waits for COMMIT PREPARED: another backend claims, and this one mints on.
+    let mut other = db.connect();
+    other.batch_execute("SET lock_timeout = '5s'").unwrap();
+    next_id(&mut other).unwrap();
+    next_id(&mut client).unwrap();
+    assert_eq!(backend_rows(&mut client, &service), 2);
     client.batch_execute("ROLLBACK PREPARED 'idgen_t_prepare'").unwrap();
+    assert_eq!(backend_rows(&mut client, &service), 2, "the claims were committed on their own");
 }
 
 #[test]

@@ -81,11 +81,18 @@ fn lease(client: &mut Client) -> (i16, i32, f64) {
 }
 
 /// Mints in `pass` until the server's clock has passed `until` (Unix seconds); returns the duplicates.
-/// `53000` (nothing free yet: a watermark still ahead) is retried as the clock moves on.
+/// `53000` (nothing free yet: a watermark still ahead) is retried as the clock moves on, for at
+/// most two minutes of real time past `until`.
 fn mint_through(client: &mut Client, pass: i32, until: f64) -> i64 {
     let mut duplicates = 0;
     let mut minted = false;
+    let give_up =
+        std::time::Instant::now() + std::time::Duration::from_secs_f64((until - server_clock(client)).max(0.0) + 120.0);
     while !minted || server_clock(client) <= until {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "pass {pass}: the clock did not pass {until} with IDs minted in time"
+        );
         match mint(client, pass, 500) {
             Ok(d) => {
                 duplicates += d;
@@ -200,12 +207,7 @@ fn a_forward_jump_then_correction_then_takeover_by_another_identity_waits_past_t
                 &[&service, &first_id],
             )
             .unwrap();
-        admin
-            .execute(
-                "UPDATE system_nodes SET last_seen = last_seen - interval '3 hours' WHERE service = $1 AND machine_id = $2",
-                &[&service, &first_id],
-            )
-            .unwrap();
+        set_idle(&mut admin, "3 hours", &format!("service = '{service}' AND machine_id = {first_id}"));
         let mut other = s.db.connect();
         other.batch_execute("SET idgen.node_host = '10.9.9.9'").unwrap();
         // Its watermark is an hour ahead of the corrected clock: not usable now.
@@ -249,7 +251,9 @@ fn sequence_exhaustion_waits_for_the_clock_and_never_borrows_the_next_millisecon
     let waiting =
         std::thread::spawn(move || -> i64 { client.query_one("SELECT idgen_next_id()", &[]).unwrap().get(0) });
     let mut observer = s.db.connect();
+    let deadline = std::time::Instant::now() + PATIENCE;
     while !waiting.is_finished() {
+        assert!(std::time::Instant::now() < deadline, "the waiting idgen_next_id() never showed as active");
         let active: bool = observer
             .query_one(
                 "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $1 AND state = 'active' AND query LIKE 'SELECT idgen_next_id()%')",
@@ -270,4 +274,77 @@ fn sequence_exhaustion_waits_for_the_clock_and_never_borrows_the_next_millisecon
         .unwrap()
         .get(0);
     assert_eq!(stamped_ms, frozen_ms + 1000, "the waiting ID is stamped when the clock moved, not before");
+}
+
+/// The registry's watermark for this backend's lease, as another session reads it (committed),
+/// in Unix ms.
+fn committed_watermark_ms(s: &Scenario, backend: &mut Client) -> i64 {
+    let (machine_id, slot, _) = lease(backend);
+    s.db.connect()
+        .query_one(
+            "SELECT floor(extract(epoch FROM issued_until) * 1000)::bigint FROM system_nodes \
+             WHERE service = current_database() AND machine_id = $1 AND backend_slot = $2",
+            &[&machine_id, &slot],
+        )
+        .unwrap()
+        .get(0)
+}
+
+/// The latest timestamp (Unix ms) of `ids`.
+fn last_stamp_ms(client: &mut Client, ids: &[i64]) -> i64 {
+    client
+        .query_one(
+            "SELECT max(floor(extract(epoch FROM (idgen_decode(i)).ts) * 1000))::bigint FROM unnest($1::bigint[]) i",
+            &[&ids],
+        )
+        .unwrap()
+        .get(0)
+}
+
+#[test]
+fn ids_kept_from_a_rolled_back_savepoint_are_never_issued_again_after_a_step_back() {
+    let s = Scenario::new("savepoint_mint");
+    let mut first = s.db.connect();
+    // A new connection's first IDs (its claim among them) are minted in a subtransaction that
+    // fails; the caller keeps them, as an ORM keeps a generated key after a savepoint rollback.
+    first
+        .batch_execute(
+            "DO $$
+             DECLARE kept bigint[];
+             BEGIN
+                 BEGIN
+                     kept := ARRAY(SELECT idgen_next_id() FROM generate_series(1, 100000));
+                     RAISE EXCEPTION 'the savepoint rolls back';
+                 EXCEPTION WHEN raise_exception THEN NULL;
+                 END;
+                 INSERT INTO ids (id, pass) SELECT unnest(kept), 1;
+             END $$",
+        )
+        .unwrap();
+    let (start, last) = stamped(&mut first, 1);
+    // The claim and the window behind those IDs were committed on their own.
+    let kept: Vec<i64> = first.query("SELECT id FROM ids", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert!(committed_watermark_ms(&s, &mut first) >= last_stamp_ms(&mut first, &kept));
+    // The clock steps back to before those IDs; a new connection mints through their time.
+    s.cluster.offset(-(real_unix_secs() - start + 0.5));
+    let mut next = s.db.connect();
+    assert_eq!(mint_through(&mut next, 2, last + 0.5), 0, "IDs kept from the rolled-back savepoint were issued again");
+}
+
+#[test]
+fn a_window_renewed_in_a_rolled_back_savepoint_stays_committed() {
+    let s = Scenario::new("savepoint_renewal");
+    let mut backend = s.db.connect();
+    assert_eq!(mint(&mut backend, 1, 10).unwrap(), 0);
+    // The next ID renews the window, inside a savepoint that rolls back; the IDs are kept.
+    wait_past_backend_watermark(&mut backend, &s.db.name);
+    let mut tx = backend.transaction().unwrap();
+    tx.batch_execute("SAVEPOINT renewal").unwrap();
+    let kept: Vec<i64> =
+        tx.query_one("SELECT ARRAY(SELECT idgen_next_id() FROM generate_series(1, 50000))", &[]).unwrap().get(0);
+    tx.batch_execute("ROLLBACK TO SAVEPOINT renewal").unwrap();
+    tx.commit().unwrap();
+    let stamped_until = last_stamp_ms(&mut backend, &kept);
+    let committed = committed_watermark_ms(&s, &mut backend);
+    assert!(committed >= stamped_until, "IDs stamped up to {stamped_until}, the registry's watermark is {committed}");
 }

@@ -1,7 +1,7 @@
 //! Concurrent claims: distinct ids, no waiting on open transactions, rollback.
 
 use idgen_cluster_tests::*;
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 use std::thread;
 
 #[test]
@@ -16,9 +16,12 @@ fn two_hundred_concurrent_claims_get_two_hundred_distinct_ids() {
                 start.wait();
                 // As the client contract says: 55P03 (here: two new identities sharing a guard at
                 // the same moment) is retried.
+                let deadline = std::time::Instant::now() + PATIENCE;
                 loop {
                     match claim(&mut client, "crowd", &format!("10.2.{}.{}", i / 100, i % 100), 7000 + i) {
-                        Err(err) if sqlstate(&err) == "55P03" => continue,
+                        Err(err) if sqlstate(&err) == "55P03" => {
+                            assert!(std::time::Instant::now() < deadline, "claim {i} kept meeting a busy guard");
+                        }
                         result => return result.unwrap(),
                     }
                 }
@@ -31,12 +34,15 @@ fn two_hundred_concurrent_claims_get_two_hundred_distinct_ids() {
     assert_eq!(ids, (0..200).collect::<Vec<i16>>(), "200 distinct ids, the lowest ones");
     assert!(claims.iter().all(|c| c.outcome == "new" && c.version == 1), "{claims:?}");
 
-    // The same identity claiming again gets its id back with the next version.
+    // The same identity, restarted gracefully (released), gets its id back with the next version.
     let mut client = db.connect();
-    let first =
-        client.query_one("SELECT machine_id FROM system_nodes WHERE host = '10.2.1.37' AND port = 7137", &[]).unwrap();
+    let first: i16 = client
+        .query_one("SELECT machine_id FROM system_nodes WHERE host = '10.2.1.37' AND port = 7137", &[])
+        .unwrap()
+        .get(0);
+    assert!(release(&mut client, "crowd", first, "10.2.1.37", 7137, 1).unwrap());
     let again = claim(&mut client, "crowd", "10.2.1.37", 7137).unwrap();
-    assert_eq!(again, Claimed { machine_id: first.get(0), version: 2, outcome: "reused".into() });
+    assert_eq!(again, Claimed { machine_id: first, version: 3, outcome: "reused".into() });
 }
 
 #[test]
@@ -111,4 +117,57 @@ fn claims_work_at_every_isolation_level() {
         client.batch_execute("COMMIT").unwrap();
         assert_eq!((c.machine_id, c.outcome.as_str()), (i as i16, "new"), "{level}");
     }
+}
+
+#[test]
+fn a_role_granted_one_service_cannot_delay_another_services_claims_or_a_backends_first_id() {
+    let db = TestDb::create("hostage");
+    let mut admin = db.connect();
+    let role = "idgen_t_hostage_taker";
+    admin
+        .batch_execute(&format!(
+            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN CREATE ROLE {role} LOGIN; END IF; END $$;
+             SELECT idgen_grant_service('a', '{role}');"
+        ))
+        .unwrap();
+    // The victim: a node of service "b". The attacker claims, for service "a", the victim's own
+    // address and 39 more whose guards (a public function) share its bucket, plus the new machine
+    // ids those take, and keeps the transaction open.
+    let victim = idgen_core::input::NodeIdentity {
+        service: "b".into(),
+        host: "10.9.9.9".into(),
+        port: 9999,
+        backend_slot: None,
+    };
+    let bucket = idgen_core::guard::identity_guard(&victim);
+    let colliding: Vec<i32> = (1..=65_535)
+        .filter(|&port| {
+            let node = idgen_core::input::NodeIdentity { port, ..victim.clone() };
+            idgen_core::guard::identity_guard(&node) == bucket
+        })
+        .take(40)
+        .collect();
+    assert_eq!(colliding.len(), 40);
+    let mut attacker = postgres::Client::connect(&format!("{} user={role}", db.dsn()), postgres::NoTls).unwrap();
+    attacker.batch_execute("BEGIN").unwrap();
+    for port in &colliding {
+        claim(&mut attacker, "a", "10.9.9.9", *port).unwrap();
+    }
+    // Neither another service's claim nor a backend's first ID waits for the open transaction.
+    let mut other = db.connect();
+    other.batch_execute("SET lock_timeout = '5s'").unwrap();
+    let c = claim(&mut other, "b", &victim.host, victim.port).unwrap();
+    assert_eq!((c.machine_id, c.outcome.as_str()), (0, "new"));
+    let mut backend = db.connect();
+    backend.batch_execute("SET lock_timeout = '5s'; CREATE TABLE t (id bigint PRIMARY KEY DEFAULT idgen_next_id(), n int); INSERT INTO t (n) VALUES (1)").unwrap();
+    // Nor can the attacker keep its claims (and their locks) past a restart in a prepared transaction.
+    let err = attacker.batch_execute("PREPARE TRANSACTION 'idgen_t_hostage'").unwrap_err();
+    assert_eq!(sqlstate(&err), "0A000", "{err:?}");
+    let prepared: i64 =
+        admin.query_one("SELECT count(*) FROM pg_prepared_xacts WHERE gid = 'idgen_t_hostage'", &[]).unwrap().get(0);
+    assert_eq!(prepared, 0);
+    let claimed: i64 = admin.query_one("SELECT count(*) FROM system_nodes WHERE service = 'a'", &[]).unwrap().get(0);
+    assert_eq!(claimed, 0, "the refused PREPARE rolled the claims back");
+    drop(attacker);
+    admin.batch_execute(&format!("DROP OWNED BY {role}")).unwrap();
 }

@@ -147,11 +147,7 @@ fn backend_rows_show_the_live_connection_in_their_slot_and_none_once_it_closed()
 
     drop(backend);
     // The server ends the process after the client closed: wait for that, however long it takes.
-    while observer.query_one("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", &[&pid]).unwrap().get::<_, i64>(0)
-        > 0
-    {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    wait_for_exit(&mut observer, pid);
     // The row stays (the next connection in the slot reuses it); no live process of the old connection.
     let now: Option<i32> =
         observer.query_one("SELECT pid FROM idgen_nodes WHERE backend_slot = $1", &[&slot]).unwrap().get(0);
@@ -220,7 +216,7 @@ fn purge_removes_events_past_the_retention_and_the_counters_keep_them() {
     // Events as old as a busy week would leave them (written by hand: nodes only write the present).
     admin
         .batch_execute(
-            "INSERT INTO idgen_history (at, event, service, machine_id, outcome)
+            "INSERT INTO idgen_private.idgen_history (at, event, service, machine_id, outcome)
              VALUES (now() - interval '3 hours', 'take_back', 'svc', 0, 'idle_1d'),
                     (now() - interval '90 minutes', 'take_back', 'svc', 0, 'idle_1h'),
                     (now() - interval '30 minutes', 'take_back', 'svc', 0, 'idle_7d')",
@@ -303,12 +299,12 @@ fn each_role_reads_the_services_it_may_act_for_and_nobody_below_superuser_writes
         c.query("SELECT * FROM idgen_health()", &[]).unwrap();
         if role != "postgres" {
             for statement in [
-                "SELECT * FROM idgen_history",
-                "INSERT INTO idgen_history (event, service) VALUES ('release', 'orders')",
-                "DELETE FROM idgen_history",
-                "UPDATE idgen_history SET detail = 'x'",
+                "SELECT * FROM idgen_private.idgen_history",
+                "INSERT INTO idgen_private.idgen_history (event, service) VALUES ('release', 'orders')",
+                "DELETE FROM idgen_private.idgen_history",
+                "UPDATE idgen_private.idgen_history SET detail = 'x'",
                 "SELECT idgen_purge_history()",
-                "INSERT INTO idgen_history_purged VALUES ('orders', 'release', '', 1, now())",
+                "INSERT INTO idgen_private.idgen_history_purged VALUES ('orders', 'release', '', 1, now())",
             ] {
                 let err = c.batch_execute(statement).unwrap_err();
                 assert_eq!(sqlstate(&err), "42501", "{role}: {statement}: {err:?}");

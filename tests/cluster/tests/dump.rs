@@ -9,6 +9,8 @@ fn registry_rows_survive_pg_dump_and_restore() {
     let mut client = source.connect();
     claim(&mut client, "svc", "10.0.0.1", 1).unwrap();
     claim(&mut client, "svc", "10.0.0.2", 2).unwrap();
+    // The first node restarts gracefully: it releases, and claims its id back.
+    release(&mut client, "svc", 0, "10.0.0.1", 1, 1).unwrap();
     claim(&mut client, "svc", "10.0.0.1", 1).unwrap();
     release(&mut client, "svc", 1, "10.0.0.2", 2, 1).unwrap();
     let before = registry_snapshot(&mut client);
@@ -20,7 +22,7 @@ fn registry_rows_survive_pg_dump_and_restore() {
             .collect()
     };
     let events_before = history(&mut client);
-    assert_eq!(events_before.len(), 3, "{events_before:?}");
+    assert_eq!(events_before.len(), 5, "{events_before:?}");
 
     let dump_file = std::env::temp_dir().join(format!("{}-{}.dump", source.name, std::process::id()));
     let dump = Command::new("pg_dump")
@@ -51,10 +53,10 @@ fn registry_rows_survive_pg_dump_and_restore() {
     // The ownership history survives too, and goes on after the last restored event.
     assert_eq!(history(&mut restored), events_before);
 
-    // And the restored registry works: the first node heartbeats at version 2.
-    heartbeat(&mut restored, "svc", 0, "10.0.0.1", 1, 2).unwrap();
-    release(&mut restored, "svc", 0, "10.0.0.1", 1, 2).unwrap();
+    // And the restored registry works: the first node heartbeats at version 3.
+    heartbeat(&mut restored, "svc", 0, "10.0.0.1", 1, 3).unwrap();
+    release(&mut restored, "svc", 0, "10.0.0.1", 1, 3).unwrap();
     let after = history(&mut restored);
-    assert_eq!(after.len(), 4);
-    assert!(after[3].starts_with("4 release svc 0 3 "), "{after:?}");
+    assert_eq!(after.len(), 6);
+    assert!(after[5].starts_with("6 release svc 0 4 "), "{after:?}");
 }

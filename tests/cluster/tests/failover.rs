@@ -100,6 +100,9 @@ fn service_nodes(formation: Arc<Formation>, record: Arc<Mutex<Record>>, stop: Ar
             let ids = node.mint(200);
             record.lock().unwrap().service_ids.extend(ids.iter().map(|id| (*id, node.machine_id, node.version)));
             loop {
+                if stop.load(Ordering::Relaxed) {
+                    break 'life;
+                }
                 let Some(c) = client.as_mut() else {
                     client = session(&formation);
                     continue;
@@ -140,9 +143,7 @@ fn backends(formation: Arc<Formation>, record: Arc<Mutex<Record>>, stop: Arc<Ato
 }
 
 fn wait_for_claims(record: &Mutex<Record>, at_least: usize) {
-    while record.lock().unwrap().claims.len() < at_least {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_for(&format!("{at_least} claims"), PATIENCE, || record.lock().unwrap().claims.len() >= at_least);
 }
 
 #[test]
@@ -221,7 +222,7 @@ fn no_id_twice_across_a_switchover_and_a_crash_of_the_primary() {
     //    take-back is recorded in the same transaction; nodes here never reuse an identity).
     let known: HashSet<(i16, i64, String, i32)> = primary
         .query(
-            "SELECT machine_id, version, host(host), port FROM idgen_history WHERE event IN ('claim', 'take_back')",
+            "SELECT machine_id, version, host(host), port FROM idgen_private.idgen_history WHERE event IN ('claim', 'take_back')",
             &[],
         )
         .unwrap()
@@ -242,7 +243,7 @@ fn no_id_twice_across_a_switchover_and_a_crash_of_the_primary() {
     let backend_ids: HashSet<i16> = primary
         .query(
             "SELECT machine_id FROM system_nodes WHERE backend_slot IS NOT NULL
-             UNION SELECT machine_id FROM idgen_history WHERE backend_slot IS NOT NULL",
+             UNION SELECT machine_id FROM idgen_private.idgen_history WHERE backend_slot IS NOT NULL",
             &[],
         )
         .unwrap()

@@ -24,7 +24,7 @@ mod sql;
 
 /// SQL words written like function calls that are grammar, not functions looked up on the path,
 /// and the extension's own relations (an INSERT's column list) and functions (`idgen_*`).
-const NOT_LOOKED_UP: [&str; 21] = [
+const NOT_LOOKED_UP: [&str; 22] = [
     "EXISTS",
     "COALESCE",
     "GREATEST",
@@ -45,6 +45,7 @@ const NOT_LOOKED_UP: [&str; 21] = [
     "JOIN",
     "OPERATOR",
     "RETURNING",
+    "CONFLICT",
     "system_nodes",
 ];
 
@@ -101,7 +102,7 @@ fn unqualified(sql: &str) -> Vec<String> {
         let end = cleaned[at..].find(')').map(|e| at + e + 1).unwrap_or(cleaned.len());
         cleaned.replace_range(at..end, " ");
     }
-    for allowed in ["::", ".*", "(*)"] {
+    for allowed in ["::", ".*", "(*)", " RETURNING *"] {
         cleaned = cleaned.replace(allowed, " ");
     }
     let chars: Vec<char> = cleaned.chars().collect();
@@ -125,7 +126,10 @@ fn unqualified(sql: &str) -> Vec<String> {
             while next < chars.len() && chars[next] == ' ' {
                 next += 1;
             }
-            let allowed = word.starts_with("pg_catalog.")
+            // `AS t (a, b)`: an alias with its column names.
+            let alias = chars[..start].iter().collect::<String>().trim_end().to_uppercase().ends_with(" AS");
+            let allowed = alias
+                || word.starts_with("pg_catalog.")
                 || word.starts_with("idgen_")
                 || NOT_LOOKED_UP.iter().any(|w| w.eq_ignore_ascii_case(&word));
             if chars.get(next) == Some(&'(') && !allowed {
@@ -174,27 +178,27 @@ fn privileged_sql_resolves_every_operator_and_function_in_pg_catalog() {
 
 #[test]
 fn the_edge_runs_no_sql_of_its_own() {
-    // Statements outside src/registry/sql.rs would escape the check above.
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    for file in [
-        "src/registry/store.rs",
-        "src/registry/claim.rs",
-        "src/registry/api.rs",
-        "src/privilege.rs",
-        "src/durability.rs",
-        "src/diagnostics/alerts.rs",
-        "src/diagnostics/history.rs",
-        "src/diagnostics/recorder.rs",
-        "src/diagnostics/explain.rs",
-        "src/diagnostics/nodes.rs",
-        "src/backend.rs",
-        "src/ids.rs",
-    ] {
-        let source = std::fs::read_to_string(root.join(file)).unwrap();
-        for keyword in ["\"SELECT ", "\"UPDATE ", "\"INSERT ", "\"WITH ", "\"DELETE "] {
-            assert!(!source.contains(keyword), "{file} holds SQL ({keyword}...): move it to src/registry/sql.rs");
+    // Statements outside src/registry/sql.rs would escape the check above. (src/tests.rs holds the
+    // #[pg_test]s, which run only in the test build.)
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../src");
+    let mut files = vec![src.clone()];
+    let mut checked = 0;
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(std::fs::read_dir(&path).unwrap().map(|entry| entry.unwrap().path()));
+            continue;
         }
+        let name = path.strip_prefix(&src).unwrap().to_string_lossy().into_owned();
+        if !name.ends_with(".rs") || name == "registry/sql.rs" || name == "tests.rs" {
+            continue;
+        }
+        let source = std::fs::read_to_string(&path).unwrap();
+        for keyword in ["\"SELECT ", "\"UPDATE ", "\"INSERT ", "\"WITH ", "\"DELETE ", "\"TRUNCATE ", "\"LOCK "] {
+            assert!(!source.contains(keyword), "src/{name} holds SQL ({keyword}...): move it to src/registry/sql.rs");
+        }
+        checked += 1;
     }
+    assert!(checked >= 20, "only {checked} source files found under {}", src.display());
 }
 
 // ---------------------------------------------------------------------------
@@ -326,114 +330,210 @@ fn plant_temp(client: &mut Client) {
              CREATE TEMP TABLE idgen_service_members (LIKE public.hijack_log);
              CREATE FUNCTION pg_temp.now() RETURNS timestamptz LANGUAGE sql AS
                  $$ SELECT CASE WHEN public.idgen_trap('pg_temp.now') THEN pg_catalog.now() END $$;
+             CREATE TEMP TABLE nodes (LIKE public.hijack_log);
+             CREATE TEMP TABLE idgen_tombstones (LIKE public.hijack_log);
              CREATE FUNCTION pg_temp.idgen_holder_bound(system_nodes, interval, interval) RETURNS timestamptz LANGUAGE sql AS
-                 $$ SELECT CASE WHEN public.idgen_trap('pg_temp.idgen_holder_bound') THEN pg_catalog.now() END $$",
+                 $$ SELECT CASE WHEN public.idgen_trap('pg_temp.idgen_holder_bound') THEN pg_catalog.now() END $$;
+             CREATE FUNCTION pg_temp.holder_bound(nodes, interval, interval) RETURNS timestamptz LANGUAGE sql AS
+                 $$ SELECT CASE WHEN public.idgen_trap('pg_temp.holder_bound') THEN pg_catalog.now() END $$",
         )
         .unwrap();
 }
 
 /// Calls every idgen entry point as the connected (attacking) role, through every path of the
-/// claim, heartbeat, release, lease check and alert SQL.
-fn call_everything(attacker: &mut Client, admin: &mut Client, service: &str) {
-    // Services: new, reuse, heartbeat (with and without a watermark), release, released, idle_1h
-    // (its alert NOTIFYs), and exhaustion.
-    attacker.query_one("SELECT * FROM idgen_claim('svc', '10.0.0.1', 1)", &[]).unwrap();
-    attacker.query_one("SELECT * FROM idgen_claim('svc', '10.0.0.1', 1)", &[]).unwrap();
-    attacker.query_one("SELECT idgen_heartbeat('svc', 0::smallint, '10.0.0.1', 1, 2)", &[]).unwrap();
-    attacker.query_one("SELECT idgen_heartbeat('svc', 0::smallint, '10.0.0.1', 1, 2, now())", &[]).unwrap();
-    attacker.query_one("SELECT idgen_release('svc', 0::smallint, '10.0.0.1', 1, 2, now())", &[]).unwrap();
-    let stale = attacker.query_one("SELECT idgen_heartbeat('svc', 0::smallint, '10.0.0.1', 1, 2)", &[]).unwrap_err();
-    assert_eq!(sqlstate(&stale), "55000");
-    admin
-        .batch_execute(
-            "INSERT INTO public.system_nodes (service, machine_id, host, port, version) \
-                 SELECT 'svc', m, ('192.0.2.' || (m % 250))::inet, 10000 + m, 1 FROM generate_series(1, 1023) m;
-             UPDATE public.system_nodes SET released_at = now() - interval '2 hours', issued_until = now() - interval '2 hours' \
-                 WHERE service = 'svc' AND machine_id = 0;
-             UPDATE public.system_nodes SET last_seen = now() - interval '2 hours' WHERE service = 'svc' AND machine_id = 5",
-        )
-        .unwrap();
-    let outcomes: Vec<String> = (2..4)
-        .map(|k| {
-            attacker.query_one(&format!("SELECT outcome FROM idgen_claim('svc', '10.0.0.{k}', 1)"), &[]).unwrap().get(0)
-        })
-        .collect();
-    assert_eq!(outcomes, ["released", "idle_1h"]);
-    let full = attacker.query_one("SELECT * FROM idgen_claim('svc', '10.0.0.9', 1)", &[]).unwrap_err();
-    assert_eq!(sqlstate(&full), "53000");
-
-    // Backends: the column default, a lease check once the window has passed, a lost lease.
-    attacker.batch_execute("CREATE TABLE t (id bigint PRIMARY KEY DEFAULT idgen_next_id(), n int)").unwrap();
-    attacker.batch_execute("INSERT INTO t (n) SELECT generate_series(1, 100)").unwrap();
-    // (Waited for on the admin's connection: the attacker's has traps planted on its path.)
-    let until = backend_watermark(attacker, service);
-    wait_until_server_clock_passes(admin, &until);
-    attacker.batch_execute("INSERT INTO t (n) VALUES (101)").unwrap();
-    admin.execute("UPDATE public.system_nodes SET version = version + 1 WHERE service = $1", &[&service]).unwrap();
-    let until = backend_watermark(attacker, service);
-    wait_until_server_clock_passes(admin, &until);
-    attacker.batch_execute("INSERT INTO t (n) VALUES (102)").unwrap(); // lost: warns, claims anew
-    attacker.batch_execute("BEGIN READ ONLY; SELECT idgen_next_id(); ROLLBACK").ok();
-    attacker.batch_execute("ROLLBACK").ok();
-    attacker.query_one("SELECT idgen_next_id('another')", &[]).unwrap();
+/// claim, heartbeat, release, lease check and alert SQL; then, as a superuser, every trigger
+/// and every function for superusers. `ext` is the schema idgen is installed in; `observer` (a
+/// superuser's session with only pg_catalog on its path) sets the scene and waits.
+fn call_everything(attacker: &mut Client, admin: &mut Client, observer: &mut Client, ext: &str, service: &str) {
+    // Services: new, heartbeat (with and without a watermark), release, the same node back
+    // (reused), a twin (its row set aside), released, idle_1h (its alert NOTIFYs), exhaustion.
+    let claim = |c: &mut Client, host: &str| -> Result<(i16, i64, String), postgres::Error> {
+        c.query_one(&format!("SELECT machine_id, version, outcome FROM {ext}.idgen_claim('svc', '{host}', 1)"), &[])
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+    };
+    assert_eq!(claim(attacker, "10.0.0.1").unwrap(), (0, 1, "new".to_owned()));
+    attacker.query_one(&format!("SELECT {ext}.idgen_heartbeat('svc', 0::smallint, '10.0.0.1', 1, 1)"), &[]).unwrap();
     attacker
         .query_one(
-            "SELECT d.*, idgen_min_id(d.ts), idgen_max_id(d.ts) FROM t, idgen_decode(t.id) d ORDER BY t.id LIMIT 1",
+            &format!("SELECT {ext}.idgen_heartbeat('svc', 0::smallint, '10.0.0.1', 1, 1, pg_catalog.now())"),
             &[],
         )
         .unwrap();
-    attacker.query("SELECT * FROM idgen_backend_leases()", &[]).unwrap();
-    read_diagnostics(attacker);
+    attacker
+        .query_one(&format!("SELECT {ext}.idgen_release('svc', 0::smallint, '10.0.0.1', 1, 1, pg_catalog.now())"), &[])
+        .unwrap();
+    let stale = attacker
+        .query_one(&format!("SELECT {ext}.idgen_heartbeat('svc', 0::smallint, '10.0.0.1', 1, 1)"), &[])
+        .unwrap_err();
+    assert_eq!(sqlstate(&stale), "55000");
+    assert_eq!(claim(attacker, "10.0.0.1").unwrap(), (0, 3, "reused".to_owned()));
+    let twin = claim(attacker, "10.0.0.1").unwrap();
+    assert_eq!((twin.0, twin.2.as_str()), (1, "new"), "the twin takes another id");
+    observer
+        .batch_execute(&format!(
+            "INSERT INTO {ext}.system_nodes (service, machine_id, host, port, version) \
+                 SELECT 'svc', m, ('192.0.2.' OPERATOR(pg_catalog.||) (m OPERATOR(pg_catalog.%) 250))::inet, 10000 OPERATOR(pg_catalog.+) m, 1 \
+                   FROM pg_catalog.generate_series(2, 1023) m;
+             UPDATE {ext}.system_nodes SET released_at = pg_catalog.now() OPERATOR(pg_catalog.-) interval '2 hours',
+                                           issued_until = pg_catalog.now() OPERATOR(pg_catalog.-) interval '2 hours' \
+                 WHERE service OPERATOR(pg_catalog.=) 'svc' AND machine_id OPERATOR(pg_catalog.=) 0;
+             UPDATE {ext}.system_nodes SET last_seen = pg_catalog.now() OPERATOR(pg_catalog.-) interval '2 hours' \
+                 WHERE service OPERATOR(pg_catalog.=) 'svc' AND machine_id OPERATOR(pg_catalog.=) 5"
+        ))
+        .unwrap();
+    let outcomes: Vec<String> = (2..4).map(|k| claim(attacker, &format!("10.0.0.{k}")).unwrap().2).collect();
+    assert_eq!(outcomes, ["released", "idle_1h"]);
+    assert_eq!(sqlstate(&claim(attacker, "10.0.0.9").unwrap_err()), "53000");
+    // Refused calls (recorded once, by the registry writer).
+    for _ in 0..2 {
+        attacker.query_one(&format!("SELECT {ext}.idgen_release('svc', 7::smallint, '10.0.0.1', 1, 1)"), &[]).unwrap();
+    }
+
+    // Backends: the column default, a lease check once the window has passed, a lost lease, a
+    // window renewed inside a rolled-back savepoint, another service, the exit record.
+    attacker
+        .batch_execute(&format!("CREATE TABLE t (id bigint PRIMARY KEY DEFAULT {ext}.idgen_next_id(), n int)"))
+        .unwrap();
+    attacker.batch_execute("INSERT INTO t (n) SELECT pg_catalog.generate_series(1, 100)").unwrap();
+    // (Waited for on the observer's connection: the others have traps planted on their path.)
+    let until = leased_until(attacker, ext, service);
+    wait_until_server_clock_passes(observer, &until);
+    attacker.batch_execute("INSERT INTO t (n) VALUES (101)").unwrap();
+    observer
+        .execute(
+            &format!("UPDATE {ext}.system_nodes SET version = version OPERATOR(pg_catalog.+) 1 WHERE service OPERATOR(pg_catalog.=) $1"),
+            &[&service],
+        )
+        .unwrap();
+    let until = leased_until(attacker, ext, service);
+    wait_until_server_clock_passes(observer, &until);
+    attacker.batch_execute("INSERT INTO t (n) VALUES (102)").unwrap(); // lost: warns, claims anew
+    let until = leased_until(attacker, ext, service);
+    wait_until_server_clock_passes(observer, &until);
+    attacker
+        .batch_execute("BEGIN; SAVEPOINT s; INSERT INTO t (n) VALUES (103); ROLLBACK TO SAVEPOINT s; COMMIT")
+        .unwrap();
+    attacker.batch_execute(&format!("BEGIN READ ONLY; SELECT {ext}.idgen_next_id(); ROLLBACK")).ok();
+    attacker.batch_execute("ROLLBACK").ok();
+    attacker.query_one(&format!("SELECT {ext}.idgen_next_id('another')"), &[]).unwrap();
+    attacker
+        .query_one(
+            &format!("SELECT d.*, {ext}.idgen_min_id(d.ts), {ext}.idgen_max_id(d.ts) FROM t, {ext}.idgen_decode(t.id) d ORDER BY t.id LIMIT 1"),
+            &[],
+        )
+        .unwrap();
+    attacker.query(&format!("SELECT * FROM {ext}.idgen_backend_leases()"), &[]).unwrap();
+    read_diagnostics(attacker, ext);
+
+    // As a superuser, on the path the attacker chose: the grants, the triggers of system_nodes
+    // (a hand DELETE, a restore, TRUNCATE), the refused DROP, the history purge.
+    admin
+        .batch_execute(&format!(
+            "SELECT {ext}.idgen_grant_service('svc', 'pg_monitor'), {ext}.idgen_revoke_service('svc', 'pg_monitor');
+             CREATE TEMP TABLE saved AS SELECT * FROM {ext}.system_nodes WHERE machine_id OPERATOR(pg_catalog.<) 10;
+             DELETE FROM {ext}.system_nodes WHERE machine_id OPERATOR(pg_catalog.<) 10;
+             INSERT INTO {ext}.system_nodes SELECT * FROM saved;
+             TRUNCATE {ext}.system_nodes;
+             INSERT INTO {ext}.system_nodes SELECT * FROM saved;"
+        ))
+        .unwrap();
+    read_diagnostics(admin, ext);
+    let refused = admin.batch_execute("DROP EXTENSION idgen").unwrap_err();
+    assert_eq!(sqlstate(&refused), "55006", "{refused:?}");
+    admin.query_one(&format!("SELECT {ext}.idgen_purge_history('0 seconds')"), &[]).unwrap();
+}
+
+/// The end of the window the connected session's lease for `service` issues in.
+fn leased_until(client: &mut Client, ext: &str, service: &str) -> String {
+    client
+        .query_one(
+            &format!("SELECT issued_until::text FROM {ext}.idgen_backend_leases() l WHERE l.service OPERATOR(pg_catalog.=) $1"),
+            &[&service],
+        )
+        .unwrap()
+        .get(0)
 }
 
 /// Every diagnostic view and function, read as the connected role.
-fn read_diagnostics(client: &mut Client) {
-    for view in
-        ["idgen_nodes", "idgen_capacity", "idgen_events", "idgen_metrics", "idgen_visibility", "idgen_registry_status"]
-    {
-        client.query(&format!("SELECT * FROM public.{view}"), &[]).unwrap();
+fn read_diagnostics(client: &mut Client, ext: &str) {
+    for view in [
+        "idgen_nodes",
+        "idgen_capacity",
+        "idgen_events",
+        "idgen_metrics",
+        "idgen_visibility",
+        "idgen_registry_status",
+        "idgen_tombstones",
+    ] {
+        client.query(&format!("SELECT * FROM {ext}.{view}"), &[]).unwrap();
     }
-    client.query("SELECT * FROM public.idgen_health()", &[]).unwrap();
-    client.query("SELECT * FROM public.idgen_policy()", &[]).unwrap();
+    client.query(&format!("SELECT * FROM {ext}.idgen_health()"), &[]).unwrap();
+    client.query(&format!("SELECT * FROM {ext}.idgen_policy()"), &[]).unwrap();
     let ids: Vec<i64> = client
-        .query("SELECT public.idgen_min_id(at) FROM public.idgen_events", &[])
+        .query(&format!("SELECT {ext}.idgen_min_id(at) FROM {ext}.idgen_events"), &[])
         .unwrap()
         .iter()
         .map(|r| r.get(0))
         .collect();
     for id in ids {
-        client.query("SELECT * FROM public.idgen_explain($1)", &[&id]).ok();
+        client.query(&format!("SELECT * FROM {ext}.idgen_explain($1)"), &[&id]).unwrap();
     }
 }
 
-fn attack(name: &str, planter: &str, grant_create: bool) {
+/// How the attacker gets its objects where a careless statement would find them.
+#[derive(Clone, Copy, PartialEq)]
+enum Attack {
+    /// The database owner plants in `public`, which it owns, idgen's schema.
+    DatabaseOwner,
+    /// A role granted CREATE on `public` plants there.
+    SchemaCreator,
+    /// The database owner renames `public` (idgen's schema) to `public_old`, creates a new `public`
+    /// holding look-alikes of idgen's objects (its private tables, views, functions, and
+    /// `system_nodes` itself) besides the operator and function traps, and makes it the
+    /// database's default search_path, ahead of pg_catalog.
+    SchemaRenamer,
+}
+
+fn attack(name: &str, planter: &str, how: Attack) {
     let mut superuser = Client::connect(&format!("{} dbname=postgres", base_dsn()), postgres::NoTls).unwrap();
     ensure_role(&mut superuser, planter);
     let db = TestDb::empty_on(&base_dsn(), name);
-    superuser
-        .batch_execute(&format!(
-            "ALTER DATABASE {} OWNER TO {}",
-            db.name,
-            if grant_create { "postgres" } else { planter }
-        ))
-        .unwrap();
+    let owner = if how == Attack::SchemaCreator { "postgres" } else { planter };
+    superuser.batch_execute(&format!("ALTER DATABASE {} OWNER TO {owner}", db.name)).unwrap();
     let mut admin = db.connect();
     // The test's own superuser statements must not fall for the traps either: nothing writable on its path.
     admin
         .batch_execute(&format!(
             "SET search_path = pg_catalog;
              CREATE EXTENSION idgen SCHEMA public;
-             CREATE TABLE public.hijack_log (who text, what text);
-             GRANT INSERT, SELECT ON public.hijack_log TO PUBLIC;
-             CREATE SEQUENCE public.hijack_calls;
-             GRANT USAGE, SELECT ON SEQUENCE public.hijack_calls TO PUBLIC;
              SELECT public.idgen_grant_service('svc', '{planter}'), public.idgen_grant_service('another', '{planter}');
              GRANT CREATE ON SCHEMA public TO {planter};"
         ))
         .unwrap();
     let dsn = format!("{} user={planter}", db.dsn());
     let mut attacker = Client::connect(&dsn, postgres::NoTls).unwrap();
+    let ext = if how == Attack::SchemaRenamer {
+        attacker
+            .batch_execute(&format!(
+                "ALTER SCHEMA public RENAME TO public_old; CREATE SCHEMA public;
+                 ALTER DATABASE {} SET search_path = public, pg_catalog, public_old;",
+                db.name
+            ))
+            .unwrap();
+        "public_old"
+    } else {
+        "public"
+    };
+    attacker
+        .batch_execute(
+            "CREATE TABLE public.hijack_log (who text, what text); GRANT INSERT, SELECT ON public.hijack_log TO PUBLIC;
+             CREATE SEQUENCE public.hijack_calls; GRANT USAGE, SELECT ON SEQUENCE public.hijack_calls TO PUBLIC;",
+        )
+        .unwrap();
     plant(&mut attacker, planter, "public");
+    if how == Attack::SchemaRenamer {
+        plant_look_alikes(&mut attacker);
+    }
     plant_temp(&mut attacker);
     // The traps work: called directly, they record.
     attacker.query_one("SELECT 'x'::varchar = 'x'::text", &[]).unwrap();
@@ -444,29 +544,92 @@ fn attack(name: &str, planter: &str, grant_create: bool) {
     let cast = attacker.batch_execute("CREATE CAST (varchar AS inet) WITH INOUT").unwrap_err();
     assert_eq!(sqlstate(&cast), "42501", "{cast:?}");
 
-    call_everything(&mut attacker, &mut admin, &db.name);
-
-    assert_no_trap_ran(&mut admin, planter);
+    // Every session from now on starts with the attacker's path (ALTER DATABASE ... SET), the
+    // test's superuser included.
+    let mut attacker = Client::connect(&dsn, postgres::NoTls).unwrap();
+    let mut admin = db.connect();
+    if how != Attack::SchemaRenamer {
+        admin.batch_execute("SET search_path = public, pg_catalog").unwrap();
+    }
+    let mut observer = db.connect();
+    observer.batch_execute("SET search_path = pg_catalog").unwrap();
+    call_everything(&mut attacker, &mut admin, &mut observer, ext, &db.name);
+    // A backend's exit record runs as it disconnects.
+    let pid: i32 = attacker.query_one("SELECT pg_catalog.pg_backend_pid()", &[]).unwrap().get(0);
     drop(attacker);
+    wait_for_exit(&mut observer, pid);
+
+    assert_no_trap_ran(&mut observer, planter);
     drop(admin);
+    drop(observer);
     superuser.batch_execute(&format!("DROP DATABASE {} WITH (FORCE)", db.name)).unwrap();
+}
+
+/// Look-alikes of idgen's own objects in the new `public`, each a trap: its private tables and
+/// views (as named before 0.4.0 and now), its functions, and `system_nodes` itself.
+fn plant_look_alikes(client: &mut Client) {
+    for relation in [
+        "system_nodes",
+        "nodes",
+        "idgen_registry",
+        "idgen_tombstones",
+        "idgen_claim_guards",
+        "idgen_service_members",
+        "idgen_history",
+        "idgen_history_purged",
+        "idgen_events",
+        "idgen_nodes",
+        "idgen_visibility",
+        "visible_events",
+        "visible_nodes",
+        "visible_metrics",
+    ] {
+        client
+            .batch_execute(&format!(
+                "CREATE VIEW public.{relation} AS SELECT * FROM pg_catalog.pg_class WHERE public.idgen_trap('view {relation}')"
+            ))
+            .unwrap();
+    }
+    for (function, args, result) in [
+        ("idgen_holder_bound", "anyelement, interval, interval", "timestamptz"),
+        ("holder_bound", "anyelement, interval, interval", "timestamptz"),
+        ("idgen_node_state", "timestamptz, timestamptz, timestamptz, timestamptz", "text"),
+        ("idgen_node_name", "inet, integer, integer", "text"),
+        ("idgen_slot_pid", "inet, integer, integer", "integer"),
+        ("idgen_next_id", "", "bigint"),
+        ("idgen_decode", "bigint", "record"),
+    ] {
+        client
+            .batch_execute(&format!(
+                "CREATE FUNCTION public.{function}({args}) RETURNS {result} LANGUAGE plpgsql AS
+                     $$ BEGIN PERFORM public.idgen_trap('function {function}'); RETURN NULL; END $$"
+            ))
+            .unwrap();
+    }
+    client
+        .batch_execute(
+            "CREATE FUNCTION public.idgen_policy() RETURNS TABLE (lease interval) LANGUAGE sql AS
+                 $$ SELECT interval '1 hour' WHERE public.idgen_trap('function idgen_policy') $$",
+        )
+        .unwrap();
 }
 
 /// No planted object ran (the log, and the sequence that survives rollbacks), and the planter is no superuser.
 fn assert_no_trap_ran(admin: &mut Client, planter: &str) {
     let ran: Vec<String> = admin
-        .query("SELECT who || ': ' || what FROM public.hijack_log", &[])
+        .query("SELECT who OPERATOR(pg_catalog.||) ': ' OPERATOR(pg_catalog.||) what FROM public.hijack_log", &[])
         .unwrap()
         .iter()
         .map(|r| r.get(0))
         .collect();
     let calls: bool = admin.query_one("SELECT is_called FROM public.hijack_calls", &[]).unwrap().get(0);
     assert!(ran.is_empty() && !calls, "planted objects ran inside idgen: {ran:?} (a trap ran: {calls})");
-    let superuser_now: bool =
-        admin.query_one("SELECT rolsuper FROM pg_roles WHERE rolname = $1", &[&planter]).unwrap().get(0);
+    let superuser_now: bool = admin
+        .query_one("SELECT rolsuper FROM pg_roles WHERE rolname OPERATOR(pg_catalog.=) $1", &[&planter])
+        .unwrap()
+        .get(0);
     assert!(!superuser_now, "{planter} became a superuser");
 }
-
 #[test]
 fn objects_planted_before_create_extension_never_run_in_idgen() {
     // The database owner plants first; a superuser then installs idgen and reads every diagnostic:
@@ -488,16 +651,7 @@ fn objects_planted_before_create_extension_never_run_in_idgen() {
     attacker.query_one("SELECT 'x'::varchar = 'x'::text", &[]).unwrap();
     admin.batch_execute("DELETE FROM public.hijack_log; ALTER SEQUENCE public.hijack_calls RESTART").unwrap();
 
-    // (With no other session connected, CREATE EXTENSION sets no floor that would hold the claims back.)
     drop(attacker);
-    while admin
-        .query_one("SELECT count(*) FROM pg_stat_activity WHERE usename = $1", &[&planter])
-        .unwrap()
-        .get::<_, i64>(0)
-        > 0
-    {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
     // The superuser's session has the default search_path: public is on it.
     admin.batch_execute("CREATE EXTENSION idgen").unwrap();
     for k in 1..=3 {
@@ -513,7 +667,7 @@ fn objects_planted_before_create_extension_never_run_in_idgen() {
         )
         .unwrap();
     admin.query_one("SELECT * FROM idgen_claim('svc', '10.0.0.9', 1)", &[]).unwrap();
-    read_diagnostics(&mut admin);
+    read_diagnostics(&mut admin, "public");
     admin.query_one("SELECT idgen_purge_history()", &[]).unwrap();
 
     assert_no_trap_ran(&mut admin, planter);
@@ -523,12 +677,44 @@ fn objects_planted_before_create_extension_never_run_in_idgen() {
 
 #[test]
 fn the_database_owner_cannot_hijack_any_entry_point() {
-    attack("hijack_owner", "idgen_t_db_owner", false);
+    attack("hijack_owner", "idgen_t_db_owner", Attack::DatabaseOwner);
 }
 
 #[test]
 fn a_role_with_create_on_the_schema_cannot_hijack_any_entry_point() {
-    attack("hijack_creator", "idgen_t_schema_creator", true);
+    attack("hijack_creator", "idgen_t_schema_creator", Attack::SchemaCreator);
+}
+
+#[test]
+fn the_database_owner_cannot_hijack_idgen_by_renaming_its_schema() {
+    attack("hijack_rename", "idgen_t_renamer", Attack::SchemaRenamer);
+}
+
+#[test]
+fn a_schema_planted_as_idgen_private_makes_create_extension_fail() {
+    let planter = "idgen_t_private_planter";
+    let mut superuser = Client::connect(&format!("{} dbname=postgres", base_dsn()), postgres::NoTls).unwrap();
+    ensure_role(&mut superuser, planter);
+    let db = TestDb::empty_on(&base_dsn(), "hijack_private");
+    superuser.batch_execute(&format!("ALTER DATABASE {} OWNER TO {planter}", db.name)).unwrap();
+    let mut attacker = Client::connect(&format!("{} user={planter}", db.dsn()), postgres::NoTls).unwrap();
+    attacker.batch_execute("CREATE SCHEMA idgen_private").unwrap();
+    let err = db.connect().batch_execute("CREATE EXTENSION idgen").unwrap_err();
+    assert_eq!(sqlstate(&err), "42P06", "{err:?}");
+    // Once installed, the schema is out of the database owner's reach.
+    attacker.batch_execute("DROP SCHEMA idgen_private").unwrap();
+    db.connect().batch_execute("CREATE EXTENSION idgen").unwrap();
+    for sql in [
+        "ALTER SCHEMA idgen_private RENAME TO elsewhere",
+        "CREATE VIEW idgen_private.x AS SELECT 1",
+        "DROP VIEW idgen_private.nodes",
+        "ALTER SCHEMA idgen_private OWNER TO idgen_t_private_planter",
+    ] {
+        let err = attacker.batch_execute(sql).expect_err(sql);
+        assert_eq!(sqlstate(&err), "42501", "{sql}: {err:?}");
+    }
+    drop(attacker);
+    superuser.batch_execute(&format!("DROP DATABASE {} WITH (FORCE)", db.name)).unwrap();
 }
 
 // ---------------------------------------------------------------------------
@@ -555,7 +741,8 @@ fn advisory_locks_on_every_key_idgen_used_delay_no_claim() {
     claimant.query_one("SELECT idgen_next_id()", &[]).unwrap();
     // And the guards idgen uses instead cannot be taken by anyone but the extension owner.
     holder.batch_execute("CREATE ROLE idgen_t_guard_taker").ok();
-    let err =
-        holder.batch_execute("SET ROLE idgen_t_guard_taker; SELECT FROM idgen_claim_guards FOR UPDATE").unwrap_err();
+    let err = holder
+        .batch_execute("SET ROLE idgen_t_guard_taker; SELECT FROM idgen_private.idgen_claim_guards FOR UPDATE")
+        .unwrap_err();
     assert_eq!(sqlstate(&err), "42501", "{err:?}");
 }

@@ -73,19 +73,30 @@ fn a_callers_search_path_cannot_redirect_the_registry_functions() {
         (r.get(0), r.get(1), r.get(2))
     };
     assert_eq!(counts, (1, 0, 0));
-    let (definers, pinned): (i64, i64) = admin
-        .query_one(
-            "SELECT count(*), count(*) FILTER (WHERE proconfig::text LIKE '%search_path=pg_catalog,%') FROM pg_proc \
-             WHERE proname LIKE 'idgen\\_%' AND prosecdef",
+    // The registry functions run as their caller (its role is the one checked) and switch to the
+    // extension owner only inside, with the path pinned; the one SECURITY DEFINER function is
+    // SQL bound at creation, so no search_path takes part in it either.
+    let definers: Vec<(String, bool, bool)> = admin
+        .query(
+            "SELECT p.proname::text, p.prosqlbody IS NOT NULL, coalesce(p.proconfig::text LIKE '%search_path=pg_catalog, pg_temp%', false) \
+               FROM pg_proc p JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e' \
+               JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idgen' WHERE p.prosecdef ORDER BY 1",
             &[],
         )
-        .map(|r| (r.get(0), r.get(1)))
-        .unwrap();
-    assert_eq!(
-        (definers, pinned),
-        (7, 7),
-        "claim, heartbeat, release, grant, revoke, the removal trigger and the history purge: SECURITY DEFINER, search_path pinned"
-    );
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(definers, [("idgen_purge_history".to_owned(), true, true)], "SECURITY DEFINER functions of idgen");
+    let invokers: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM pg_proc WHERE proname IN ('idgen_claim', 'idgen_heartbeat', 'idgen_release', \
+             'idgen_grant_service', 'idgen_revoke_service', 'idgen_next_id') AND NOT prosecdef",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(invokers, 7, "claim, heartbeat, release, grant, revoke and both idgen_next_id run as their caller");
 }
 
 /// Before idgen is loaded in a session, SET of an idgen.* name only makes a
@@ -174,4 +185,96 @@ fn privileges_matrix() {
     for role in roles {
         admin.batch_execute(&format!("DROP OWNED BY {role}")).unwrap();
     }
+}
+
+fn ensure_login_role(admin: &mut postgres::Client, role: &str) {
+    admin
+        .batch_execute(&format!(
+            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN CREATE ROLE {role} LOGIN; END IF; END $$"
+        ))
+        .unwrap();
+}
+
+fn next_id_for(client: &mut postgres::Client, service: &str) -> Result<i64, postgres::Error> {
+    client.query_one("SELECT idgen_next_id($1)", &[&service]).map(|r| r.get(0))
+}
+
+#[test]
+fn a_revocation_takes_effect_at_once_in_open_sessions() {
+    let db = TestDb::create("revoke_now");
+    let mut admin = db.connect();
+    let role = "idgen_t_revoked";
+    ensure_login_role(&mut admin, role);
+    admin.batch_execute(&format!("SELECT idgen_grant_service('svc', '{role}')")).unwrap();
+    let mut session = postgres::Client::connect(&format!("{} user={role}", db.dsn()), postgres::NoTls).unwrap();
+    next_id_for(&mut session, "svc").unwrap();
+    let node = claim(&mut session, "svc", "10.0.0.1", 1).unwrap();
+    admin.batch_execute(&format!("SELECT idgen_revoke_service('svc', '{role}')")).unwrap();
+    // The open session's lease is still inside its window: the next ID is refused all the same.
+    let err = next_id_for(&mut session, "svc").unwrap_err();
+    assert_eq!(sqlstate(&err), "42501", "{err:?}");
+    let err = heartbeat(&mut session, "svc", node.machine_id, "10.0.0.1", 1, node.version).unwrap_err();
+    assert_eq!(sqlstate(&err), "42501", "{err:?}");
+    // A grant, however made (here straight into the table), takes effect at once too.
+    admin
+        .batch_execute(&format!(
+            "INSERT INTO idgen_private.idgen_service_members (service, member) VALUES ('svc', '{role}')"
+        ))
+        .unwrap();
+    next_id_for(&mut session, "svc").unwrap();
+    // So does a change of role membership.
+    let group = "idgen_t_revoked_group";
+    ensure_login_role(&mut admin, group);
+    admin
+        .batch_execute(&format!(
+            "SELECT idgen_revoke_service('svc', '{role}'), idgen_grant_service('svc', '{group}'); GRANT {group} TO {role}"
+        ))
+        .unwrap();
+    next_id_for(&mut session, "svc").unwrap();
+    admin.batch_execute(&format!("REVOKE {group} FROM {role}")).unwrap();
+    assert_eq!(sqlstate(&next_id_for(&mut session, "svc").unwrap_err()), "42501");
+    drop(session);
+    admin.batch_execute(&format!("SELECT idgen_revoke_service('svc', '{group}')")).unwrap();
+}
+
+#[test]
+fn the_role_acting_now_is_checked_after_set_role_and_inside_security_definer_functions() {
+    let db = TestDb::create("acting_role");
+    let mut admin = db.connect();
+    let (granted, low) = ("idgen_t_acting_granted", "idgen_t_acting_low");
+    ensure_login_role(&mut admin, granted);
+    ensure_login_role(&mut admin, low);
+    admin
+        .batch_execute(&format!(
+            "SELECT idgen_grant_service('svc', '{granted}'); GRANT CREATE ON SCHEMA public TO {granted}; GRANT {low} TO postgres"
+        ))
+        .unwrap();
+    // A superuser's first call leases the service; after SET ROLE to a role without the grant,
+    // the lease serves no more.
+    next_id_for(&mut admin, "svc").unwrap();
+    admin.batch_execute(&format!("SET ROLE {low}")).unwrap();
+    assert_eq!(sqlstate(&next_id_for(&mut admin, "svc").unwrap_err()), "42501");
+    assert_eq!(sqlstate(&claim(&mut admin, "svc", "10.0.0.1", 1).unwrap_err()), "42501");
+    admin.batch_execute("RESET ROLE").unwrap();
+    next_id_for(&mut admin, "svc").unwrap();
+    // The granted role's SECURITY DEFINER function acts as that role, for whoever calls it...
+    let mut owner = postgres::Client::connect(&format!("{} user={granted}", db.dsn()), postgres::NoTls).unwrap();
+    owner
+        .batch_execute(&format!(
+            "CREATE FUNCTION public.svc_id() RETURNS bigint LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog
+                 AS $$ SELECT public.idgen_next_id('svc') $$;
+             REVOKE ALL ON FUNCTION public.svc_id() FROM PUBLIC; GRANT EXECUTE ON FUNCTION public.svc_id() TO {low};"
+        ))
+        .unwrap();
+    let mut caller = postgres::Client::connect(&format!("{} user={low}", db.dsn()), postgres::NoTls).unwrap();
+    caller.query_one("SELECT public.svc_id()", &[]).unwrap();
+    // ...and leaves the caller nothing: its own call of the service is refused, in the same session.
+    assert_eq!(sqlstate(&next_id_for(&mut caller, "svc").unwrap_err()), "42501");
+    caller.query_one("SELECT public.svc_id()", &[]).unwrap();
+    drop((owner, caller));
+    admin
+        .batch_execute(&format!(
+            "DROP OWNED BY {granted}; SELECT idgen_revoke_service('svc', '{granted}'); REVOKE {low} FROM postgres"
+        ))
+        .unwrap();
 }

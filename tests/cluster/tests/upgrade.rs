@@ -1,7 +1,8 @@
-//! `ALTER EXTENSION idgen UPDATE` from 0.1.0 and 0.2.0 (their install scripts are in
-//! tests/upgrade; scripts/test.sh installs them): the registry keeps its rows,
-//! gains watermarks from what 0.1.0 guaranteed, keeps the grants DBAs gave,
-//! and ends up exactly like a fresh install.
+//! `ALTER EXTENSION idgen UPDATE` from 0.1.0, 0.2.0 and 0.3.0 (their install scripts
+//! are in tests/upgrade; scripts/test.sh installs them): the registry keeps its rows,
+//! gains watermarks from what 0.1.0 guaranteed and leases from today's settings, keeps
+//! the grants DBAs gave, and ends up exactly like a fresh install. Until the update,
+//! this library refuses to work against the older objects, and says what to run.
 
 use idgen_cluster_tests::*;
 use postgres::Client;
@@ -15,7 +16,8 @@ SELECT string_agg(line, E'\\n' ORDER BY line) FROM (
          || coalesce(obj_description(m.objid, m.classid::regclass::text), '') AS line FROM member m
   UNION ALL SELECT 'function ' || pg_get_functiondef(m.objid) FROM member m
     JOIN pg_proc p ON p.oid = m.objid AND m.classid = 'pg_proc'::regclass
-  UNION ALL SELECT 'acl ' || p.oid::regprocedure::text || ' ' || coalesce(p.proacl::text, 'default') FROM member m
+  UNION ALL SELECT 'acl ' || p.oid::regprocedure::text || ' '
+         || coalesce((SELECT string_agg(a::text, ',' ORDER BY a::text) FROM unnest(p.proacl) a), 'default') FROM member m
     JOIN pg_proc p ON p.oid = m.objid AND m.classid = 'pg_proc'::regclass
   UNION ALL SELECT format('column %s.%s %s %s %s %s -- %s', c.relname, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod),
          a.attnotnull, coalesce(pg_get_expr(ad.adbin, ad.adrelid), ''), coalesce(col_description(c.oid, a.attnum), ''))
@@ -32,7 +34,7 @@ SELECT string_agg(line, E'\\n' ORDER BY line) FROM (
     WHERE oid IN (SELECT objid FROM member WHERE classid = 'pg_class'::regclass)
   UNION ALL SELECT 'view ' || relname || ' ' || pg_get_viewdef(oid) FROM pg_class
     WHERE oid IN (SELECT objid FROM member WHERE classid = 'pg_class'::regclass) AND relkind = 'v'
-  UNION ALL SELECT 'dumped ' || extconfig::regclass[]::text FROM ext
+  UNION ALL SELECT 'dumped ' || (SELECT string_agg(c::regclass::text, ',' ORDER BY c::regclass::text) FROM unnest(extconfig) c) FROM ext
 ) lines";
 
 fn fingerprint(client: &mut Client) -> String {
@@ -84,7 +86,6 @@ fn an_update_keeps_rows_and_grants_and_gives_every_row_a_watermark() {
                  ('db', 0, '127.0.0.1', 5432, 4, 3, now() - interval '10 minutes', NULL)",
         )
         .unwrap();
-    let node: i16 = 0;
     let before: Vec<(String, i16, i64)> = client
         .query("SELECT service, machine_id, version::bigint FROM system_nodes ORDER BY 1, 2", &[])
         .unwrap()
@@ -96,7 +97,7 @@ fn an_update_keeps_rows_and_grants_and_gives_every_row_a_watermark() {
 
     let version: String =
         client.query_one("SELECT extversion FROM pg_extension WHERE extname = 'idgen'", &[]).unwrap().get(0);
-    assert_eq!(version, "0.3.0");
+    assert_eq!(version, "0.4.0");
     let after: Vec<(String, i16, i64)> = client
         .query("SELECT service, machine_id, version::bigint FROM system_nodes ORDER BY 1, 2", &[])
         .unwrap()
@@ -121,7 +122,8 @@ fn an_update_keeps_rows_and_grants_and_gives_every_row_a_watermark() {
         .map(|r| r.get(0))
         .collect();
     assert_eq!(watermarks, ["db/0 last_seen + 5min", "svc/0 last_seen", "svc/1 released_at + 5min"]);
-    // The grants a DBA gave survive the new signatures; PUBLIC still has none.
+    // The grants a DBA gave survive the new signatures. Since 0.4.0 every role may call the
+    // functions, and the service grants (idgen_grant_service) decide.
     let grants: String = client
         .query_one(
             "SELECT format('%s %s %s %s',
@@ -133,20 +135,27 @@ fn an_update_keeps_rows_and_grants_and_gives_every_row_a_watermark() {
         )
         .unwrap()
         .get(0);
-    assert_eq!(grants, "t t t f");
-    // The node comes back to the same id, after its watermark, and heartbeats with the new signature.
+    assert_eq!(grants, "t t t t");
+    // The node that released its id comes back to it, after its watermark, and heartbeats with
+    // the new signature. (The one still holding its row gets another id: its row may belong
+    // to a live twin.)
     let row = client
         .query_one(
-            "SELECT machine_id, outcome, not_before >= (SELECT issued_until FROM system_nodes WHERE service = 'svc' AND machine_id = $1)
-             FROM idgen_claim('svc', '10.0.0.1', 8080)",
-            &[&node],
+            "SELECT machine_id, version, outcome,
+                    not_before >= (SELECT date_trunc('milliseconds', issued_until) FROM system_nodes
+                                    WHERE service = 'svc' AND machine_id = 1)
+             FROM idgen_claim('svc', '10.0.0.2', 8080)",
+            &[],
         )
         .unwrap();
-    assert_eq!(
-        (row.get::<_, i16>(0), row.get::<_, String>(1), row.get::<_, bool>(2)),
-        (node, "reused".to_owned(), true)
-    );
-    client.query_one("SELECT idgen_heartbeat('svc', $1, '10.0.0.1', 8080, 2, now())", &[&node]).unwrap();
+    assert_eq!((row.get::<_, i16>(0), row.get::<_, String>(2), row.get::<_, bool>(3)), (1, "reused".to_owned(), true));
+    let version: i64 = row.get(1);
+    client.query_one("SELECT idgen_heartbeat('svc', 1::smallint, '10.0.0.2', 8080, $1, now())", &[&version]).unwrap();
+    let leases: i64 = client
+        .query_one("SELECT count(*) FROM system_nodes WHERE lease_until IS NOT NULL AND takeover_at IS NOT NULL", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(leases, 3, "every row records the lease of the settings at the update");
     // The history starts at the update: older IDs are explained from the registry, and said to be so.
     let finding: String = client
         .query_one("SELECT finding FROM idgen_explain(idgen_min_id(now() - interval '1 hour'), 'db')", &[])
@@ -157,18 +166,64 @@ fn an_update_keeps_rows_and_grants_and_gives_every_row_a_watermark() {
 }
 
 #[test]
-fn this_library_claims_against_a_0_2_0_installation_until_it_is_updated() {
-    // Between installing a new build and ALTER EXTENSION UPDATE, the new library meets the old schema.
+fn this_library_refuses_an_older_installation_until_it_is_updated() {
+    // Between installing a new build and ALTER EXTENSION UPDATE, the new library meets the old
+    // objects: it refuses to claim or mint, and says what to run.
     let db = TestDb::empty_on(&base_dsn(), "upgrade_window");
     let mut client = db.connect();
-    client.batch_execute("CREATE EXTENSION idgen VERSION '0.2.0'").unwrap();
-    let first = claim(&mut client, "svc", "10.0.0.1", 1).unwrap();
-    client.query_one("SELECT idgen_next_id('svc')", &[]).unwrap();
+    client.batch_execute("CREATE EXTENSION idgen VERSION '0.3.0'").unwrap();
+    for sql in
+        ["SELECT * FROM idgen_claim('svc', '10.0.0.1', 1)", "SELECT idgen_next_id()", "SELECT idgen_next_id('svc')"]
+    {
+        let err = client.batch_execute(sql).expect_err(sql);
+        let db_err = err.as_db_error().unwrap_or_else(|| panic!("{sql}: {err:?}"));
+        assert_eq!(sqlstate(&err), "55000", "{sql}: {err:?}");
+        assert!(db_err.message().contains("0.3.0"), "{sql}: {}", db_err.message());
+        assert!(db_err.hint().is_some_and(|h| h.contains("ALTER EXTENSION idgen UPDATE")), "{sql}: {db_err:?}");
+    }
     client.batch_execute("ALTER EXTENSION idgen UPDATE").unwrap();
     let mut fresh = db.connect();
-    let second = claim(&mut fresh, "svc", "10.0.0.2", 1).unwrap();
-    assert_eq!((first.outcome.as_str(), second.outcome.as_str()), ("new", "new"));
-    let events: Vec<String> =
-        fresh.query("SELECT holder FROM idgen_events", &[]).unwrap().iter().map(|r| r.get(0)).collect();
-    assert_eq!(events, ["10.0.0.2:1"], "the history starts with the update");
+    let first = claim(&mut fresh, "svc", "10.0.0.1", 1).unwrap();
+    fresh.query_one("SELECT idgen_next_id()", &[]).unwrap();
+    assert_eq!(first.outcome, "new");
+    let events: Vec<String> = fresh
+        .query("SELECT holder FROM idgen_events WHERE service = 'svc'", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(events, ["10.0.0.1:1"], "the history starts with the update");
+}
+
+#[test]
+fn an_update_from_0_3_0_waits_for_its_floor_and_keeps_the_rows() {
+    let db = TestDb::empty_on(&base_dsn(), "upgrade_floor");
+    let mut client = db.connect();
+    client
+        .batch_execute(
+            "CREATE EXTENSION idgen VERSION '0.3.0';
+             INSERT INTO system_nodes (service, machine_id, host, port, version, issued_until)
+                  VALUES ('svc', 3, '10.0.0.3', 80, 5, now() + interval '1 minute');
+             UPDATE idgen_registry SET floor = now() + interval '1 hour';",
+        )
+        .unwrap();
+    // 0.3.0's floor held back every id after a hand delete; 0.4.0 keeps such bounds per id and
+    // cannot tell which ids the floor was for.
+    let err = client.batch_execute("ALTER EXTENSION idgen UPDATE").unwrap_err();
+    assert_eq!(sqlstate(&err), "55000", "{err:?}");
+    assert!(err.as_db_error().unwrap().hint().unwrap().contains("Retry"), "{err:?}");
+    client
+        .batch_execute("UPDATE idgen_registry SET floor = now() - interval '1 second'; ALTER EXTENSION idgen UPDATE")
+        .unwrap();
+    let row = client.query_one("SELECT version, issued_until > now() FROM system_nodes", &[]).unwrap();
+    let (version, ahead): (i64, bool) = (row.get(0), row.get(1));
+    assert_eq!((version, ahead), (5, true));
+    let terms: (String, String) = client
+        .query_one("SELECT (lease_until - last_seen)::text, (takeover_at - last_seen)::text FROM system_nodes", &[])
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!(terms, ("00:55:00".to_owned(), "01:00:00".to_owned()));
+    // The node gets another id: its row may still be stamped by a live holder.
+    let c = claim(&mut db.connect(), "svc", "10.0.0.3", 80).unwrap();
+    assert_ne!(c.machine_id, 3);
 }

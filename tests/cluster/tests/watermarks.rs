@@ -1,8 +1,9 @@
 //! Watermarks from real clients: service nodes report theirs and honour
 //! `not_before`, a node whose clock ran ahead moves to another machine id on
-//! restart, releases keep the holder's last timestamp, and rows removed by
-//! hand (DELETE, TRUNCATE, DROP EXTENSION) cannot hand out time their
-//! holders may still be using.
+//! restart, a report far ahead is kept (and holds back that id alone),
+//! releases keep the holder's last timestamp, and rows removed by hand
+//! (DELETE, TRUNCATE) leave tombstones that keep their holders' time out of
+//! reach. DROP and CREATE EXTENSION: tests/drop_create.rs.
 
 use idgen_cluster_tests::*;
 use idgen_core::generator::{Clock, Generator};
@@ -85,18 +86,23 @@ fn store(client: &mut Client, ids: &[i64]) -> i64 {
 }
 
 #[test]
-fn a_restarted_service_gets_its_id_back_and_starts_after_its_watermark() {
+fn a_gracefully_restarted_service_gets_its_id_back_and_starts_after_its_watermark() {
     let db = TestDb::create("service_restart");
     let mut client = db.connect();
     let mut clock = NodeClock { offset_ms: 90_000 }; // 90 s ahead: within the 5-minute lease margin
     let first = claim_at(&mut client, "svc", "10.0.0.1").unwrap();
     let before = mint_as_node(&first, &mut clock, 1_000);
     let watermark = clock.now_unix_ms();
-    heartbeat_with(&mut client, "svc", "10.0.0.1", &first, watermark).unwrap();
-    // The process dies without releasing and starts again on the same address.
+    client
+        .query_one(
+            "SELECT idgen_release('svc', $1, '10.0.0.1', 8080, $2, to_timestamp($3::float8 / 1000))",
+            &[&first.machine_id, &first.version, &(watermark as f64)],
+        )
+        .unwrap();
+    // It starts again on the same address, within the cooldown that keeps others away.
     let again = claim_at(&mut client, "svc", "10.0.0.1").unwrap();
     assert_eq!((again.machine_id, again.outcome.as_str()), (first.machine_id, "reused"));
-    assert_eq!(again.not_before_ms, watermark, "not_before is the watermark it reported");
+    assert_eq!(again.not_before_ms, watermark, "not_before is the watermark it released with");
     let after = mint_as_node(&again, &mut clock, 1_000);
     assert!(after[0] > *before.last().unwrap(), "its first ID follows every ID of its previous run");
 }
@@ -167,36 +173,38 @@ fn a_service_whose_clock_ran_ahead_moves_to_another_id_on_restart_and_issues_not
 }
 
 #[test]
-fn watermarks_only_grow_and_absurd_reports_change_nothing() {
+fn watermarks_only_grow_and_a_report_far_ahead_is_kept() {
     let db = TestDb::create("watermark_reports");
-    let mut client = db.connect();
+    let (mut client, notices) = db.connect_recording();
     let g = claim_at(&mut client, "svc", "10.0.0.1").unwrap();
     let now_ms = (real_unix_secs() * 1000.0) as i64;
     heartbeat_with(&mut client, "svc", "10.0.0.1", &g, now_ms + 10_000).unwrap();
     heartbeat_with(&mut client, "svc", "10.0.0.1", &g, now_ms - 3_600_000).unwrap();
     assert_eq!(issued_until_ms(&mut client, "svc", g.machine_id), now_ms + 10_000, "a lower report never lowers it");
+    assert!(notices.take().is_empty());
 
-    // More than a day ahead: refused before anything is written.
-    // (This backend's counts of system_nodes writes; they include work of rolled-back savepoints.)
-    let writes = |c: &mut Client| -> i64 {
-        c.query_one("SELECT n_tup_upd + n_tup_ins FROM pg_stat_xact_user_tables WHERE relname = 'system_nodes'", &[])
-            .unwrap()
-            .get(0)
-    };
-    client.batch_execute("BEGIN").unwrap();
-    let before = writes(&mut client);
-    client.batch_execute("SAVEPOINT report").unwrap();
-    let err = heartbeat_with(&mut client, "svc", "10.0.0.1", &g, now_ms + 2 * 86_400_000).unwrap_err();
-    client.batch_execute("ROLLBACK TO SAVEPOINT report").unwrap();
-    let written = writes(&mut client) - before;
-    client.batch_execute("COMMIT").unwrap();
-    assert_eq!(sqlstate(&err), "22023", "{err:?}");
-    assert_eq!(db_error(&err).message(), "idgen_heartbeat: argument \"issued_until\" is too far in the future");
-    assert_eq!(written, 0, "the refusal came before any write");
+    // Two days ahead: a clock gone wrong, but the node may have stamped that far. Forgetting the
+    // report would let the id's next holder stamp below it, so it is kept, with a WARNING.
+    let far_ms = now_ms + 2 * 86_400_000;
+    heartbeat_with(&mut client, "svc", "10.0.0.1", &g, far_ms).unwrap();
+    assert_eq!(issued_until_ms(&mut client, "svc", g.machine_id), far_ms);
+    let warnings = notices.take();
+    assert!(
+        warnings.iter().any(|n| n.severity() == "WARNING" && n.message().contains("ahead of the server clock")),
+        "{warnings:?}"
+    );
+    // It holds back that id alone: others claim and mint at once.
+    let other = claim_at(&mut db.connect(), "svc", "10.0.0.2").unwrap();
+    assert!(other.not_before_ms < now_ms + 60_000, "{other:?}");
+    client.query_one("SELECT idgen_next_id()", &[]).unwrap();
+
+    // An infinite watermark bounds nothing: refused before anything is written.
+    let before = registry_snapshot(&mut client);
     let err = client
         .query_one("SELECT idgen_release('svc', $1, '10.0.0.1', 8080, $2, 'infinity')", &[&g.machine_id, &g.version])
         .unwrap_err();
     assert_eq!(sqlstate(&err), "22023", "{err:?}");
+    assert_eq!(registry_snapshot(&mut client), before);
 }
 
 #[test]
@@ -236,7 +244,8 @@ fn a_truncated_and_restored_registry_fences_leases_of_the_old_epoch() {
     let (mut backend, notices) = db.connect_recording();
     next_id(&mut backend).unwrap();
     let mut admin = db.connect();
-    let epoch = |c: &mut Client| -> i64 { c.query_one("SELECT epoch FROM idgen_registry", &[]).unwrap().get(0) };
+    let epoch =
+        |c: &mut Client| -> i64 { c.query_one("SELECT epoch FROM idgen_private.idgen_registry", &[]).unwrap().get(0) };
     let before = epoch(&mut admin);
     // A restore of the same rows after TRUNCATE: the backend's row comes back exactly as it was.
     admin
@@ -246,11 +255,17 @@ fn a_truncated_and_restored_registry_fences_leases_of_the_old_epoch() {
         )
         .unwrap();
     assert_ne!(epoch(&mut admin), before, "TRUNCATE starts a new epoch");
-    let floor_covers: bool = admin
-        .query_one("SELECT floor >= (SELECT max(issued_until) FROM saved) FROM idgen_registry", &[])
+    // The restored rows take the truncated rows' bounds, and newer versions: their holders are fenced.
+    let restored: Vec<(i64, i64, bool)> = admin
+        .query(
+            "SELECT s.version, n.version, n.issued_until >= s.issued_until FROM saved s JOIN system_nodes n USING (service, machine_id)",
+            &[],
+        )
         .unwrap()
-        .get(0);
-    assert!(floor_covers, "the floor keeps the truncated rows' watermarks");
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(restored, [(1, 2, true)]);
     wait_past_backend_watermark(&mut backend, &db.name);
     next_id(&mut backend).unwrap();
     let warned = notices.take().iter().any(|n| n.severity() == "WARNING" && n.message().contains("is no longer held"));
@@ -259,51 +274,61 @@ fn a_truncated_and_restored_registry_fences_leases_of_the_old_epoch() {
         .query_one("SELECT version FROM idgen_backend_leases() WHERE service = current_database()", &[])
         .unwrap()
         .get(0);
-    assert_eq!(version, 2, "and claimed afresh");
+    assert_eq!(version, 3, "and claimed afresh, after the restored row's version 2");
 }
 
 #[test]
-fn a_deleted_row_keeps_its_holders_time_out_of_reach() {
-    let db = TestDb::create("delete_floor");
+fn a_deleted_row_keeps_its_holders_time_out_of_reach_and_holds_back_nothing_else() {
+    let db = TestDb::create("delete_tombstone");
     let mut client = db.connect();
     let a = claim_at(&mut client, "svc", "10.0.0.1").unwrap();
-    // A person deletes a live node's row: that node may go on issuing for up to a lease.
+    heartbeat_with(&mut client, "svc", "10.0.0.1", &a, (real_unix_secs() * 1000.0) as i64 + 23 * 3_600_000).unwrap();
+    // A person deletes a live node's row, which reported a watermark 23 hours ahead: that node may
+    // go on issuing until then, and its id stays out of reach until then.
     client.execute("DELETE FROM system_nodes WHERE service = 'svc' AND machine_id = $1", &[&a.machine_id]).unwrap();
-    let err = claim_at(&mut client, "svc", "10.0.0.2").unwrap_err();
+    let tombstone: (i64, i64) = client
+        .query_one(
+            "SELECT version, (extract(epoch FROM bound) * 1000)::bigint FROM idgen_tombstones WHERE service = 'svc' AND machine_id = $1",
+            &[&a.machine_id],
+        )
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!(tombstone.0, a.version);
+    assert!(tombstone.1 >= (real_unix_secs() * 1000.0) as i64 + 22 * 3_600_000, "{tombstone:?}");
+    // Nothing else waits: another node gets another id, the database's backends mint.
+    let b = claim_at(&mut client, "svc", "10.0.0.2").unwrap();
+    assert_ne!(b.machine_id, a.machine_id);
+    assert!(b.not_before_ms < (real_unix_secs() * 1000.0) as i64 + 60_000, "{b:?}");
+    next_id(&mut client).unwrap();
+    let _ = claim_at(&mut db.connect(), "other", "10.0.0.3").unwrap();
+    // When that id is the only one left, the claim says which id and until when.
+    fill_registry_except(&mut client, "svc", &[a.machine_id]);
+    let err = claim_at(&mut client, "svc", "10.0.0.4").unwrap_err();
     let e = db_error(&err);
     assert_eq!(e.code().code(), "55000", "{err:?}");
-    assert!(e.message().starts_with("idgen_claim: the registry grants no machine id before "), "{}", e.message());
-    let err = next_id(&mut client).unwrap_err();
-    assert_eq!(sqlstate(&err), "55000", "backends are held back too: {err:?}");
-}
-
-#[test]
-fn create_extension_beside_other_sessions_grants_nothing_before_they_have_checked() {
-    let db = TestDb::create("drop_create");
-    let mut backend = db.connect();
-    next_id(&mut backend).unwrap();
-    let mut admin = db.connect();
-    admin.batch_execute("DROP EXTENSION idgen; CREATE EXTENSION idgen").unwrap();
-    let ahead: f64 = admin
-        .query_one("SELECT extract(epoch FROM floor - created_at)::float8 FROM idgen_registry", &[])
-        .unwrap()
-        .get(0);
-    assert_eq!(ahead, 300.0, "one heartbeat interval: the other session may hold a lease of the old registry");
-    // A service may wait that long: it gets not_before at the floor.
-    let g = claim_at(&mut admin, "svc", "10.0.0.1").unwrap();
-    let floor_ms: i64 = admin
-        .query_one("SELECT floor(extract(epoch FROM floor) * 1000)::bigint FROM idgen_registry", &[])
-        .unwrap()
-        .get(0);
-    assert_eq!(g.not_before_ms, floor_ms);
-    // The backend finds its lease gone at its next check, and cannot claim before the floor.
-    wait_past_backend_watermark(&mut backend, &db.name);
-    let err = next_id(&mut backend).unwrap_err();
-    assert_eq!(sqlstate(&err), "55000", "{err:?}");
-    // Created with nobody else connected, a registry has no floor.
-    drop(backend);
-    drop(admin);
-    let fresh = TestDb::create("drop_create_alone");
-    let floor: String = fresh.connect().query_one("SELECT floor::text FROM idgen_registry", &[]).unwrap().get(0);
-    assert_eq!(floor, "-infinity");
+    assert!(
+        e.message().starts_with(&format!(
+            "idgen_claim: machine id {} of service \"svc\" cannot be used before ",
+            a.machine_id
+        )),
+        "{}",
+        e.message()
+    );
+    // The row restored by hand takes its tombstone: a newer version (the old holder is fenced) and its bound.
+    client
+        .execute(
+            "INSERT INTO system_nodes (service, machine_id, host, port, version) VALUES ('svc', $1, '10.0.0.1', 8080, 1)",
+            &[&a.machine_id],
+        )
+        .unwrap();
+    let restored: (i64, i64) = client
+        .query_one(
+            "SELECT version, (extract(epoch FROM issued_until) * 1000)::bigint FROM system_nodes WHERE service = 'svc' AND machine_id = $1",
+            &[&a.machine_id],
+        )
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!(restored, (a.version + 1, tombstone.1));
+    let err = heartbeat_with(&mut client, "svc", "10.0.0.1", &a, 0).unwrap_err();
+    assert_eq!(sqlstate(&err), "55000", "the old holder is fenced: {err:?}");
 }

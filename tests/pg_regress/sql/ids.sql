@@ -37,7 +37,7 @@ RESET enable_seqscan;
 
 -- This backend's lease, and its row in the registry.
 SELECT service = current_database() AS default_service, machine_id, version, backend_slot IS NOT NULL AS has_slot,
-       ids_issued, lease_until - verified_at AS lease, uncommitted
+       ids_issued, lease_until - verified_at AS lease
 FROM idgen_backend_leases();
 SELECT service = current_database() AS default_service, host, port = current_setting('port')::int AS server_port,
        backend_slot IS NOT NULL AS has_slot
@@ -52,4 +52,6 @@ RESET idgen.service;
 SET idgen.max_clock_backward = -1;
 SHOW idgen.max_clock_backward;
 
+-- This session's own lease counts as what it stamped: nothing else guards an id, so the
+-- registry may be dropped.
 DROP EXTENSION idgen CASCADE;

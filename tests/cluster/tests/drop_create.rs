@@ -1,0 +1,179 @@
+//! DROP and CREATE EXTENSION, and `pg_restore --clean`, never hand out an id that a holder of the
+//! earlier registry may still use: a DROP is refused while any row or tombstone is ahead of the
+//! clock, whoever holds it (another session, a background worker, a service with its whole lease),
+//! and the dropping session's own leases count as what they stamped. A fresh install then grants
+//! at once, whoever is connected.
+
+use idgen_cluster_tests::*;
+use postgres::Client;
+use std::process::Command;
+
+fn next_id(client: &mut Client) -> Result<i64, postgres::Error> {
+    client.query_one("SELECT idgen_next_id()", &[]).map(|r| r.get(0))
+}
+
+fn drop_extension(client: &mut Client) -> Result<(), postgres::Error> {
+    client.batch_execute("DROP EXTENSION idgen")
+}
+
+fn pid(client: &mut Client) -> i32 {
+    client.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0)
+}
+
+#[test]
+fn the_dropping_session_counts_and_nothing_it_minted_is_handed_out_again() {
+    let db = TestDb::create("drop_own_session");
+    let mut own = db.connect();
+    own.batch_execute("CREATE TABLE kept (id bigint PRIMARY KEY)").unwrap();
+    own.batch_execute("INSERT INTO kept SELECT idgen_next_id() FROM generate_series(1, 50000)").unwrap();
+    // Alone in the database, the session drops and creates the registry under its own lease...
+    own.batch_execute("DROP EXTENSION idgen; CREATE EXTENSION idgen").unwrap();
+    // ...then it and a new session mint at the same time into one primary key.
+    let dsn = db.dsn();
+    let other = std::thread::spawn(move || {
+        let mut other = Client::connect(&dsn, postgres::NoTls).unwrap();
+        other.batch_execute("INSERT INTO kept SELECT idgen_next_id() FROM generate_series(1, 200000)")
+    });
+    let mine = own.batch_execute("INSERT INTO kept SELECT idgen_next_id() FROM generate_series(1, 200000)");
+    mine.unwrap();
+    other.join().unwrap().unwrap();
+    let rows: i64 = own.query_one("SELECT count(*) FROM kept", &[]).unwrap().get(0);
+    assert_eq!(rows, 450_000);
+    // Its leases of the dropped registry ended at the DROP: it claimed in the new one.
+    let leases: i64 =
+        own.query_one("SELECT count(*) FROM system_nodes WHERE backend_slot IS NOT NULL", &[]).unwrap().get(0);
+    assert_eq!(leases, 2, "both sessions hold a lease of the new registry");
+}
+
+#[test]
+fn a_drop_waits_for_other_sessions_leases_and_a_fresh_install_mints_at_once() {
+    let db = TestDb::create("drop_other_session");
+    let mut holder = db.connect();
+    next_id(&mut holder).unwrap();
+    let holder_pid = pid(&mut holder);
+    let mut admin = db.connect();
+    let err = drop_extension(&mut admin).unwrap_err();
+    let e = db_error(&err);
+    assert_eq!(e.code().code(), "55006", "{err:?}");
+    assert_eq!(e.message(), "DROP EXTENSION: the idgen registry still guards machine ids that may be stamped");
+    let detail = e.detail().unwrap();
+    assert!(detail.contains(&format!("pid {holder_pid}")), "the holder is named: {detail}");
+    assert!(e.hint().unwrap().contains("pg_terminate_backend"), "{:?}", e.hint());
+    // Refused: nothing changed, and the holder goes on.
+    next_id(&mut holder).unwrap();
+    // Once it has disconnected (recording its last stamp), nothing is ahead.
+    drop(holder);
+    wait_for_exit(&mut admin, holder_pid);
+    drop_extension(&mut admin).unwrap();
+    // An install beside other connected sessions grants at once.
+    let _bystander = db.connect();
+    admin.batch_execute("CREATE EXTENSION idgen").unwrap();
+    let mut fresh = db.connect();
+    next_id(&mut fresh).unwrap();
+    claim(&mut fresh, "svc", "10.0.0.1", 1).unwrap();
+}
+
+#[test]
+fn a_service_lease_keeps_the_registry_for_its_whole_length() {
+    let db = TestDb::create("drop_service_lease");
+    let mut admin = db.connect();
+    let c = claim(&mut admin, "svc", "10.0.0.1", 1).unwrap();
+    // The node reported nothing yet, but may stamp for its whole lease (55 minutes).
+    for drop in ["DROP EXTENSION idgen", "DROP EXTENSION idgen CASCADE", "DROP SCHEMA public CASCADE"] {
+        let err = admin.batch_execute(drop).unwrap_err();
+        assert_eq!(sqlstate(&err), "55006", "{drop}: {err:?}");
+        let detail = db_error(&err).detail().unwrap().to_owned();
+        assert!(detail.contains("service \"svc\" machine id 0 (10.0.0.1:1)"), "{detail}");
+    }
+    let until: bool = admin
+        .query_one("SELECT bound >= lease_until FROM idgen_nodes WHERE service = 'svc' AND machine_id = 0", &[])
+        .unwrap()
+        .get(0);
+    assert!(until, "the refusal holds until the end of the lease at least");
+    // Released with its last stamp, the node leaves nothing ahead.
+    admin.query_one("SELECT idgen_release('svc', $1, '10.0.0.1', 1, $2, now())", &[&c.machine_id, &c.version]).unwrap();
+    drop_extension(&mut admin).unwrap();
+}
+
+#[test]
+fn a_background_worker_holding_a_lease_keeps_the_registry() {
+    // A logical-replication apply worker fills a column default with idgen_next_id(): its lease
+    // is a background worker's, not a client backend's.
+    let publisher = TestDb::empty_on(&base_dsn(), "drop_bgworker_pub");
+    let subscriber = TestDb::create("drop_bgworker_sub");
+    let slot = "idgen_t_drop_bgworker";
+    let mut publisher_client = publisher.connect();
+    publisher_client
+        .batch_execute("CREATE TABLE t (k int PRIMARY KEY, v int); CREATE PUBLICATION idgen_t_pub FOR TABLE t")
+        .unwrap();
+    // (Not in the same transaction as writes.)
+    publisher_client.query_one("SELECT pg_create_logical_replication_slot($1, 'pgoutput')", &[&slot]).unwrap();
+    let mut admin = subscriber.connect();
+    // (The slot exists already: a subscription creating one in its own cluster would wait for itself.)
+    admin
+        .batch_execute(&format!(
+            "CREATE TABLE t (k int PRIMARY KEY, v int, id bigint NOT NULL DEFAULT idgen_next_id());
+             CREATE SUBSCRIPTION idgen_t_sub CONNECTION '{}' PUBLICATION idgen_t_pub
+                 WITH (create_slot = false, slot_name = '{slot}', copy_data = false);",
+            publisher.dsn().replace('\'', "''")
+        ))
+        .unwrap();
+    publisher_client.batch_execute("INSERT INTO t SELECT g, g FROM generate_series(1, 10) g").unwrap();
+    wait_for("the apply worker to insert the rows", PATIENCE, || {
+        admin.query_one("SELECT count(*) FROM t", &[]).unwrap().get::<_, i64>(0) == 10
+    });
+    let worker: i32 = admin
+        .query_one("SELECT pid FROM pg_stat_subscription WHERE subname = 'idgen_t_sub' AND relid IS NULL", &[])
+        .unwrap()
+        .get(0);
+    let err = drop_extension(&mut admin).unwrap_err();
+    assert_eq!(sqlstate(&err), "55006", "{err:?}");
+    let detail = db_error(&err).detail().unwrap().to_owned();
+    assert!(detail.contains(&format!("pid {worker}")), "the apply worker is named: {detail}");
+    admin.batch_execute("ALTER SUBSCRIPTION idgen_t_sub DISABLE").unwrap();
+    wait_for_exit(&mut admin, worker);
+    admin
+        .batch_execute("ALTER SUBSCRIPTION idgen_t_sub SET (slot_name = NONE); DROP SUBSCRIPTION idgen_t_sub")
+        .unwrap();
+    publisher_client.query_one("SELECT pg_drop_replication_slot($1)", &[&slot]).unwrap();
+    // Its exit recorded its last stamp: nothing is ahead any more.
+    admin.batch_execute("DROP EXTENSION idgen CASCADE").unwrap();
+}
+
+#[test]
+fn pg_restore_clean_into_a_live_database_hands_out_no_id_in_use() {
+    let db = TestDb::create("drop_restore_clean");
+    let mut admin = db.connect();
+    admin.batch_execute("CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT idgen_next_id(), item text)").unwrap();
+    // A dump taken before the node's claim.
+    let dump_file = std::env::temp_dir().join(format!("{}-{}.dump", db.name, std::process::id()));
+    let dump = Command::new("pg_dump")
+        .args(["--format=custom", "--file"])
+        .arg(&dump_file)
+        .arg("--dbname")
+        .arg(db.dsn())
+        .output()
+        .expect("run pg_dump");
+    assert!(dump.status.success(), "pg_dump: {}", String::from_utf8_lossy(&dump.stderr));
+    let mut node = TestNode::claim(&mut admin, "svc", "10.0.0.1", 1).unwrap();
+    let _application = db.connect();
+    // Restoring over the live database: its DROP EXTENSION is refused, the rest goes on.
+    let restore = Command::new("pg_restore")
+        .args(["--clean", "--if-exists", "--dbname", &db.dsn()])
+        .arg(&dump_file)
+        .output()
+        .expect("run pg_restore");
+    std::fs::remove_file(&dump_file).ok();
+    let stderr = String::from_utf8_lossy(&restore.stderr);
+    assert!(!restore.status.success(), "pg_restore reported no error: {stderr}");
+    assert!(stderr.contains("the idgen registry still guards machine ids that may be stamped"), "{stderr}");
+    // The node keeps its id and its lease; another node gets another id.
+    node.mint(100);
+    node.heartbeat(&mut admin).unwrap();
+    let other = claim(&mut db.connect(), "svc", "10.0.0.2", 1).unwrap();
+    assert_ne!(other.machine_id, node.machine_id);
+    // The restore set the history's numbering back to the dump's; the history goes on past it.
+    let recorded: i64 =
+        admin.query_one("SELECT count(*) FROM idgen_events WHERE holder = '10.0.0.2:1'", &[]).unwrap().get(0);
+    assert_eq!(recorded, 1);
+}
