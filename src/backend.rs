@@ -286,6 +286,8 @@ unsafe extern "C-unwind" fn close_leases_at_exit(_code: std::ffi::c_int, _arg: p
     }
     // SAFETY: no transaction may be open on the way out; this ends whatever was.
     unsafe { pg_sys::AbortOutOfAnyTransaction() };
+    // A session's own settings (read only, a short statement_timeout) must not make the record fail.
+    autonomous::settle_for_registry_writes();
     let closed = autonomous::in_own_transaction(|| {
         as_extension_owner(|| Spi::connect_mut(close_leases));
         ((), true)

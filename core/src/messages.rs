@@ -484,6 +484,13 @@ pub fn no_worker_slot(function: &str, waited_ms: i64) -> IdgenError {
 }
 
 /// `idgen_next_id` inside a parallel worker (a PARALLEL SAFE wrapper around it).
+/// A single-user backend has no postmaster to start the registry writer.
+pub fn single_user_mode(function: &str) -> IdgenError {
+    IdgenError::new(SqlState::FeatureNotSupported, format!("{function} cannot write the registry in single-user mode"))
+        .detail("A claim and each renewal of a backend's window commit in a background worker of their own, which only a running server can start. No ID was issued.")
+        .hint("Start the server normally to mint IDs.")
+}
+
 pub fn in_parallel_worker(function: &str) -> IdgenError {
     IdgenError::new(SqlState::FeatureNotSupported, format!("{function} cannot run in a parallel worker"))
         .detail(
@@ -531,6 +538,23 @@ pub fn drop_refused(command: &str, count: i64, shown: &[StillStamping]) -> Idgen
         if (shown.len() as i64) < count { "; and others" } else { "" }
     ))
     .hint("Stop those holders and let them release their ids (idgen_release), or wait until then; a database backend records its last stamp when it disconnects (pg_terminate_backend ends one). Only for a database whose IDs can be thrown away: a superuser may run ALTER EVENT TRIGGER idgen_drop_guard DISABLE first.")
+}
+
+/// The owner of idgen's schema (not of idgen) drops the schema with CASCADE.
+pub fn schema_drop_takes_idgen(schema: &str) -> IdgenError {
+    IdgenError::new(
+        SqlState::InsufficientPrivilege,
+        format!("DROP SCHEMA: schema \"{schema}\" holds the extension idgen, which only its owner may drop"),
+    )
+    .detail("DROP SCHEMA ... CASCADE would drop idgen's registry, its grants and its history with the schema.")
+    .hint("Ask a superuser (the extension's owner) to drop the extension first, or drop the schema's other objects one by one.")
+}
+
+/// A registry write was in flight when a DROP of the registry was checked.
+pub fn drop_registry_busy(command: &str) -> IdgenError {
+    IdgenError::new(SqlState::LockNotAvailable, format!("{command}: the idgen registry is being written by another transaction"))
+        .detail("A DROP of the registry must hold off every claim, renewal and report while it checks that nothing may still be stamped; it does not queue behind a write in flight, which would stop every claim behind it.")
+        .hint("Retry in a moment. If it keeps failing, look for an old transaction that called an idgen function in pg_stat_activity, or a prepared one in pg_prepared_xacts.")
 }
 
 fn layout_range_detail(layout: &Layout) -> String {

@@ -86,8 +86,8 @@ fn watch_service_members(client: &mut SpiClient) {
     }
 }
 
-/// Hooks the grants' generation to the invalidations of the grants' table and of roles and
-/// their memberships; called from `_PG_init`.
+/// Hooks the grants' generation to the invalidations of the grants' table, of roles and their
+/// memberships, and of databases (their owners); called from `_PG_init`.
 pub fn register_invalidation_callbacks() {
     // SAFETY: registers plain functions for the life of the backend; they only bump a counter.
     unsafe {
@@ -99,6 +99,12 @@ pub fn register_invalidation_callbacks() {
         );
         pg_sys::CacheRegisterSyscacheCallback(
             pg_sys::SysCacheIdentifier::AUTHOID as i32,
+            Some(roles_changed),
+            pg_sys::Datum::from(0),
+        );
+        // A database's owner is a member of pg_database_owner: a new owner changes memberships too.
+        pg_sys::CacheRegisterSyscacheCallback(
+            pg_sys::SysCacheIdentifier::DATABASEOID as i32,
             Some(roles_changed),
             pg_sys::Datum::from(0),
         );

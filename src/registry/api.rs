@@ -6,8 +6,9 @@
 //! SECURITY DEFINER function. Callers need no right on `system_nodes`.
 //!
 //! They write in the caller's transaction: the client contract calls them in
-//! transactions of their own. PREPARE TRANSACTION after any of them wrote is
-//! refused, so that no prepared transaction keeps a node's row or guard locked.
+//! transactions of their own. PREPARE TRANSACTION after any of them ran (a refused
+//! release too: it locks the table to look) is refused, so that no prepared
+//! transaction keeps a node's row, a guard or a lock on the registry.
 
 use super::access;
 use super::claim::{claim, Refused};
@@ -153,6 +154,7 @@ fn idgen_heartbeat(
         Spi::connect_mut(|client| {
             may_act_for(client, F, role, &held.node.service);
             let reported = reported_watermark(F, held.machine_id, issued_until);
+            wrote_in_transaction(F);
             durability::make_commit_durable();
             let lease_secs = policy.lease_secs();
             match store::heartbeat(client, &held, lease_secs, policy.takeover_idle_1h_secs, reported) {
@@ -166,9 +168,7 @@ fn idgen_heartbeat(
             }
         })
     });
-    let lease_until = or_raise(renewed);
-    wrote_in_transaction(F);
-    lease_until
+    or_raise(renewed)
 }
 
 /// Releases a machine id on graceful shutdown; false (with a WARNING) when not held.
@@ -191,6 +191,9 @@ fn idgen_release(
         Spi::connect_mut(|client| {
             may_act_for(client, F, role, &held.node.service);
             let reported = reported_watermark(F, held.machine_id, issued_until);
+            // Even a release of an id not held writes (it locks the table to look, and may record
+            // the refusal): no prepared transaction may keep that.
+            wrote_in_transaction(F);
             durability::make_commit_durable();
             if let Some((version, issued_until)) =
                 store::release(client, &held, policy.lease_safety_margin_secs, reported)
@@ -200,7 +203,6 @@ fn idgen_release(
                 event.version = Some(version);
                 event.issued_until = Some(iso_utc(unix_ms(issued_until)));
                 history::record(client, &event);
-                wrote_in_transaction(F);
                 return true;
             }
             // Not held: the registry is left as it is, and the refusal recorded in this

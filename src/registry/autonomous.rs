@@ -107,6 +107,10 @@ pub fn create_guards(function: &str, service: &str) {
 /// way, and is in the server log), so that a flood of refusals never keeps the slots from the
 /// server's other work.
 pub fn record_refusal(event: Event) {
+    // SAFETY: set at process start, never changed.
+    if unsafe { !pg_sys::IsUnderPostmaster } {
+        return;
+    }
     let request = Request::RecordRefusal { event: event.to_json() };
     if let Err(why) = start_and_wait(&request, 0) {
         pgrx::debug1!("idgen: refusal not recorded ({}): {}", why.message, event.to_json());
@@ -115,6 +119,10 @@ pub fn record_refusal(event: Event) {
 
 /// Runs `request` in a worker, reports its warnings, raises its error.
 fn run(function: &str, request: &Request) -> Option<LeaseAnswer> {
+    // SAFETY: set at process start, never changed.
+    if unsafe { !pg_sys::IsUnderPostmaster } {
+        crate::errors::raise(messages::single_user_mode(function));
+    }
     let answer = start_and_wait(request, SLOT_WAIT_MS).unwrap_or_else(|why| match why.worker_slot {
         true => crate::errors::raise(messages::no_worker_slot(function, SLOT_WAIT_MS)),
         false => CarriedError::from(IdgenError::new(idgen_core::SqlState::SystemError, why.message)).raise(),
@@ -253,12 +261,7 @@ pub extern "C-unwind" fn idgen_registry_writer(argument: pg_sys::Datum) {
         let database: u32 =
             extra.to_str().ok().and_then(|s| s.parse().ok()).expect("the writer is given a database oid");
         pg_sys::BackgroundWorkerInitializeConnectionByOid(pg_sys::Oid::from(database), pg_sys::InvalidOid, 0);
-        pg_sys::SetConfigOption(
-            c"lock_timeout".as_ptr(),
-            LOCK_TIMEOUT.as_ptr(),
-            pg_sys::GucContext::PGC_SUSET,
-            pg_sys::GucSource::PGC_S_SESSION,
-        );
+        settle_for_registry_writes();
         let segment = pg_sys::dsm_attach(argument.value() as pg_sys::dsm_handle);
         if segment.is_null() {
             // The caller gave up before this worker started: nothing was asked of it any more.
@@ -467,6 +470,37 @@ fn lease_step(
             notices.extend(refusal_notices);
             record_after.extend(event.map(|e| (e, true)));
             LeaseStep { result: Err(error), notices, record_after }
+        }
+    }
+}
+
+/// Settings under which idgen's own transactions write the registry, whatever the database's
+/// (`ALTER DATABASE … SET`, which a worker's connection applies) or a session's settings are: read
+/// write, at READ COMMITTED, with no statement or transaction timeout, and a lock wait of
+/// [`LOCK_TIMEOUT`] at most. For the registry writer, and for a backend's exit record (the session
+/// is over: nothing needs restoring).
+pub fn settle_for_registry_writes() {
+    let settings: [(&std::ffi::CStr, &std::ffi::CStr); 7] = [
+        (c"default_transaction_read_only", c"off"),
+        (c"default_transaction_isolation", c"read committed"),
+        (c"default_transaction_deferrable", c"off"),
+        (c"statement_timeout", c"0"),
+        (c"idle_in_transaction_session_timeout", c"0"),
+        (c"transaction_timeout", c"0"),
+        (c"lock_timeout", LOCK_TIMEOUT),
+    ];
+    for (name, value) in settings {
+        // SAFETY: plain setting changes of this process; transaction_timeout exists from PostgreSQL 17 on.
+        unsafe {
+            if pg_sys::GetConfigOption(name.as_ptr(), true, false).is_null() {
+                continue;
+            }
+            pg_sys::SetConfigOption(
+                name.as_ptr(),
+                value.as_ptr(),
+                pg_sys::GucContext::PGC_SUSET,
+                pg_sys::GucSource::PGC_S_SESSION,
+            );
         }
     }
 }

@@ -384,9 +384,16 @@ pub struct Stamping {
     pub bound: TimestampWithTimeZone,
 }
 
-/// Holds off every write to the registry until this transaction ends (a DROP being checked).
-pub fn lock_against_writes(client: &mut SpiClient) {
-    spi(client.update(sql::LOCK_REGISTRY_FOR_DROP, None, &[]));
+/// Holds off every write to the registry until this transaction ends (a DROP being checked);
+/// false, at once, when a write is in flight.
+pub fn lock_against_writes(client: &mut SpiClient) -> bool {
+    pgrx::PgTryBuilder::new(std::panic::AssertUnwindSafe(|| {
+        spi(client.update(sql::LOCK_REGISTRY_FOR_DROP, None, &[]));
+        true
+    }))
+    // The error aborts the DROP's transaction just after (the caller raises its own).
+    .catch_when(pgrx::PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE, |_| false)
+    .execute()
 }
 
 /// Every row and tombstone whose bound is ahead of the clock, latest first.

@@ -95,14 +95,27 @@ fn drop_guard(fcinfo: pg_sys::FunctionCallInfo) {
         ((*data).parsetree, tag)
     };
     // SAFETY: the parse tree of the command the trigger fires for.
-    if !unsafe { drops_idgen(parsetree) } {
-        return;
+    let Some(drop) = (unsafe { drops_idgen(parsetree) }) else { return };
+    // This trigger runs before the command's own permission checks. Only a role with the rights of
+    // the extension's owner may drop the extension: anyone else is left to those checks (DROP
+    // EXTENSION, DROP OWNED) or refused here (the owner of idgen's schema, whose DROP SCHEMA ...
+    // CASCADE would take the extension with it), before this takes any lock or reads anything.
+    // SAFETY: a catalog lookup for the current user.
+    let may_drop = unsafe { pg_sys::has_privs_of_role(pg_sys::GetUserId(), drop.owner) };
+    if !may_drop {
+        match drop.kind {
+            DropKind::Schema(name) => raise(messages::schema_drop_takes_idgen(&name)),
+            DropKind::Extension | DropKind::OwnedByOwner => return,
+        }
     }
     let policy = settings::policy_as_set();
     let stamping = as_extension_owner(|| {
         Spi::connect_mut(|client| {
-            // No window or report may commit between this check and the DROP.
-            store::lock_against_writes(client);
+            // No window or report may commit between this check and the DROP; a registry write in
+            // flight makes the DROP fail at once rather than queue every claim behind it.
+            if !store::lock_against_writes(client) {
+                raise(messages::drop_registry_busy(&command));
+            }
             // This session's own leases count as what they stamped, not as their windows.
             crate::backend::close_leases(client);
             store::still_stamping(client, policy.lease_secs(), policy.takeover_idle_1h_secs)
@@ -131,28 +144,47 @@ fn drop_guard(fcinfo: pg_sys::FunctionCallInfo) {
     raise(messages::drop_refused(&command, stamping.len() as i64, &shown));
 }
 
+/// A command that would drop the idgen extension, and the role whose rights it takes.
+struct Drop {
+    kind: DropKind,
+    /// The extension's owner.
+    owner: pg_sys::Oid,
+}
+
+enum DropKind {
+    Extension,
+    /// DROP SCHEMA ... CASCADE of the schema idgen is installed in (its name).
+    Schema(String),
+    /// DROP OWNED BY the extension's owner.
+    OwnedByOwner,
+}
+
 /// Whether `parsetree` drops the idgen extension: itself, the schema it is in (with CASCADE), or
 /// its owner's objects.
 ///
 /// # Safety
 /// `parsetree` is a parse tree node of the current command.
-unsafe fn drops_idgen(parsetree: *mut pg_sys::Node) -> bool {
+unsafe fn drops_idgen(parsetree: *mut pg_sys::Node) -> Option<Drop> {
     unsafe {
-        let Some(installed) = crate::privilege::installed() else { return false };
+        let installed = crate::privilege::installed()?;
         if parsetree.is_null() {
-            return false;
+            return None;
         }
-        match (*parsetree).type_ {
+        let kind = match (*parsetree).type_ {
             pg_sys::NodeTag::T_DropStmt => {
                 let stmt = parsetree as *mut pg_sys::DropStmt;
                 let names = list_of_names((*stmt).objects);
                 match (*stmt).removeType {
-                    pg_sys::ObjectType::OBJECT_EXTENSION => names.iter().any(|n| n.to_bytes() == b"idgen"),
-                    pg_sys::ObjectType::OBJECT_SCHEMA => {
-                        (*stmt).behavior == pg_sys::DropBehavior::DROP_CASCADE
-                            && names.iter().any(|n| pg_sys::get_namespace_oid(n.as_ptr(), true) == installed.schema)
+                    pg_sys::ObjectType::OBJECT_EXTENSION => {
+                        names.iter().any(|n| n.to_bytes() == b"idgen").then_some(DropKind::Extension)
                     }
-                    _ => false,
+                    pg_sys::ObjectType::OBJECT_SCHEMA if (*stmt).behavior == pg_sys::DropBehavior::DROP_CASCADE => {
+                        names
+                            .iter()
+                            .find(|n| pg_sys::get_namespace_oid(n.as_ptr(), true) == installed.schema)
+                            .map(|n| DropKind::Schema(n.to_string_lossy().into_owned()))
+                    }
+                    _ => None,
                 }
             }
             pg_sys::NodeTag::T_DropOwnedStmt => {
@@ -160,9 +192,11 @@ unsafe fn drops_idgen(parsetree: *mut pg_sys::Node) -> bool {
                 list_items((*stmt).roles)
                     .into_iter()
                     .any(|role| pg_sys::get_rolespec_oid(role as *const pg_sys::RoleSpec, true) == installed.owner)
+                    .then_some(DropKind::OwnedByOwner)
             }
-            _ => false,
-        }
+            _ => None,
+        }?;
+        Some(Drop { kind, owner: installed.owner })
     }
 }
 

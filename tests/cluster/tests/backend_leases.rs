@@ -250,3 +250,53 @@ fn settings_choose_the_service_and_the_registered_address() {
     let err = client.query_one("SELECT idgen_next_id(NULL)", &[]).unwrap_err();
     assert_eq!(sqlstate(&err), "22004");
 }
+
+/// The watermark of this connection's lease row, in Unix ms, read from another session.
+fn row_watermark_ms(db: &TestDb, machine_id: i16, slot: i32) -> i64 {
+    db.connect()
+        .query_one(
+            "SELECT floor(extract(epoch FROM issued_until) * 1000)::bigint FROM system_nodes \
+             WHERE service = current_database() AND machine_id = $1 AND backend_slot = $2",
+            &[&machine_id, &slot],
+        )
+        .unwrap()
+        .get(0)
+}
+
+#[test]
+fn a_session_s_own_settings_break_neither_its_exit_record_nor_its_claims() {
+    let db = TestDb::create("exit_settings");
+    // A database whose sessions start read-only and with a short statement timeout: idgen's own
+    // transactions (the registry writer's, the exit record) write all the same.
+    let mut admin = db.connect();
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE {} SET default_transaction_read_only = on; ALTER DATABASE {} SET statement_timeout = '1ms'",
+            db.name, db.name
+        ))
+        .unwrap();
+    let mut session = db.connect();
+    session.batch_execute("SET default_transaction_read_only = off; SET statement_timeout = 0").unwrap();
+    let id = next_id(&mut session).unwrap();
+    let lease = backend_lease(&mut session, &db.name).unwrap();
+    // The session turns read-only again, and leaves: its exit still records its last stamp.
+    session.batch_execute("SET default_transaction_read_only = on").unwrap();
+    let pid: i32 = session.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+    let stamped_ms: i64 = session
+        .query_one("SELECT floor(extract(epoch FROM (idgen_decode($1)).ts) * 1000)::bigint", &[&id])
+        .unwrap()
+        .get(0);
+    drop(session);
+    wait_for_exit(&mut admin, pid);
+    assert_eq!(
+        row_watermark_ms(&db, lease.machine_id, lease.backend_slot),
+        stamped_ms,
+        "the window was lowered to the last stamp"
+    );
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE {} RESET default_transaction_read_only; ALTER DATABASE {} RESET statement_timeout",
+            db.name, db.name
+        ))
+        .unwrap();
+}

@@ -168,6 +168,13 @@ fn a_role_granted_one_service_cannot_delay_another_services_claims_or_a_backends
     assert_eq!(prepared, 0);
     let claimed: i64 = admin.query_one("SELECT count(*) FROM system_nodes WHERE service = 'a'", &[]).unwrap().get(0);
     assert_eq!(claimed, 0, "the refused PREPARE rolled the claims back");
+    // A refused release too: it looks at the registry's rows (and may record the refusal).
+    attacker.batch_execute("BEGIN").unwrap();
+    let released: bool =
+        attacker.query_one("SELECT idgen_release('a', 5::smallint, '10.9.9.9', 9, 1)", &[]).unwrap().get(0);
+    assert!(!released);
+    let err = attacker.batch_execute("PREPARE TRANSACTION 'idgen_t_hostage'").unwrap_err();
+    assert_eq!(sqlstate(&err), "0A000", "{err:?}");
     drop(attacker);
     admin.batch_execute(&format!("DROP OWNED BY {role}")).unwrap();
 }

@@ -177,3 +177,56 @@ fn pg_restore_clean_into_a_live_database_hands_out_no_id_in_use() {
         admin.query_one("SELECT count(*) FROM idgen_events WHERE holder = '10.0.0.2:1'", &[]).unwrap().get(0);
     assert_eq!(recorded, 1);
 }
+
+fn ensure_login_role(admin: &mut Client, role: &str) {
+    admin
+        .batch_execute(&format!(
+            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN CREATE ROLE {role} LOGIN; END IF; END $$"
+        ))
+        .unwrap();
+}
+
+#[test]
+fn only_the_extension_owner_s_drop_is_checked_and_it_never_queues_claims_behind_it() {
+    let db = TestDb::create("drop_rights");
+    let mut admin = db.connect();
+    let (granted, owner) = ("idgen_t_drop_granted", "idgen_t_drop_db_owner");
+    ensure_login_role(&mut admin, granted);
+    ensure_login_role(&mut admin, owner);
+    admin
+        .batch_execute(&format!(
+            "SELECT idgen_grant_service('a', '{granted}'); ALTER DATABASE {} OWNER TO {owner}",
+            db.name
+        ))
+        .unwrap();
+    // A role granted service "a" keeps a claim's transaction open (a registry write in flight)...
+    let mut writer = Client::connect(&format!("{} user={granted}", db.dsn()), postgres::NoTls).unwrap();
+    writer.batch_execute("BEGIN").unwrap();
+    claim(&mut writer, "a", "10.0.0.1", 1).unwrap();
+    // ...and, from another session, asks to drop what it may not: refused by PostgreSQL, before
+    // idgen's guard takes any lock, so nothing queues behind it.
+    let mut dropper = Client::connect(&format!("{} user={granted}", db.dsn()), postgres::NoTls).unwrap();
+    for drop in ["DROP OWNED BY postgres", "DROP EXTENSION idgen"] {
+        let err = dropper.batch_execute(drop).unwrap_err();
+        assert_eq!(sqlstate(&err), "42501", "{drop}: {err:?}");
+    }
+    let mut other = db.connect();
+    other.batch_execute("SET lock_timeout = '5s'").unwrap();
+    claim(&mut other, "b", "10.0.0.2", 1).unwrap();
+    next_id(&mut other).unwrap();
+    // The database owner owns idgen's schema, but may not drop idgen with it.
+    let mut db_owner = Client::connect(&format!("{} user={owner}", db.dsn()), postgres::NoTls).unwrap();
+    let err = db_owner.batch_execute("DROP SCHEMA public CASCADE").unwrap_err();
+    assert_eq!(sqlstate(&err), "42501", "{err:?}");
+    assert!(db_error(&err).message().contains("holds the extension idgen"), "{err:?}");
+    // A superuser's DROP, while the write is in flight, fails at once instead of queueing claims.
+    let err = admin.batch_execute("DROP EXTENSION idgen").unwrap_err();
+    assert_eq!(sqlstate(&err), "55P03", "{err:?}");
+    claim(&mut other, "b", "10.0.0.3", 1).unwrap();
+    writer.batch_execute("ROLLBACK").unwrap();
+    let installed: i64 =
+        admin.query_one("SELECT count(*) FROM pg_extension WHERE extname = 'idgen'", &[]).unwrap().get(0);
+    assert_eq!(installed, 1);
+    drop((writer, dropper, db_owner));
+    admin.batch_execute(&format!("ALTER DATABASE {} OWNER TO postgres", db.name)).unwrap();
+}

@@ -278,3 +278,25 @@ fn the_role_acting_now_is_checked_after_set_role_and_inside_security_definer_fun
         ))
         .unwrap();
 }
+
+#[test]
+fn a_grant_through_pg_database_owner_ends_with_the_ownership_in_open_sessions() {
+    let db = TestDb::create("dbowner_grant");
+    let mut admin = db.connect();
+    let (first, second) = ("idgen_t_dbowner_first", "idgen_t_dbowner_second");
+    ensure_login_role(&mut admin, first);
+    ensure_login_role(&mut admin, second);
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE {} OWNER TO {first}; SELECT idgen_grant_service('ops', 'pg_database_owner')",
+            db.name
+        ))
+        .unwrap();
+    let mut owner = postgres::Client::connect(&format!("{} user={first}", db.dsn()), postgres::NoTls).unwrap();
+    next_id_for(&mut owner, "ops").unwrap();
+    admin.batch_execute(&format!("ALTER DATABASE {} OWNER TO {second}", db.name)).unwrap();
+    let err = next_id_for(&mut owner, "ops").unwrap_err();
+    assert_eq!(sqlstate(&err), "42501", "the former owner's open session kept the service: {err:?}");
+    drop(owner);
+    admin.batch_execute(&format!("ALTER DATABASE {} OWNER TO postgres", db.name)).unwrap();
+}
