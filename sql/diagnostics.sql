@@ -356,7 +356,7 @@ SELECT f.severity, f.finding, f.subject, f.detail, f.action FROM (
                    pg_catalog.count(*) FILTER (WHERE s.state OPERATOR(pg_catalog.=) 'streaming'::text
                                               AND s.sync_state OPERATOR(pg_catalog.=) ANY (ARRAY['sync'::text, 'quorum'::text])) AS synchronous,
                    pg_catalog.current_setting('synchronous_standby_names') OPERATOR(pg_catalog.<>) ''::text AS names
-              FROM pg_catalog.pg_stat_replication s) r
+              FROM pg_catalog.pg_stat_get_wal_senders() s) r
      WHERE r.synchronous OPERATOR(pg_catalog.=) 0 AND (r.names OR r.standbys OPERATOR(pg_catalog.>) 0)
     UNION ALL
     SELECT 'notice', 'stale_backend_rows', b.service,

@@ -68,17 +68,11 @@ COMMENT ON INDEX idgen_private.idgen_history_machine_id IS 'idgen_explain reads 
 COMMENT ON INDEX idgen_private.idgen_history_at IS 'idgen_purge_history deletes by age.';
 COMMENT ON INDEX idgen_private.idgen_history_refusals IS 'A refusal is recorded only if none of its kind was for the service within a minute.';
 
--- Append-only: not even the owner updates an event.
+-- Append-only: not even the owner updates an event. A function of the library
+-- (src/registry/triggers.rs), not PL/pgSQL: nothing of idgen depends on an object outside
+-- pg_catalog that a DROP ... CASCADE could take it with (DROP EXTENSION plpgsql CASCADE).
 CREATE FUNCTION idgen_private.history_append_only() RETURNS trigger
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    RAISE EXCEPTION 'idgen_history is append-only'
-        USING ERRCODE = 'object_not_in_prerequisite_state',
-              DETAIL = 'Events are never changed; old ones are removed by idgen_purge_history().';
-END
-$$;
+    LANGUAGE c AS 'MODULE_PATHNAME', 'history_append_only_wrapper';
 COMMENT ON FUNCTION idgen_private.history_append_only() IS 'Trigger of idgen_history: refuses UPDATE.';
 CREATE TRIGGER idgen_history_append_only BEFORE UPDATE ON idgen_private.idgen_history
     FOR EACH STATEMENT EXECUTE FUNCTION idgen_private.history_append_only();

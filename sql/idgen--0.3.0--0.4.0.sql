@@ -79,6 +79,9 @@ ALTER TABLE idgen_history SET SCHEMA idgen_private;
 ALTER TABLE idgen_history_purged SET SCHEMA idgen_private;
 ALTER FUNCTION idgen_history_append_only() SET SCHEMA idgen_private;
 ALTER FUNCTION idgen_private.idgen_history_append_only() RENAME TO history_append_only;
+-- A function of the library now: nothing of idgen depends on PL/pgSQL any more.
+CREATE OR REPLACE FUNCTION idgen_private.history_append_only() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'history_append_only_wrapper';
 COMMENT ON FUNCTION idgen_private.history_append_only() IS 'Trigger of idgen_history: refuses UPDATE.';
 DROP TABLE idgen_claim_guards;
 -- system_nodes as idgen's privileged SQL reaches it: bound to the table when created, so
@@ -149,22 +152,31 @@ CREATE FUNCTION idgen_private.grants_changed() RETURNS trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'grants_changed_wrapper';
 CREATE FUNCTION idgen_private.drop_guard() RETURNS event_trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'drop_guard_wrapper';
+CREATE FUNCTION idgen_private.key_unchanged() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'key_unchanged_wrapper';
 CREATE TRIGGER idgen_rows_deleted BEFORE DELETE ON system_nodes
     FOR EACH ROW EXECUTE FUNCTION idgen_private.rows_removed();
 CREATE TRIGGER idgen_rows_truncated BEFORE TRUNCATE ON system_nodes
     FOR EACH STATEMENT EXECUTE FUNCTION idgen_private.rows_removed();
 CREATE TRIGGER idgen_rows_inserted AFTER INSERT ON system_nodes
     FOR EACH ROW EXECUTE FUNCTION idgen_private.rows_inserted();
+-- A row's key never changes: moving a row to another machine id or service would leave no
+-- tombstone behind, and hand the id out again while its holder stamps.
+CREATE TRIGGER idgen_key_unchanged BEFORE UPDATE OF service, machine_id ON system_nodes
+    FOR EACH ROW EXECUTE FUNCTION idgen_private.key_unchanged();
 -- Also under session_replication_role = replica (pg_restore --disable-triggers aside).
 ALTER TABLE system_nodes ENABLE ALWAYS TRIGGER idgen_rows_deleted;
 ALTER TABLE system_nodes ENABLE ALWAYS TRIGGER idgen_rows_truncated;
 ALTER TABLE system_nodes ENABLE ALWAYS TRIGGER idgen_rows_inserted;
+ALTER TABLE system_nodes ENABLE ALWAYS TRIGGER idgen_key_unchanged;
 COMMENT ON TRIGGER idgen_rows_deleted ON system_nodes IS
     'Keeps the bound of a deleted row as its machine id''s tombstone.';
 COMMENT ON TRIGGER idgen_rows_truncated ON system_nodes IS
     'Keeps the bounds of truncated rows as tombstones and starts a new epoch.';
 COMMENT ON TRIGGER idgen_rows_inserted ON system_nodes IS
     'A row inserted for a machine id with a tombstone (a restore) takes its bound and a newer version, and consumes it.';
+COMMENT ON TRIGGER idgen_key_unchanged ON system_nodes IS
+    'Refuses an UPDATE that changes a row''s service or machine_id.';
 
 -- Guards that make a claim never wait for another session, locked with FOR UPDATE SKIP
 -- LOCKED by the extension owner only: unlike advisory-lock keys, no other role can hold
@@ -200,9 +212,12 @@ COMMENT ON TRIGGER idgen_grants_changed ON idgen_private.idgen_service_members I
 
 -- No DROP of the registry while it guards machine ids that may still be stamped: a
 -- registry created afterwards would hand them out again. DROP SCHEMA ... CASCADE and
--- DROP OWNED would take the extension with them, and are checked too.
+-- DROP OWNED would take the extension with them, and are checked too; ALTER EXTENSION
+-- idgen DROP (an object leaving the extension, to be dropped on its own) is refused. No
+-- other DROP ... CASCADE reaches idgen: its objects depend on nothing outside pg_catalog
+-- but its schema and its owner (tests/cluster/tests/drop_create.rs checks).
 CREATE EVENT TRIGGER idgen_drop_guard ON ddl_command_start
-    WHEN TAG IN ('DROP EXTENSION', 'DROP SCHEMA', 'DROP OWNED')
+    WHEN TAG IN ('DROP EXTENSION', 'DROP SCHEMA', 'DROP OWNED', 'ALTER EXTENSION')
     EXECUTE FUNCTION idgen_private.drop_guard();
 ALTER EVENT TRIGGER idgen_drop_guard ENABLE ALWAYS;
 COMMENT ON EVENT TRIGGER idgen_drop_guard IS
@@ -216,8 +231,10 @@ COMMENT ON FUNCTION idgen_private.grants_changed() IS
     'Trigger of idgen_service_members: tells every session to check who may act for which service again.';
 COMMENT ON FUNCTION idgen_private.drop_guard() IS
     'Event trigger: refuses to drop the idgen extension while its registry guards machine ids that may still be stamped.';
+COMMENT ON FUNCTION idgen_private.key_unchanged() IS
+    'Trigger of system_nodes: refuses an UPDATE that changes a row''s service or machine_id.';
 REVOKE EXECUTE ON FUNCTION idgen_private.rows_removed(), idgen_private.rows_inserted(),
-    idgen_private.grants_changed(), idgen_private.drop_guard() FROM PUBLIC;
+    idgen_private.grants_changed(), idgen_private.drop_guard(), idgen_private.key_unchanged() FROM PUBLIC;
 
 -- The history, in idgen_private now; refusals are recorded at most once per service, kind and minute.
 CREATE INDEX idgen_history_refusals ON idgen_private.idgen_history (service, event, at);
@@ -688,7 +705,7 @@ SELECT f.severity, f.finding, f.subject, f.detail, f.action FROM (
                    pg_catalog.count(*) FILTER (WHERE s.state OPERATOR(pg_catalog.=) 'streaming'::text
                                               AND s.sync_state OPERATOR(pg_catalog.=) ANY (ARRAY['sync'::text, 'quorum'::text])) AS synchronous,
                    pg_catalog.current_setting('synchronous_standby_names') OPERATOR(pg_catalog.<>) ''::text AS names
-              FROM pg_catalog.pg_stat_replication s) r
+              FROM pg_catalog.pg_stat_get_wal_senders() s) r
      WHERE r.synchronous OPERATOR(pg_catalog.=) 0 AND (r.names OR r.standbys OPERATOR(pg_catalog.>) 0)
     UNION ALL
     SELECT 'notice', 'stale_backend_rows', b.service,

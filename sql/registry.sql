@@ -144,22 +144,31 @@ CREATE FUNCTION idgen_private.grants_changed() RETURNS trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'grants_changed_wrapper';
 CREATE FUNCTION idgen_private.drop_guard() RETURNS event_trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'drop_guard_wrapper';
+CREATE FUNCTION idgen_private.key_unchanged() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'key_unchanged_wrapper';
 CREATE TRIGGER idgen_rows_deleted BEFORE DELETE ON system_nodes
     FOR EACH ROW EXECUTE FUNCTION idgen_private.rows_removed();
 CREATE TRIGGER idgen_rows_truncated BEFORE TRUNCATE ON system_nodes
     FOR EACH STATEMENT EXECUTE FUNCTION idgen_private.rows_removed();
 CREATE TRIGGER idgen_rows_inserted AFTER INSERT ON system_nodes
     FOR EACH ROW EXECUTE FUNCTION idgen_private.rows_inserted();
+-- A row's key never changes: moving a row to another machine id or service would leave no
+-- tombstone behind, and hand the id out again while its holder stamps.
+CREATE TRIGGER idgen_key_unchanged BEFORE UPDATE OF service, machine_id ON system_nodes
+    FOR EACH ROW EXECUTE FUNCTION idgen_private.key_unchanged();
 -- Also under session_replication_role = replica (pg_restore --disable-triggers aside).
 ALTER TABLE system_nodes ENABLE ALWAYS TRIGGER idgen_rows_deleted;
 ALTER TABLE system_nodes ENABLE ALWAYS TRIGGER idgen_rows_truncated;
 ALTER TABLE system_nodes ENABLE ALWAYS TRIGGER idgen_rows_inserted;
+ALTER TABLE system_nodes ENABLE ALWAYS TRIGGER idgen_key_unchanged;
 COMMENT ON TRIGGER idgen_rows_deleted ON system_nodes IS
     'Keeps the bound of a deleted row as its machine id''s tombstone.';
 COMMENT ON TRIGGER idgen_rows_truncated ON system_nodes IS
     'Keeps the bounds of truncated rows as tombstones and starts a new epoch.';
 COMMENT ON TRIGGER idgen_rows_inserted ON system_nodes IS
     'A row inserted for a machine id with a tombstone (a restore) takes its bound and a newer version, and consumes it.';
+COMMENT ON TRIGGER idgen_key_unchanged ON system_nodes IS
+    'Refuses an UPDATE that changes a row''s service or machine_id.';
 
 -- Guards that make a claim never wait for another session, locked with FOR UPDATE SKIP
 -- LOCKED by the extension owner only: unlike advisory-lock keys, no other role can hold
@@ -204,9 +213,12 @@ COMMENT ON TRIGGER idgen_grants_changed ON idgen_private.idgen_service_members I
 
 -- No DROP of the registry while it guards machine ids that may still be stamped: a
 -- registry created afterwards would hand them out again. DROP SCHEMA ... CASCADE and
--- DROP OWNED would take the extension with them, and are checked too.
+-- DROP OWNED would take the extension with them, and are checked too; ALTER EXTENSION
+-- idgen DROP (an object leaving the extension, to be dropped on its own) is refused. No
+-- other DROP ... CASCADE reaches idgen: its objects depend on nothing outside pg_catalog
+-- but its schema and its owner (tests/cluster/tests/drop_create.rs checks).
 CREATE EVENT TRIGGER idgen_drop_guard ON ddl_command_start
-    WHEN TAG IN ('DROP EXTENSION', 'DROP SCHEMA', 'DROP OWNED')
+    WHEN TAG IN ('DROP EXTENSION', 'DROP SCHEMA', 'DROP OWNED', 'ALTER EXTENSION')
     EXECUTE FUNCTION idgen_private.drop_guard();
 ALTER EVENT TRIGGER idgen_drop_guard ENABLE ALWAYS;
 COMMENT ON EVENT TRIGGER idgen_drop_guard IS
@@ -220,5 +232,7 @@ COMMENT ON FUNCTION idgen_private.grants_changed() IS
     'Trigger of idgen_service_members: tells every session to check who may act for which service again.';
 COMMENT ON FUNCTION idgen_private.drop_guard() IS
     'Event trigger: refuses to drop the idgen extension while its registry guards machine ids that may still be stamped.';
+COMMENT ON FUNCTION idgen_private.key_unchanged() IS
+    'Trigger of system_nodes: refuses an UPDATE that changes a row''s service or machine_id.';
 REVOKE EXECUTE ON FUNCTION idgen_private.rows_removed(), idgen_private.rows_inserted(),
-    idgen_private.grants_changed(), idgen_private.drop_guard() FROM PUBLIC;
+    idgen_private.grants_changed(), idgen_private.drop_guard(), idgen_private.key_unchanged() FROM PUBLIC;

@@ -33,7 +33,8 @@ pub enum SqlState {
     DatetimeFieldOverflow,
     /// 58000: the server's clock stepped back further than idgen.max_clock_backward.
     SystemError,
-    /// 0A000: PREPARE TRANSACTION after idgen wrote the registry in the transaction; idgen_next_id in a parallel worker.
+    /// 0A000: PREPARE TRANSACTION after idgen wrote the registry in the transaction; idgen_next_id in a parallel
+    /// worker or in single-user mode; a DROP or TRUNCATE of the registry above READ COMMITTED.
     FeatureNotSupported,
     /// 42501: the calling role may not act for the service.
     InsufficientPrivilege,

@@ -550,6 +550,36 @@ pub fn schema_drop_takes_idgen(schema: &str) -> IdgenError {
     .hint("Ask a superuser (the extension's owner) to drop the extension first, or drop the schema's other objects one by one.")
 }
 
+/// A DROP or TRUNCATE of the registry in a transaction that reads through an older snapshot.
+pub fn registry_change_needs_read_committed(command: &str) -> IdgenError {
+    IdgenError::new(SqlState::FeatureNotSupported, format!("{command} must run at READ COMMITTED"))
+        .detail("At REPEATABLE READ or SERIALIZABLE its check would read the registry as the transaction's snapshot shows it, not the windows and reports committed since, and could forget a holder that is still stamping.")
+        .hint("Run it in a transaction of its own at READ COMMITTED (SET TRANSACTION ISOLATION LEVEL READ COMMITTED).")
+}
+
+/// An UPDATE would move a registry row to another service or machine id.
+pub fn registry_key_changed(service: &str, machine_id: i16, new_service: &str, new_machine_id: i16) -> IdgenError {
+    IdgenError::new(
+        SqlState::ObjectNotInPrerequisiteState,
+        format!("system_nodes: the row of machine id {machine_id} of service \"{service}\" cannot become machine id {new_machine_id} of service \"{new_service}\""),
+    )
+    .detail("A row's service and machine_id never change: its holder may still be stamping IDs with that machine id, and a moved row would leave nothing behind to keep the next holder after them.")
+    .hint("Release the id (idgen_release) and let the new holder claim one; or DELETE the row (its bound stays as a tombstone) and INSERT the new one.")
+}
+
+/// ALTER EXTENSION idgen DROP: an object would leave the extension.
+pub fn member_removal_refused() -> IdgenError {
+    IdgenError::new(SqlState::ObjectInUse, "ALTER EXTENSION idgen DROP: no object may leave the extension idgen")
+        .detail("An object out of the extension could be dropped on its own (the registry's table among them), and nothing would check that its holders have stopped stamping.")
+        .hint("Only for a database whose IDs can be thrown away: a superuser may run ALTER EVENT TRIGGER idgen_drop_guard DISABLE first.")
+}
+
+/// An UPDATE of the history.
+pub fn history_append_only() -> IdgenError {
+    IdgenError::new(SqlState::ObjectNotInPrerequisiteState, "idgen_history is append-only")
+        .detail("Events are never changed; old ones are removed by idgen_purge_history().")
+}
+
 /// A registry write was in flight when a DROP of the registry was checked.
 pub fn drop_registry_busy(command: &str) -> IdgenError {
     IdgenError::new(SqlState::LockNotAvailable, format!("{command}: the idgen registry is being written by another transaction"))

@@ -43,6 +43,9 @@ fn rows_removed<'a>(
             Ok(Some(old))
         }
         None => {
+            // TRUNCATE removes every row version, also those a snapshot taken before it cannot see:
+            // the tombstones must be written from what is committed now.
+            refuse_a_transaction_snapshot("TRUNCATE");
             as_extension_owner(|| {
                 Spi::connect_mut(|client| store::tombstone_all_and_start_epoch(client, lease_secs, takeover_secs))
             });
@@ -58,6 +61,38 @@ fn row_key(row: &PgHeapTuple<'_, impl WhoAllocated>) -> (String, i16) {
     let machine_id: Option<i16> =
         row.get_by_name("machine_id").unwrap_or_else(|e| panic!("idgen: system_nodes.machine_id: {e}"));
     (service.expect("service is not null"), machine_id.expect("machine_id is not null"))
+}
+
+/// Refuses `command` in a transaction at REPEATABLE READ or SERIALIZABLE: its registry reads would
+/// see the transaction's snapshot, not the windows and reports committed since (a DROP or TRUNCATE
+/// would then forget them). At READ COMMITTED each read sees what is committed after the lock.
+fn refuse_a_transaction_snapshot(command: &str) {
+    // SAFETY: reads backend-local transaction state.
+    if unsafe { pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 } {
+        raise(messages::registry_change_needs_read_committed(command));
+    }
+}
+
+/// BEFORE UPDATE OF service, machine_id (per row) on `system_nodes`: a row's key never changes.
+#[pg_trigger(sql = false)]
+fn key_unchanged<'a>(
+    trigger: &'a pgrx::PgTrigger<'a>,
+) -> Result<Option<PgHeapTuple<'a, impl WhoAllocated>>, PgHeapTupleError> {
+    let old = trigger.old().expect("an UPDATE trigger has the old row");
+    let new = trigger.new().expect("an UPDATE trigger has the new row");
+    let (before, after) = (row_key(&old), row_key(&new));
+    if before != after {
+        raise(messages::registry_key_changed(&before.0, before.1, &after.0, after.1));
+    }
+    Ok(Some(new))
+}
+
+/// BEFORE UPDATE (per statement) on `idgen_private.idgen_history`: the history is append-only.
+#[pg_trigger(sql = false)]
+fn history_append_only<'a>(
+    _trigger: &'a pgrx::PgTrigger<'a>,
+) -> Result<Option<PgHeapTuple<'a, AllocatedByPostgres>>, PgHeapTupleError> {
+    raise(messages::history_append_only())
 }
 
 /// AFTER INSERT (per row) on `system_nodes`.
@@ -81,8 +116,8 @@ fn grants_changed<'a>(
     Ok(None)
 }
 
-/// The event trigger `idgen_drop_guard` (ddl_command_start of DROP EXTENSION, DROP SCHEMA and
-/// DROP OWNED).
+/// The event trigger `idgen_drop_guard` (ddl_command_start of DROP EXTENSION, DROP SCHEMA,
+/// DROP OWNED and ALTER EXTENSION).
 #[pg_extern(sql = false)]
 fn drop_guard(fcinfo: pg_sys::FunctionCallInfo) {
     // SAFETY: an event trigger is called with its EventTriggerData as the context.
@@ -102,12 +137,14 @@ fn drop_guard(fcinfo: pg_sys::FunctionCallInfo) {
     // CASCADE would take the extension with it), before this takes any lock or reads anything.
     // SAFETY: a catalog lookup for the current user.
     let may_drop = unsafe { pg_sys::has_privs_of_role(pg_sys::GetUserId(), drop.owner) };
-    if !may_drop {
-        match drop.kind {
-            DropKind::Schema(name) => raise(messages::schema_drop_takes_idgen(&name)),
-            DropKind::Extension | DropKind::OwnedByOwner => return,
-        }
+    match (&drop.kind, may_drop) {
+        (DropKind::Schema(name), false) => raise(messages::schema_drop_takes_idgen(name)),
+        (_, false) => return,
+        // An object leaving the extension can be dropped on its own, with no check at all.
+        (DropKind::Member, true) => raise(messages::member_removal_refused()),
+        _ => {}
     }
+    refuse_a_transaction_snapshot(&command);
     let policy = settings::policy_as_set();
     let stamping = as_extension_owner(|| {
         Spi::connect_mut(|client| {
@@ -157,10 +194,12 @@ enum DropKind {
     Schema(String),
     /// DROP OWNED BY the extension's owner.
     OwnedByOwner,
+    /// ALTER EXTENSION idgen DROP ...: an object leaves the extension.
+    Member,
 }
 
-/// Whether `parsetree` drops the idgen extension: itself, the schema it is in (with CASCADE), or
-/// its owner's objects.
+/// Whether `parsetree` drops the idgen extension: itself, the schema it is in (with CASCADE), its
+/// owner's objects, or one of its objects out of it (ALTER EXTENSION idgen DROP).
 ///
 /// # Safety
 /// `parsetree` is a parse tree node of the current command.
@@ -186,6 +225,12 @@ unsafe fn drops_idgen(parsetree: *mut pg_sys::Node) -> Option<Drop> {
                     }
                     _ => None,
                 }
+            }
+            pg_sys::NodeTag::T_AlterExtensionContentsStmt => {
+                let stmt = parsetree as *mut pg_sys::AlterExtensionContentsStmt;
+                let idgen =
+                    !(*stmt).extname.is_null() && std::ffi::CStr::from_ptr((*stmt).extname).to_bytes() == b"idgen";
+                (idgen && (*stmt).action < 0).then_some(DropKind::Member)
             }
             pg_sys::NodeTag::T_DropOwnedStmt => {
                 let stmt = parsetree as *mut pg_sys::DropOwnedStmt;

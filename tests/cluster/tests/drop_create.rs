@@ -230,3 +230,65 @@ fn only_the_extension_owner_s_drop_is_checked_and_it_never_queues_claims_behind_
     drop((writer, dropper, db_owner));
     admin.batch_execute(&format!("ALTER DATABASE {} OWNER TO postgres", db.name)).unwrap();
 }
+
+#[test]
+fn no_cascade_from_another_object_reaches_idgen() {
+    let db = TestDb::create("drop_cascades");
+    let mut admin = db.connect();
+    // Every object of idgen depends only on pg_catalog's pinned objects, on idgen's own objects,
+    // on its schema and on its owner: the commands the drop guard checks are the only ways to
+    // drop it. (PL/pgSQL was one more: DROP EXTENSION plpgsql CASCADE took idgen with it.)
+    let outside: Vec<String> = admin
+        .query(
+            "WITH ext AS (SELECT oid, extnamespace FROM pg_extension WHERE extname = 'idgen'),
+                  member AS (SELECT d.classid, d.objid FROM pg_depend d, ext
+                              WHERE d.refclassid = 'pg_extension'::regclass AND d.refobjid = ext.oid AND d.deptype = 'e'),
+                  -- a member relation's row type is the relation's own
+                  own AS (SELECT classid, objid FROM member
+                          UNION ALL SELECT 'pg_type'::regclass, c.reltype FROM pg_class c JOIN member m
+                                     ON m.classid = 'pg_class'::regclass AND m.objid = c.oid)
+             SELECT pg_describe_object(d.classid, d.objid, d.objsubid) || ' -> ' || pg_describe_object(d.refclassid, d.refobjid, d.refobjsubid)
+               FROM pg_depend d JOIN member m ON (d.classid, d.objid) = (m.classid, m.objid), ext
+              WHERE d.refobjid >= 12000 AND d.refclassid <> 'pg_extension'::regclass
+                AND (d.refclassid, d.refobjid) NOT IN (SELECT classid, objid FROM own)
+                AND NOT (d.refclassid = 'pg_namespace'::regclass AND d.refobjid = ext.extnamespace)
+              ORDER BY 1",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(outside.is_empty(), "idgen depends on objects a DROP ... CASCADE could take it with: {outside:?}");
+    // So, with a holder inside its lease, these leave idgen in place.
+    claim(&mut admin, "svc", "10.0.0.1", 1).unwrap();
+    admin.batch_execute("DROP EXTENSION plpgsql CASCADE").unwrap();
+    let installed: i64 =
+        admin.query_one("SELECT count(*) FROM pg_extension WHERE extname = 'idgen'", &[]).unwrap().get(0);
+    assert_eq!(installed, 1, "DROP EXTENSION plpgsql CASCADE dropped idgen");
+    admin.batch_execute("CREATE EXTENSION plpgsql").unwrap();
+    // Nor can an object leave the extension, to be dropped on its own.
+    let err = admin.batch_execute("ALTER EXTENSION idgen DROP TABLE system_nodes").unwrap_err();
+    assert_eq!(sqlstate(&err), "55006", "{err:?}");
+}
+
+#[test]
+fn a_drop_or_truncate_reading_an_old_snapshot_is_refused() {
+    let db = TestDb::create("drop_snapshot");
+    let mut admin = db.connect();
+    // At REPEATABLE READ the check would read the registry as the snapshot shows it: windows and
+    // reports committed since would be missed.
+    for command in ["DROP EXTENSION idgen", "TRUNCATE system_nodes"] {
+        admin.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1").unwrap();
+        let err = admin.batch_execute(command).unwrap_err();
+        admin.batch_execute("ROLLBACK").unwrap();
+        assert_eq!(sqlstate(&err), "0A000", "{command}: {err:?}");
+        assert!(db_error(&err).message().ends_with("must run at READ COMMITTED"), "{command}: {err:?}");
+    }
+    admin.batch_execute("SET default_transaction_isolation = 'serializable'").unwrap();
+    let err = admin.batch_execute("TRUNCATE system_nodes").unwrap_err();
+    assert_eq!(sqlstate(&err), "0A000", "{err:?}");
+    admin.batch_execute("RESET default_transaction_isolation").unwrap();
+    admin.batch_execute("TRUNCATE system_nodes").unwrap();
+    admin.batch_execute("DROP EXTENSION idgen").unwrap();
+}

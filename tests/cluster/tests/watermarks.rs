@@ -331,4 +331,12 @@ fn a_deleted_row_keeps_its_holders_time_out_of_reach_and_holds_back_nothing_else
     assert_eq!(restored, (a.version + 1, tombstone.1));
     let err = heartbeat_with(&mut client, "svc", "10.0.0.1", &a, 0).unwrap_err();
     assert_eq!(sqlstate(&err), "55000", "the old holder is fenced: {err:?}");
+    // Moving a row to another machine id or service would leave nothing behind: refused.
+    for update in [
+        "UPDATE system_nodes SET machine_id = 1000 WHERE service = 'svc' AND machine_id = $1",
+        "UPDATE system_nodes SET service = 'renamed' WHERE service = 'svc' AND machine_id = $1",
+    ] {
+        let err = client.execute(update, &[&a.machine_id]).unwrap_err();
+        assert_eq!(sqlstate(&err), "55000", "{update}: {err:?}");
+    }
 }
