@@ -67,9 +67,27 @@ pub fn record(client: &mut SpiClient, event: &Event) {
 }
 
 /// Records refusal `event` in the current transaction, unless one of its kind was recorded for
-/// its service within the interval: for a transaction of its own that will commit.
+/// its service within the interval or another session is recording a refusal now: for a
+/// transaction that returns normally (a refused release).
 pub fn record_refusal_here(client: &mut SpiClient, event: &Event) {
-    insert(client, sql::INSERT_REFUSAL, &[event.to_json().into(), (REFUSAL_INTERVAL_SECS as f64).into()]);
+    if take_refusal_turn(client) {
+        insert(client, sql::INSERT_REFUSAL, &[event.to_json().into(), (REFUSAL_INTERVAL_SECS as f64).into()]);
+    }
+}
+
+/// The turn to record a refusal, held until this transaction ends: taken first, so that the check
+/// for one recorded recently, made after it, sees every refusal committed before (at most one is
+/// recorded per service, kind and interval, however many sessions are refused at once).
+fn take_refusal_turn(client: &mut SpiClient) -> bool {
+    first_bool(client, sql::TAKE_REFUSAL_TURN, &[])
+}
+
+fn first_bool(client: &mut SpiClient, statement: &str, args: &[pgrx::datum::DatumWithOid]) -> bool {
+    client
+        .update(statement, Some(1), args)
+        .ok()
+        .and_then(|mut rows| rows.next().and_then(|row| row.get::<bool>(1).ok().flatten()))
+        .unwrap_or(false)
 }
 
 /// Runs one of the history's inserts. When nothing was inserted, the event's number may have
@@ -98,14 +116,7 @@ fn insert(client: &mut SpiClient, statement: &str, args: &[pgrx::datum::DatumWit
 /// most one worker runs for refusals at a time, and a refused call never waits for one.
 pub fn record_refusal(client: &mut SpiClient, mut event: Event) {
     let args = [event.service.clone().into(), event.event.into(), (REFUSAL_INTERVAL_SECS as f64).into()];
-    let first = |client: &mut SpiClient, statement: &str, args: &[pgrx::datum::DatumWithOid]| {
-        client
-            .update(statement, Some(1), args)
-            .ok()
-            .and_then(|mut rows| rows.next().and_then(|row| row.get::<bool>(1).ok().flatten()))
-            .unwrap_or(false)
-    };
-    if first(client, sql::REFUSAL_RECORDED_RECENTLY, &args) || !first(client, sql::TAKE_REFUSAL_TURN, &[]) {
+    if !take_refusal_turn(client) || first_bool(client, sql::REFUSAL_RECORDED_RECENTLY, &args) {
         return;
     }
     event.at.get_or_insert_with(|| idgen_core::messages::iso_utc(SystemClock.now_unix_ms()));

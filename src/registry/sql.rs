@@ -473,9 +473,9 @@ pub const INSERT_REFUSAL: &str = concat!(
 pub const RESYNC_EVENT_IDS: &str = "SELECT pg_catalog.setval('idgen_private.idgen_history_event_id_seq'::pg_catalog.regclass, \
      m.last) FROM (SELECT pg_catalog.max(h.event_id) AS last FROM idgen_private.idgen_history h) m WHERE m.last IS NOT NULL";
 
-/// The turn to start the worker that records a refusal: one session at a time (the registry's
-/// row, locked until the refused call's transaction ends; a session that finds it taken
-/// records nothing), so that concurrent refusals never start workers together.
+/// The turn to record a refusal: one session at a time (the registry's row, locked until the
+/// refused call's transaction ends; a session that finds it taken records nothing), so that
+/// concurrent refusals never start workers together, nor record one kind twice.
 pub const TAKE_REFUSAL_TURN: &str = "SELECT true FROM idgen_private.idgen_registry r FOR NO KEY UPDATE SKIP LOCKED";
 
 /// Whether a refusal of kind $2 was recorded for service $1 within $3 seconds.

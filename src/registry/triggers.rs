@@ -182,7 +182,7 @@ fn drop_guard(fcinfo: pg_sys::FunctionCallInfo) {
 }
 
 /// A command that would drop the idgen extension, and the role whose rights it takes.
-struct Drop {
+struct IdgenDrop {
     kind: DropKind,
     /// The extension's owner.
     owner: pg_sys::Oid,
@@ -203,7 +203,7 @@ enum DropKind {
 ///
 /// # Safety
 /// `parsetree` is a parse tree node of the current command.
-unsafe fn drops_idgen(parsetree: *mut pg_sys::Node) -> Option<Drop> {
+unsafe fn drops_idgen(parsetree: *mut pg_sys::Node) -> Option<IdgenDrop> {
     unsafe {
         let installed = crate::privilege::installed()?;
         if parsetree.is_null() {
@@ -241,7 +241,7 @@ unsafe fn drops_idgen(parsetree: *mut pg_sys::Node) -> Option<Drop> {
             }
             _ => None,
         }?;
-        Some(Drop { kind, owner: installed.owner })
+        Some(IdgenDrop { kind, owner: installed.owner })
     }
 }
 
