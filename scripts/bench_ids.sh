@@ -55,8 +55,10 @@ psql "$cg_dsn" -X -q -c "CREATE EXTENSION idgen" -c "CREATE SEQUENCE bench_seq"
 # Instructions of one backend that claims its leases, then runs one query over n rows.
 instructions() {
     local f=$1 n=$2 pid out
+    # The whole output first: a pipe closed after its first line would end psql, and the backend with it, early.
     pid=$(psql "$cg_dsn" -X -q -t -A -c "SELECT pg_backend_pid()" -c "SELECT idgen_next_id(), idgen_next_id('bench')" \
-        -c "SELECT count($f) FROM generate_series(1, $n)" | head -n 1)
+        -c "SELECT count($f) FROM generate_series(1, $n)")
+    pid=${pid%%$'\n'*}
     out="$cg_dir/out/cg.$pid"
     # The backend writes its counts as it exits, after psql has gone: wait for them (10 minutes at most).
     for _ in $(seq 1200); do as_pg grep -qE '^(summary|totals):' "$out" 2>/dev/null && break; sleep 0.5; done

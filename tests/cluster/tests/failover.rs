@@ -1,9 +1,9 @@
 //! No ID twice across a failover, on a real HA engine: a pg_auto_failover formation
 //! (scripts/formation.sh, started by scripts/test.sh) with a primary and a synchronous
-//! secondary. Service nodes claim, mint, heartbeat and release with sessions at
-//! `synchronous_commit = off`, and backends insert with `DEFAULT idgen_next_id()`, through a
-//! switchover (`pg_autoctl perform failover`) and then a crash of the primary (its keeper and
-//! Postgres killed, the monitor fails over by itself). Before that, `idgen_health()` reports a
+//! secondary, both at `idgen.require_synchronous_standby = on`. Service nodes claim, mint,
+//! heartbeat and release with sessions at `synchronous_commit = off`, and backends insert with
+//! `DEFAULT idgen_next_id()`, through a switchover (`pg_autoctl perform failover`) and then a
+//! crash of the primary (its keeper and Postgres killed, the monitor fails over by itself). Before that, `idgen_health()` reports a
 //! standby that streams asynchronously. Then, on the last primary:
 //! - no ID was minted twice;
 //! - every claim a node was told about is in the registry's history;
