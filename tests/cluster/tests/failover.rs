@@ -58,10 +58,13 @@ impl Formation {
     }
 }
 
+/// (machine_id, version, host, port): a claim as the history records it.
+type ClaimKey = (i16, i64, String, i32);
+
 #[derive(Default)]
 struct Record {
     /// (machine_id, version, host, port) of every claim a node was told about.
-    claims: Vec<(i16, i64, String, i32)>,
+    claims: Vec<ClaimKey>,
     /// Where each claim was granted: the phase (0 before the switchover, 1 before the crash,
     /// 2 after it) and the server's port, for the report of a lost claim.
     granted: Vec<(usize, i32)>,
@@ -257,7 +260,7 @@ fn no_id_twice_across_a_switchover_and_a_crash_of_the_primary() {
     assert_eq!(distinct.len(), all.len(), "{} duplicate IDs", all.len() - distinct.len());
     // 2. Every claim a node was told about survived both failovers (a claim of a new id or a
     //    take-back is recorded in the same transaction; nodes here never reuse an identity).
-    let known: HashSet<(i16, i64, String, i32)> = primary
+    let known: HashSet<ClaimKey> = primary
         .query(
             "SELECT machine_id, version, host(host), port FROM idgen_private.idgen_history WHERE event IN ('claim', 'take_back')",
             &[],
@@ -266,7 +269,7 @@ fn no_id_twice_across_a_switchover_and_a_crash_of_the_primary() {
         .iter()
         .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
         .collect();
-    let lost: Vec<(&(i16, i64, String, i32), &(usize, i32))> =
+    let lost: Vec<(&ClaimKey, &(usize, i32))> =
         record.claims.iter().zip(&record.granted).filter(|(c, _)| !known.contains(c)).collect();
     assert!(
         lost.is_empty(),
