@@ -157,7 +157,7 @@ impl Clock for WallClock<'_> {
 
 struct Lease {
     status: Status,
-    /// Last successful heartbeat's (or the claim's) send time plus the lease.
+    /// Last successful heartbeat's (or the claim's) send time plus the lease it granted.
     deadline: Instant,
     stopping: bool,
 }
@@ -166,7 +166,6 @@ struct Shared {
     config: Config,
     machine_id: i16,
     version: i64,
-    lease: Duration,
     interval: Duration,
     generator: Mutex<Generator>,
     state: Mutex<Lease>,
@@ -244,13 +243,12 @@ fn connect(conninfo: &str) -> Result<Client, postgres::Error> {
 }
 
 fn claim(client: &mut Client, config: &Config) -> Result<Claimed, postgres::Error> {
-    let policy = client.query_one(
-        "SELECT extract(epoch FROM lease)::float8, extract(epoch FROM heartbeat_interval)::float8 FROM idgen_policy()",
-        &[],
-    )?;
+    // Only the cadence comes from the settings; the lease is the one this claim was granted.
+    let policy = client.query_one("SELECT extract(epoch FROM heartbeat_interval)::float8 FROM idgen_policy()", &[])?;
     let sent = Instant::now();
     let row = client.query_one(
-        "SELECT machine_id, version, (extract(epoch FROM not_before) * 1000)::float8 \
+        "SELECT machine_id, version, (extract(epoch FROM not_before) * 1000)::float8, \
+                extract(epoch FROM lease_until - now())::float8 \
            FROM idgen_claim($1, $2::text::inet, $3)",
         &[&config.service, &config.host, &config.port],
     )?;
@@ -258,10 +256,16 @@ fn claim(client: &mut Client, config: &Config) -> Result<Claimed, postgres::Erro
         machine_id: row.get(0),
         version: row.get(1),
         not_before_ms: row.get::<_, f64>(2).floor() as i64,
-        lease: Duration::from_secs_f64(policy.get(0)),
-        interval: Duration::from_secs_f64(policy.get(1)),
+        lease: granted(row.get(3)),
+        interval: Duration::from_secs_f64(policy.get(0)),
         sent,
     })
+}
+
+/// A lease as the server granted it: `lease_until - now()` of the granting statement, measured from
+/// when the statement was sent (which is no later than its `now()`). Never negative.
+fn granted(seconds: f64) -> Duration {
+    Duration::try_from_secs_f64(seconds).unwrap_or(Duration::ZERO)
 }
 
 impl IdgenNode {
@@ -289,7 +293,6 @@ impl IdgenNode {
             config,
             machine_id: claimed.machine_id,
             version: claimed.version,
-            lease: claimed.lease,
             interval,
             generator: Mutex::new(generator),
             state: Mutex::new(Lease { status: Status::Live, deadline: claimed.sent + claimed.lease, stopping: false }),
@@ -456,9 +459,9 @@ fn heartbeat_loop(shared: Arc<Shared>, mut client: Option<Client>) -> Option<Cli
             }),
         };
         match result {
-            Ok(()) => {
+            Ok(lease) => {
                 shared.heartbeats_ok.fetch_add(1, Ordering::Relaxed);
-                shared.state().deadline = sent + shared.lease;
+                shared.state().deadline = sent + lease;
                 shared.set_status(Status::Live);
                 next = sent + shared.interval;
             }
@@ -518,11 +521,13 @@ fn release(shared: &Shared, client: &mut Client) -> Result<bool, postgres::Error
     Ok(row.get(0))
 }
 
-fn heartbeat(shared: &Shared, client: &mut Client) -> Result<(), postgres::Error> {
+/// A heartbeat with the node's watermark; the lease it granted (a reload may have shortened it).
+fn heartbeat(shared: &Shared, client: &mut Client) -> Result<Duration, postgres::Error> {
     let c = &shared.config;
-    client.query_one(
-        "SELECT idgen_heartbeat($1, $2, $3::text::inet, $4, $5, to_timestamp($6::float8 / 1000))",
+    let row = client.query_one(
+        "SELECT extract(epoch FROM idgen_heartbeat($1, $2, $3::text::inet, $4, $5, to_timestamp($6::float8 / 1000)) \
+                - now())::float8",
         &[&c.service, &shared.machine_id, &c.host, &c.port, &shared.version, &shared.watermark_ms()],
     )?;
-    Ok(())
+    Ok(granted(row.get(0)))
 }

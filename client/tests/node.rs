@@ -159,6 +159,37 @@ fn a_partitioned_node_issues_until_its_deadline_then_stops_and_resumes_as_owner(
 }
 
 #[test]
+fn a_reload_that_shortens_the_lease_shortens_the_nodes_deadline_at_its_next_heartbeat() {
+    // A lease of about two minutes (take-back after 120 s, margin 2 s), heartbeats every second.
+    let (cluster, _turn) = clock_cluster_turn();
+    let long = [
+        ("idgen.takeover_idle_7d", "400s"),
+        ("idgen.takeover_idle_1d", "200s"),
+        ("idgen.takeover_idle_1h", "120s"),
+        ("idgen.lease_safety_margin", "2s"),
+        ("idgen.heartbeat_interval", "1s"),
+        ("idgen.release_cooldown", "1s"),
+    ];
+    let _long = SystemSettings::set(&cluster.dsn, &long);
+    let db = TestDb::create_on(&cluster.dsn, "client_lease_reload");
+    let node = IdgenNode::start(Config::new(&db.dsn(), "svc", "10.0.0.1", 1)).unwrap();
+    node.next_id().unwrap();
+    let deadline = || node.metrics().time_to_deadline.unwrap_or_default();
+    assert!(deadline() > Duration::from_secs(60), "{:?}", node.metrics());
+
+    // The registry now grants 4 s (take-back after 6 s, margin 2 s) at each heartbeat: the node must
+    // stop issuing when that lease ends, not when the one it was first granted would have.
+    let _short = SystemSettings::set(&cluster.dsn, &[("idgen.takeover_idle_1h", "6s")]);
+    let before = node.metrics().heartbeats_ok;
+    wait_until("a heartbeat after the reload", || node.metrics().heartbeats_ok > before + 1);
+    assert!(
+        deadline() <= Duration::from_secs(4),
+        "the node keeps the lease it was first granted: {:?}",
+        node.metrics()
+    );
+}
+
+#[test]
 fn a_node_partitioned_past_a_take_over_stops_before_the_new_holders_epoch_and_for_good() {
     // One machine id for the service: the other node can only get it by taking it over.
     let (_turn, cluster, _settings) = short_leases(Some("0-0"));
