@@ -580,11 +580,11 @@ pub fn history_append_only() -> IdgenError {
         .detail("Events are never changed; old ones are removed by idgen_purge_history().")
 }
 
-/// A registry write was in flight when a DROP of the registry was checked.
+/// Another transaction used the registry (a write, or a read) when a DROP of it was checked.
 pub fn drop_registry_busy(command: &str) -> IdgenError {
-    IdgenError::new(SqlState::LockNotAvailable, format!("{command}: the idgen registry is being written by another transaction"))
-        .detail("A DROP of the registry must hold off every claim, renewal and report while it checks that nothing may still be stamped; it does not queue behind a write in flight, which would stop every claim behind it.")
-        .hint("Retry in a moment. If it keeps failing, look for an old transaction that called an idgen function in pg_stat_activity, or a prepared one in pg_prepared_xacts.")
+    IdgenError::new(SqlState::LockNotAvailable, format!("{command}: the idgen registry is in use by another transaction"))
+        .detail("A DROP of the registry must hold off every claim, renewal and report while it checks that nothing may still be stamped; it does not queue behind a transaction that reads or writes the registry, which would stop every claim behind it.")
+        .hint("Retry in a moment. If it keeps failing, look in pg_stat_activity for an old transaction that called an idgen function or read system_nodes or an idgen view, or in pg_prepared_xacts for a prepared one.")
 }
 
 fn layout_range_detail(layout: &Layout) -> String {

@@ -534,10 +534,12 @@ pub const MERGE_TOMBSTONE: &str = "WITH tomb AS (DELETE FROM idgen_private.idgen
        FROM tomb WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1 AND n.machine_id OPERATOR(pg_catalog.=) $2";
 
 /// Before a DROP of the registry is checked: no claim, renewal or report may commit between the
-/// check and the DROP (reads go on; writers wait, and fail once the table is gone). Without
-/// waiting: a write in flight fails the DROP (55P03) instead of queueing every claim behind it.
-pub const LOCK_REGISTRY_FOR_DROP: &str =
-    "LOCK TABLE idgen_private.nodes, idgen_private.idgen_tombstones IN EXCLUSIVE MODE NOWAIT";
+/// check and the DROP. Every table of idgen's, in the mode the DROP itself takes, so that the DROP
+/// never waits for a lock while it holds another (claims would queue behind it). Without waiting:
+/// any transaction that uses the registry, a read included, fails the DROP (55P03).
+pub const LOCK_REGISTRY_FOR_DROP: &str = "LOCK TABLE idgen_private.nodes, idgen_private.idgen_tombstones, \
+     idgen_private.idgen_registry, idgen_private.idgen_claim_guards, idgen_private.idgen_service_members, \
+     idgen_private.idgen_history, idgen_private.idgen_history_purged IN ACCESS EXCLUSIVE MODE NOWAIT";
 
 /// What a DROP of the registry would forget while it may still be stamped: every row and
 /// tombstone whose bound is ahead of the clock, latest first ($1 lease s, $2 take-back age s
