@@ -410,18 +410,7 @@ fn lease_step(
     let mut notices = Vec::new();
     let mut record_after = Vec::new();
     if let Some(renewal) = renew {
-        let times = ClaimTimes {
-            lease_secs: settings.policy.lease_secs(),
-            tolerance_ms: watermark::tolerance_ms(
-                HolderKind::Backend,
-                &settings.policy,
-                settings.max_clock_backward_ms,
-            ),
-            window_ms: renewal.window_ms,
-            takeover_idle_secs: settings.policy.takeover_idle_1h_secs,
-            first_machine_id: settings.machine_id_first as i16,
-            last_machine_id: settings.machine_id_last as i16,
-        };
+        let times = ClaimTimes::of(HolderKind::Backend, settings, renewal.window_ms);
         match store::renew_backend_lease(client, &renewal.held, &times, renewal.epoch, renewal.window_ms) {
             BackendCheck::Held { verified_at, lease_until, issued_until } => {
                 let answer = LeaseAnswer::Renewed {

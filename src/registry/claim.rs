@@ -89,14 +89,7 @@ pub fn claim(
     let kind = if node.backend_slot.is_some() { HolderKind::Backend } else { HolderKind::Service };
     let policy = &settings.policy;
     let range = settings.machine_id_range();
-    let times = ClaimTimes {
-        lease_secs: policy.lease_secs(),
-        tolerance_ms: watermark::tolerance_ms(kind, policy, settings.max_clock_backward_ms),
-        window_ms: watermark::claim_window_ms(kind, policy),
-        takeover_idle_secs: policy.takeover_idle_1h_secs,
-        first_machine_id: *range.start() as i16,
-        last_machine_id: *range.end() as i16,
-    };
+    let times = ClaimTimes::of(kind, settings, watermark::claim_window_ms(kind, policy));
     let cx = Context { function, node, times, settings, who };
     let mut notices = Vec::new();
     durability::make_commit_durable();

@@ -26,9 +26,11 @@
 //! its AFTER STATEMENT triggers fire (the grants' table relies on one).
 
 use super::sql;
+use crate::settings::ClaimSettings;
 use idgen_core::guard;
 use idgen_core::input::{Holding, NodeIdentity};
 use idgen_core::messages::RowFacts;
+use idgen_core::watermark::{self, HolderKind};
 use pgrx::datum::{DatumWithOid, Inet, TimestampWithTimeZone};
 use pgrx::spi::{SpiClient, SpiHeapTupleData, SpiResult};
 
@@ -71,6 +73,22 @@ pub struct ClaimTimes {
     /// This server's `idgen.machine_id_range`: claims hand out nothing outside it.
     pub first_machine_id: i16,
     pub last_machine_id: i16,
+}
+
+impl ClaimTimes {
+    /// The times a claim or a renewal by a holder of `kind` works with, under `settings`; `window_ms`
+    /// is the window it may issue in before its next write.
+    pub fn of(kind: HolderKind, settings: &ClaimSettings, window_ms: i64) -> ClaimTimes {
+        let policy = &settings.policy;
+        ClaimTimes {
+            lease_secs: policy.lease_secs(),
+            tolerance_ms: watermark::tolerance_ms(kind, policy, settings.max_clock_backward_ms),
+            window_ms,
+            takeover_idle_secs: policy.takeover_idle_1h_secs,
+            first_machine_id: settings.machine_id_first as i16,
+            last_machine_id: settings.machine_id_last as i16,
+        }
+    }
 }
 
 /// Which rows a take-over may take.
