@@ -135,6 +135,13 @@ fn a_background_worker_holding_a_lease_keeps_the_registry() {
     admin
         .batch_execute("ALTER SUBSCRIPTION idgen_t_sub SET (slot_name = NONE); DROP SUBSCRIPTION idgen_t_sub")
         .unwrap();
+    // The publisher's walsender for the slot ends after the worker: the slot is dropped once it is free.
+    wait_for("the slot's walsender to exit", PATIENCE, || {
+        publisher_client
+            .query_one("SELECT NOT active FROM pg_replication_slots WHERE slot_name = $1", &[&slot])
+            .unwrap()
+            .get::<_, bool>(0)
+    });
     publisher_client.query_one("SELECT pg_drop_replication_slot($1)", &[&slot]).unwrap();
     // Its exit recorded its last stamp: nothing is ahead any more.
     admin.batch_execute("DROP EXTENSION idgen CASCADE").unwrap();
