@@ -89,7 +89,7 @@ fn many_nodes_and_backends_mint_into_one_table_with_churn_and_never_collide() {
     let mut threads = vec![];
     for t in 0..6 {
         let dsn = db.dsn();
-        threads.push(std::thread::spawn(move || {
+        threads.push(spawn_named(format!("node {t}"), move || {
             let mut ids = vec![];
             for round in 0..4 {
                 // Restarts: a new identity every other round, the same one otherwise.
@@ -103,9 +103,9 @@ fn many_nodes_and_backends_mint_into_one_table_with_churn_and_never_collide() {
             ids.len()
         }));
     }
-    for _ in 0..2 {
+    for b in 0..2 {
         let dsn = db.dsn();
-        threads.push(std::thread::spawn(move || {
+        threads.push(spawn_named(format!("backend {b}"), move || {
             for _ in 0..20 {
                 let mut backend = Client::connect(&dsn, postgres::NoTls).unwrap();
                 backend
@@ -115,7 +115,7 @@ fn many_nodes_and_backends_mint_into_one_table_with_churn_and_never_collide() {
             20 * 500
         }));
     }
-    let minted: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    let minted: usize = join_all(threads, WORK_PATIENCE, "the nodes and backends").into_iter().sum();
     // Every ID went into one primary key: a duplicate would have failed its insert.
     let rows: i64 = db.connect().query_one("SELECT count(DISTINCT id) FROM minted", &[]).unwrap().get(0);
     assert_eq!(rows as usize, minted);
@@ -136,7 +136,9 @@ fn a_partitioned_node_issues_until_its_deadline_then_stops_and_resumes_as_owner(
     partition(&mut admin, &db, role);
     // Until the deadline every call issues; from it on, every call refuses.
     let mut issued_while_partitioned = 0;
+    let give_up = std::time::Instant::now() + PATIENCE;
     loop {
+        assert!(std::time::Instant::now() < give_up, "the node kept issuing for {PATIENCE:?} while partitioned");
         match node.next_id() {
             Ok(id) => {
                 assert!(id > before);
@@ -200,7 +202,9 @@ fn a_node_partitioned_past_a_take_over_stops_before_the_new_holders_epoch_and_fo
     let mut last = node.next_id().unwrap();
     let mut admin = db.connect();
     partition(&mut admin, &db, role);
+    let give_up = std::time::Instant::now() + PATIENCE;
     while let Ok(id) = node.next_id() {
+        assert!(std::time::Instant::now() < give_up, "the node kept issuing for {PATIENCE:?} while partitioned");
         last = id;
     }
     // Another node takes the id once the first is idle past the 1-hour tier (6 s here).
@@ -249,11 +253,9 @@ fn a_restarted_node_gets_its_id_back_and_starts_after_its_watermark() {
 struct Output(mpsc::Receiver<String>);
 
 impl Output {
-    /// The next `n` lines, within [`PATIENCE`].
+    /// The next `n` lines, within [`PATIENCE`] each.
     fn take(&self, n: usize) -> Vec<String> {
-        (0..n)
-            .map(|k| self.0.recv_timeout(PATIENCE).unwrap_or_else(|e| panic!("the node printed {k} of {n} lines: {e}")))
-            .collect()
+        (0..n).map(|k| recv_within(&self.0, PATIENCE, &format!("line {} of {n} from the node", k + 1))).collect()
     }
 
     /// Every line until the child closes its stdout, within [`PATIENCE`].
@@ -269,17 +271,19 @@ impl Output {
     }
 }
 
-/// Runs the example binary, returning it (and the rest of its output) once it has printed `ids` IDs.
-fn run_node(dsn: &str, host: &str, ids: usize) -> (std::process::Child, Output, Vec<i64>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_idgen-node"))
-        .args(["--dsn", dsn, "--service", "svc", "--host", host, "--port", "1", "--rate", "1000"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
+/// Runs the example binary, returning it (and the rest of its output) once it has printed `ids`
+/// IDs. The child is killed if the test fails while it runs.
+fn run_node(dsn: &str, host: &str, ids: usize) -> (GuardedChild, Output, Vec<i64>) {
+    let mut child = spawn_guarded(
+        Command::new(env!("CARGO_BIN_EXE_idgen-node"))
+            .args(["--dsn", dsn, "--service", "svc", "--host", host, "--port", "1", "--rate", "1000"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null()),
+        &format!("idgen-node for {host}"),
+    );
+    let stdout = child.child().stdout.take().unwrap();
     let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
+    spawn_named(format!("stdout of idgen-node for {host}"), move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             if tx.send(line).is_err() {
                 return;
@@ -292,13 +296,14 @@ fn run_node(dsn: &str, host: &str, ids: usize) -> (std::process::Child, Output, 
 }
 
 /// The child's exit status, within [`PATIENCE`].
-fn exit_status(child: &mut std::process::Child) -> std::process::ExitStatus {
-    let mut status = None;
-    wait_until("the node to exit", || {
-        status = child.try_wait().unwrap();
-        status.is_some()
-    });
-    status.unwrap()
+fn exit_status(child: &mut GuardedChild) -> std::process::ExitStatus {
+    child.wait_within(PATIENCE)
+}
+
+/// Ctrl-C to the child.
+fn interrupt(child: &GuardedChild) {
+    let sent = status_within(Command::new("kill").args(["-INT", &child.id().to_string()]), PATIENCE, "kill -INT");
+    assert!(sent.success(), "kill -INT {}: {sent}", child.id());
 }
 
 #[test]
@@ -311,13 +316,13 @@ fn a_graceful_shutdown_releases_and_a_kill_leaves_the_id_to_the_tiers() {
     };
     // Ctrl-C: the node stops issuing and releases.
     let (mut child, rest, _) = run_node(&db.dsn(), "10.0.0.1", 10);
-    Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    interrupt(&child);
     assert!(rest.rest().iter().all(|l| l.parse::<i64>().is_ok()), "only IDs on stdout");
     assert!(exit_status(&mut child).success());
     assert!(released(&mut admin));
     // kill -9: nothing is released; the id stays the node's until the 1-hour tier takes it back.
     let (mut child, _rest, printed) = run_node(&db.dsn(), "10.0.0.1", 10);
-    child.kill().unwrap();
+    child.child().kill().unwrap();
     exit_status(&mut child);
     assert!(!released(&mut admin));
     let err = claim(&mut admin, "svc", "10.0.0.2", 1).unwrap_err();
@@ -411,9 +416,10 @@ fn shutdown_while_minting(node: IdgenNode) -> (Vec<i64>, bool) {
     let node = Arc::new(node);
     let barrier = Arc::new(Barrier::new(9));
     let minters: Vec<_> = (0..8)
-        .map(|_| {
-            let (node, barrier) = (node.clone(), barrier.clone());
-            std::thread::spawn(move || {
+        .map(|m| {
+            let (node, minted_100) = (node.clone(), barrier.clone());
+            // A minter that fails releases the shutdown from the barrier, with its message.
+            spawn_party(format!("minter {m}"), &barrier, move || {
                 let mut ids = vec![];
                 loop {
                     match node.next_id() {
@@ -422,7 +428,7 @@ fn shutdown_while_minting(node: IdgenNode) -> (Vec<i64>, bool) {
                         Err(e) => panic!("{e}"),
                     }
                     if ids.len() == 100 {
-                        barrier.wait();
+                        minted_100.wait();
                     }
                 }
             })
@@ -430,7 +436,7 @@ fn shutdown_while_minting(node: IdgenNode) -> (Vec<i64>, bool) {
         .collect();
     barrier.wait();
     let released = node.shutdown().unwrap();
-    let ids = minters.into_iter().flat_map(|m| m.join().unwrap()).collect();
+    let ids = join_all(minters, WORK_PATIENCE, "the minters").into_iter().flatten().collect();
     (ids, released)
 }
 
@@ -524,7 +530,7 @@ fn a_second_process_with_the_same_identity_never_prints_an_id_of_the_first() {
     assert_eq!(status.code(), Some(3), "the first node stops once its id is gone");
     let mut theirs = second_printed;
     theirs.extend(second_out.take(100).iter().map(|l| l.parse::<i64>().unwrap()));
-    Command::new("kill").args(["-INT", &second.id().to_string()]).status().unwrap();
+    interrupt(&second);
     theirs.extend(second_out.rest().iter().map(|l| l.parse::<i64>().unwrap()));
     assert!(exit_status(&mut second).success());
     let machine_ids =

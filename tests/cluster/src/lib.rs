@@ -6,8 +6,29 @@ use postgres::error::DbError;
 use postgres::{Client, Config, NoTls};
 use std::sync::{Arc, Mutex};
 
+mod bounded;
+pub use bounded::*;
+
 pub fn base_dsn() -> String {
     std::env::var("IDGEN_TEST_DSN").unwrap_or_else(|_| "host=127.0.0.1 port=28815 user=postgres".to_owned())
+}
+
+/// What every test session asks for: a connection attempt gives up after two minutes (the server
+/// bounds the start-up after it by its authentication_timeout), and each statement after five, so
+/// that a test waiting on a lock, or on a server that stopped answering, fails with the error
+/// instead of hanging.
+pub const SESSION_LIMITS: &str = "connect_timeout=120 options='-c statement_timeout=300s'";
+
+/// The DSN of a session to `dbname` in the cluster at `cluster_dsn`, within [`SESSION_LIMITS`].
+pub fn session_dsn(cluster_dsn: &str, dbname: &str) -> String {
+    format!("{cluster_dsn} dbname={dbname} {SESSION_LIMITS}")
+}
+
+/// A session to `dbname` in the cluster at `cluster_dsn`, within [`SESSION_LIMITS`].
+pub fn connect_to(cluster_dsn: &str, dbname: &str) -> Client {
+    Client::connect(&session_dsn(cluster_dsn, dbname), NoTls).unwrap_or_else(|e| {
+        panic!("connect to database {dbname} at {cluster_dsn} (is the cluster running? see scripts/test.sh): {e}")
+    })
 }
 
 /// A database of its own for one test, created afresh with idgen installed.
@@ -28,21 +49,24 @@ impl TestDb {
         db
     }
 
-    /// A database of its own in the cluster at `cluster_dsn`, without idgen.
+    /// A database of its own in the cluster at `cluster_dsn`, without idgen. Named by its test, so
+    /// that a run drops what a killed run left; one test process at a time may hold a name on a
+    /// cluster (another process using it fails this at once, naming it, instead of having its
+    /// database dropped under it).
     pub fn empty_on(cluster_dsn: &str, name: &str) -> TestDb {
         let name = format!("idgen_t_{name}");
-        let mut admin = Client::connect(&format!("{cluster_dsn} dbname=postgres"), NoTls)
-            .expect("connect to the scratch cluster (is it running? see scripts/test.sh)");
+        claim_database_name(cluster_dsn, &name);
+        let mut admin = connect_to(cluster_dsn, "postgres");
         rollback_prepared_transactions(cluster_dsn, &name);
         admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).unwrap();
         admin.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
         TestDb { name, cluster_dsn: cluster_dsn.to_owned() }
     }
 
-    /// Every statement of the test's sessions ends within five minutes: a test that waits on a
-    /// lock it should not wait on fails instead of hanging.
+    /// Every statement of the test's sessions ends within five minutes ([`SESSION_LIMITS`]): a
+    /// test that waits on a lock it should not wait on fails instead of hanging.
     pub fn dsn(&self) -> String {
-        format!("{} dbname={} options='-c statement_timeout=300s'", self.cluster_dsn, self.name)
+        session_dsn(&self.cluster_dsn, &self.name)
     }
 
     pub fn connect(&self) -> Client {
@@ -64,19 +88,6 @@ impl TestDb {
     }
 }
 
-/// How long a test waits for something that takes a moment on any machine (a reload, a process
-/// exit, the server clock passing a time) before it fails.
-pub const PATIENCE: std::time::Duration = std::time::Duration::from_secs(120);
-
-/// Polls `done` every few milliseconds until it holds; fails, naming `what`, after `patience`.
-pub fn wait_for(what: &str, patience: std::time::Duration, mut done: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + patience;
-    while !done() {
-        assert!(std::time::Instant::now() < deadline, "gave up after {patience:?} waiting for {what}");
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-}
-
 /// Waits until the server process `pid` has gone (a session's exit runs after its client closed).
 pub fn wait_for_exit(observer: &mut Client, pid: i32) {
     wait_for(&format!("backend {pid} to exit"), PATIENCE, || {
@@ -85,41 +96,83 @@ pub fn wait_for_exit(observer: &mut Client, pid: i32) {
     });
 }
 
-/// A barrier whose wait fails after [`PATIENCE`] instead of hanging when a party never arrives
-/// (a thread that panicked before it).
-pub struct Barrier {
-    parties: usize,
-    state: Mutex<(usize, u64)>,
-    turned: std::sync::Condvar,
-}
+/// The advisory lock key by which a test process holds a test database's name (the other key is
+/// `hashtext(name)`, in the cluster's `postgres` database): see [`TestDb::empty_on`].
+pub const TEST_DATABASE_LOCK: i32 = 0x1d6e_7e57;
 
-impl Barrier {
-    pub fn new(parties: usize) -> Barrier {
-        Barrier { parties, state: Mutex::new((0, 0)), turned: std::sync::Condvar::new() }
+/// A test's database has its test's name, so that the next run drops what a killed run left. So a
+/// second test process running the same test against the same cluster would drop the database
+/// under the first (`WITH (FORCE)` ends its sessions: workers in a statement fail with 57P01, the
+/// others wait for them). Each process therefore holds the names it uses, for its lifetime, as
+/// advisory locks on a session of its own in the cluster's `postgres` database; a name another
+/// live process holds fails the test at once, naming that process.
+fn claim_database_name(cluster_dsn: &str, name: &str) {
+    struct Holder {
+        cluster_dsn: String,
+        session: Option<Client>,
+        names: Vec<String>,
     }
-
-    pub fn wait(&self) {
-        let mut state = self.state.lock().unwrap();
-        let generation = state.1;
-        state.0 += 1;
-        if state.0 == self.parties {
-            *state = (0, generation + 1);
-            self.turned.notify_all();
-            return;
+    static HOLDERS: Mutex<Vec<Holder>> = Mutex::new(Vec::new());
+    let mut holders = HOLDERS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let index = holders.iter().position(|h| h.cluster_dsn == cluster_dsn).unwrap_or_else(|| {
+        holders.push(Holder { cluster_dsn: cluster_dsn.to_owned(), session: None, names: Vec::new() });
+        holders.len() - 1
+    });
+    let holder = &mut holders[index];
+    let try_lock = |session: &mut Client, name: &str| -> Result<bool, postgres::Error> {
+        session
+            .query_one("SELECT pg_try_advisory_lock($1, hashtext($2))", &[&TEST_DATABASE_LOCK, &name])
+            .map(|r| r.get(0))
+    };
+    let taken = match holder.session.as_mut().map(|s| try_lock(s, name)) {
+        Some(Ok(taken)) => taken,
+        // None yet, or it was lost (a restart of the cluster ended it, and its locks): a new one
+        // takes this process's names again.
+        _ => {
+            let program =
+                std::env::current_exe().ok().and_then(|p| Some(p.file_name()?.to_string_lossy().into_owned()));
+            let application = format!("idgen tests {} pid {}", program.unwrap_or_default(), std::process::id())
+                .replace(|c: char| !c.is_ascii_alphanumeric() && c != ' ' && c != '-' && c != '_', "");
+            let mut session = Client::connect(
+                &format!("{} application_name='{application}'", session_dsn(cluster_dsn, "postgres")),
+                NoTls,
+            )
+            .unwrap_or_else(|e| panic!("connect to {cluster_dsn} (is the cluster running? see scripts/test.sh): {e}"));
+            for held in &holder.names {
+                try_lock(&mut session, held).unwrap();
+            }
+            let taken = try_lock(&mut session, name).unwrap();
+            holder.session = Some(session);
+            taken
         }
-        let (state, timeout) = self.turned.wait_timeout_while(state, PATIENCE, |s| s.1 == generation).unwrap();
-        assert!(
-            !timeout.timed_out(),
-            "gave up after {PATIENCE:?} at a barrier: {} of {} arrived",
-            state.0,
-            self.parties
-        );
+    };
+    if taken {
+        holder.names.push(name.to_owned());
+        return;
     }
+    let others: String = holder
+        .session
+        .as_mut()
+        .expect("a session after a try")
+        .query_one(
+            "SELECT coalesce(string_agg(format('%s (backend pid %s, since %s)', a.application_name, a.pid, a.backend_start), ', '), 'a process that has just ended')
+               FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+              WHERE l.locktype = 'advisory' AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = 'postgres')
+                AND l.classid = $1::int4::oid AND l.objid = hashtext($2)::oid AND l.objsubid = 2",
+            &[&TEST_DATABASE_LOCK, &name],
+        )
+        .unwrap()
+        .get(0);
+    panic!(
+        "the test database {name} is in use by another test process on {cluster_dsn}: {others}. Run one test \
+         process per test at a time on a cluster (or give this run a cluster of its own with IDGEN_TEST_DSN): \
+         this one would drop the database under the other."
+    );
 }
 
 /// A prepared transaction left by an interrupted run would keep the database from being dropped.
 fn rollback_prepared_transactions(cluster_dsn: &str, database: &str) {
-    let Ok(mut client) = Client::connect(&format!("{cluster_dsn} dbname={database}"), NoTls) else { return };
+    let Ok(mut client) = Client::connect(&session_dsn(cluster_dsn, database), NoTls) else { return };
     let gids: Vec<String> = client
         .query("SELECT gid FROM pg_prepared_xacts WHERE database = current_database()", &[])
         .unwrap()
@@ -138,6 +191,15 @@ impl Notices {
     pub fn take(&self) -> Vec<DbError> {
         std::mem::take(&mut *self.0.lock().unwrap())
     }
+}
+
+/// The notifications `listener` has been sent for everything committed before this call, without
+/// waiting for more: the server hands a session the notifications it has before it answers a
+/// statement (a NOTIFY's commit signals every listener before the committing call returns).
+pub fn notifications_so_far(listener: &mut Client) -> Vec<postgres::Notification> {
+    use postgres::fallible_iterator::FallibleIterator;
+    listener.batch_execute("SELECT 1").unwrap();
+    listener.notifications().iter().collect().unwrap()
 }
 
 /// One row of `idgen_claim`.
@@ -330,7 +392,11 @@ impl ClockCluster {
 
     /// Restarts the server (same preload); every connection is lost.
     pub fn restart(&self) {
-        let status = std::process::Command::new("bash").arg(&self.restart).status().unwrap();
+        let status = status_within(
+            std::process::Command::new("bash").arg(&self.restart),
+            WORK_PATIENCE,
+            "the restart of the clock-step cluster",
+        );
         assert!(status.success(), "restarting the clock-step cluster failed: {status}");
     }
 }
@@ -350,7 +416,7 @@ pub struct SystemSettings {
 
 impl SystemSettings {
     pub fn set(cluster_dsn: &str, settings: &[(&str, &str)]) -> SystemSettings {
-        let dsn = format!("{cluster_dsn} dbname=postgres");
+        let dsn = session_dsn(cluster_dsn, "postgres");
         let mut admin = Client::connect(&dsn, NoTls).unwrap();
         // ALTER SYSTEM checks the names: they are known once idgen is loaded.
         admin.batch_execute("LOAD 'idgen'").unwrap();
@@ -361,6 +427,12 @@ impl SystemSettings {
         let applied = SystemSettings { dsn, names };
         applied.reload(settings);
         applied
+    }
+
+    /// Settings `names` that something else sets (a documented example run as written): reset,
+    /// with a reload, when dropped.
+    pub fn adopt(cluster_dsn: &str, names: &[String]) -> SystemSettings {
+        SystemSettings { dsn: session_dsn(cluster_dsn, "postgres"), names: names.to_vec() }
     }
 
     /// Reloads and waits until a new session sees every value (the reload is asynchronous).

@@ -3,7 +3,6 @@
 use idgen_cluster_tests::*;
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::thread;
 
 const APP_ROLE: &str = "idgen_t_insert_only";
 
@@ -108,29 +107,33 @@ fn concurrent_new_backends_at_serializable_succeed_with_at_most_retries() {
     let service = db.name.clone();
     db.connect().batch_execute("CREATE TABLE t (id bigint PRIMARY KEY DEFAULT idgen_next_id(), w int)").unwrap();
     // All backends are connected before the first claim and stay connected until all have inserted, so
-    // no slot (and no machine id) is handed from one to the next: every machine id must differ.
+    // no slot (and no machine id) is handed from one to the next: every machine id must differ. A
+    // worker that fails breaks the barrier, so that the others fail at once too, and every one's
+    // error is reported (a worker that died used to leave the others waiting at the barrier).
     let barrier = Arc::new(Barrier::new(WORKERS));
     let workers: Vec<_> = (0..WORKERS)
         .map(|w| {
-            let (dsn, barrier, service) = (db.dsn(), barrier.clone(), service.clone());
-            thread::spawn(move || {
-                let mut client = postgres::Client::connect(&dsn, postgres::NoTls).unwrap();
-                barrier.wait();
+            let (dsn, service, together) = (db.dsn(), service.clone(), barrier.clone());
+            spawn_party(format!("worker {w}"), &barrier, move || {
+                let mut client =
+                    postgres::Client::connect(&dsn, postgres::NoTls).unwrap_or_else(|e| panic!("connect: {e}"));
+                together.wait();
                 let tx = format!("BEGIN ISOLATION LEVEL SERIALIZABLE; INSERT INTO t (w) VALUES ({w}); COMMIT");
                 let mut attempts = 1;
                 while let Err(err) = client.batch_execute(&tx) {
-                    assert_eq!(sqlstate(&err), "40001", "{err:?}");
+                    // Only a serialization failure may be retried; anything else is this worker's failure, as the server said it.
+                    assert_eq!(sqlstate(&err), "40001", "attempt {attempts}: {err:?}");
                     client.batch_execute("ROLLBACK").unwrap();
                     attempts += 1;
-                    assert!(attempts <= 20, "worker {w} kept failing");
+                    assert!(attempts <= 20, "kept failing with 40001: {err:?}");
                 }
-                let lease = backend_lease(&mut client, &service).unwrap();
-                barrier.wait();
+                let lease = backend_lease(&mut client, &service).expect("a lease after the insert");
+                together.wait();
                 lease.machine_id
             })
         })
         .collect();
-    let leased: BTreeSet<i16> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    let leased: BTreeSet<i16> = join_all(workers, WORK_PATIENCE, "the serializable workers").into_iter().collect();
     assert_eq!(leased.len(), WORKERS, "{leased:?}");
     let mut client = db.connect();
     let (rows, machines): (i64, Vec<i16>) = client

@@ -248,8 +248,10 @@ fn sequence_exhaustion_waits_for_the_clock_and_never_borrows_the_next_millisecon
 
     // The next ID has no room in this millisecond: it must wait for the clock, however long.
     let pid: i32 = client.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
-    let waiting =
-        std::thread::spawn(move || -> i64 { client.query_one("SELECT idgen_next_id()", &[]).unwrap().get(0) });
+    // (The server measures statement_timeout on the frozen clock: the join's deadline bounds this wait.)
+    let waiting = spawn_named("the session waiting for the clock", move || -> i64 {
+        client.query_one("SELECT idgen_next_id()", &[]).unwrap().get(0)
+    });
     let mut observer = s.db.connect();
     let deadline = std::time::Instant::now() + PATIENCE;
     while !waiting.is_finished() {
@@ -268,7 +270,7 @@ fn sequence_exhaustion_waits_for_the_clock_and_never_borrows_the_next_millisecon
     }
     // A generator that borrowed future time would already have stamped the frozen second's next millisecond.
     s.cluster.set(&second_later);
-    let id = waiting.join().unwrap();
+    let id = join_within(waiting, PATIENCE, "the idgen_next_id() waiting for the clock to move");
     let stamped_ms: i64 = observer
         .query_one("SELECT (extract(epoch FROM ts) * 1000)::bigint FROM idgen_decode($1)", &[&id])
         .unwrap()

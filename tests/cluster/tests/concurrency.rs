@@ -2,7 +2,6 @@
 
 use idgen_cluster_tests::*;
 use std::sync::Arc;
-use std::thread;
 
 #[test]
 fn two_hundred_concurrent_claims_get_two_hundred_distinct_ids() {
@@ -10,10 +9,11 @@ fn two_hundred_concurrent_claims_get_two_hundred_distinct_ids() {
     let start = Arc::new(Barrier::new(200));
     let workers: Vec<_> = (0..200)
         .map(|i| {
-            let (db, start) = (db.clone(), start.clone());
-            thread::spawn(move || {
+            let (db, go) = (db.clone(), start.clone());
+            // A claimant that fails releases the others from the barrier, with its message.
+            spawn_party(format!("claimant {i}"), &start, move || {
                 let mut client = db.connect();
-                start.wait();
+                go.wait();
                 // As the client contract says: 55P03 (here: two new identities sharing a guard at
                 // the same moment) is retried.
                 let deadline = std::time::Instant::now() + PATIENCE;
@@ -28,7 +28,7 @@ fn two_hundred_concurrent_claims_get_two_hundred_distinct_ids() {
             })
         })
         .collect();
-    let mut claims: Vec<Claimed> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    let mut claims: Vec<Claimed> = join_all(workers, WORK_PATIENCE, "the 200 claimants");
     claims.sort_by_key(|c| c.machine_id);
     let ids: Vec<i16> = claims.iter().map(|c| c.machine_id).collect();
     assert_eq!(ids, (0..200).collect::<Vec<i16>>(), "200 distinct ids, the lowest ones");

@@ -30,13 +30,13 @@ fn the_dropping_session_counts_and_nothing_it_minted_is_handed_out_again() {
     own.batch_execute("DROP EXTENSION idgen; CREATE EXTENSION idgen").unwrap();
     // ...then it and a new session mint at the same time into one primary key.
     let dsn = db.dsn();
-    let other = std::thread::spawn(move || {
+    let other = spawn_named("the new session", move || {
         let mut other = Client::connect(&dsn, postgres::NoTls).unwrap();
         other.batch_execute("INSERT INTO kept SELECT idgen_next_id() FROM generate_series(1, 200000)")
     });
     let mine = own.batch_execute("INSERT INTO kept SELECT idgen_next_id() FROM generate_series(1, 200000)");
     mine.unwrap();
-    other.join().unwrap().unwrap();
+    join_within(other, WORK_PATIENCE, "the new session's inserts").unwrap();
     let rows: i64 = own.query_one("SELECT count(*) FROM kept", &[]).unwrap().get(0);
     assert_eq!(rows, 450_000);
     // Its leases of the dropped registry ended at the DROP: it claimed in the new one.
@@ -154,22 +154,21 @@ fn pg_restore_clean_into_a_live_database_hands_out_no_id_in_use() {
     admin.batch_execute("CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT idgen_next_id(), item text)").unwrap();
     // A dump taken before the node's claim.
     let dump_file = std::env::temp_dir().join(format!("{}-{}.dump", db.name, std::process::id()));
-    let dump = Command::new("pg_dump")
-        .args(["--format=custom", "--file"])
-        .arg(&dump_file)
-        .arg("--dbname")
-        .arg(db.dsn())
-        .output()
-        .expect("run pg_dump");
+    // pg_dump and pg_restore set statement_timeout = 0 in their sessions: a deadline bounds them.
+    let dump = output_within(
+        Command::new("pg_dump").args(["--format=custom", "--file"]).arg(&dump_file).arg("--dbname").arg(db.dsn()),
+        WORK_PATIENCE,
+        "pg_dump",
+    );
     assert!(dump.status.success(), "pg_dump: {}", String::from_utf8_lossy(&dump.stderr));
     let mut node = TestNode::claim(&mut admin, "svc", "10.0.0.1", 1).unwrap();
     let _application = db.connect();
     // Restoring over the live database: its DROP EXTENSION is refused, the rest goes on.
-    let restore = Command::new("pg_restore")
-        .args(["--clean", "--if-exists", "--dbname", &db.dsn()])
-        .arg(&dump_file)
-        .output()
-        .expect("run pg_restore");
+    let restore = output_within(
+        Command::new("pg_restore").args(["--clean", "--if-exists", "--dbname", &db.dsn()]).arg(&dump_file),
+        WORK_PATIENCE,
+        "pg_restore --clean",
+    );
     std::fs::remove_file(&dump_file).ok();
     let stderr = String::from_utf8_lossy(&restore.stderr);
     assert!(!restore.status.success(), "pg_restore reported no error: {stderr}");

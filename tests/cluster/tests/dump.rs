@@ -25,28 +25,27 @@ fn registry_rows_survive_pg_dump_and_restore() {
     assert_eq!(events_before.len(), 5, "{events_before:?}");
 
     let dump_file = std::env::temp_dir().join(format!("{}-{}.dump", source.name, std::process::id()));
-    let dump = Command::new("pg_dump")
-        .args(["--format=custom", "--file"])
-        .arg(&dump_file)
-        .arg("--dbname")
-        .arg(source.dsn())
-        .output()
-        .expect("run pg_dump");
+    // pg_dump and pg_restore set statement_timeout = 0 in their sessions: a deadline bounds them.
+    let dump = output_within(
+        Command::new("pg_dump").args(["--format=custom", "--file"]).arg(&dump_file).arg("--dbname").arg(source.dsn()),
+        WORK_PATIENCE,
+        "pg_dump",
+    );
     assert!(dump.status.success(), "pg_dump: {}", String::from_utf8_lossy(&dump.stderr));
 
     let target = format!("{}_restored", source.name);
-    let mut admin = postgres::Client::connect(&format!("{} dbname=postgres", base_dsn()), postgres::NoTls).unwrap();
+    let mut admin = connect_to(&base_dsn(), "postgres");
     admin.batch_execute(&format!("DROP DATABASE IF EXISTS {target} WITH (FORCE)")).unwrap();
     admin.batch_execute(&format!("CREATE DATABASE {target}")).unwrap();
-    let target_dsn = format!("{} dbname={target}", base_dsn());
-    let restore = Command::new("pg_restore")
-        .args(["--exit-on-error", "--dbname", &target_dsn])
-        .arg(&dump_file)
-        .output()
-        .expect("run pg_restore");
+    let target_dsn = session_dsn(&base_dsn(), &target);
+    let restore = output_within(
+        Command::new("pg_restore").args(["--exit-on-error", "--dbname", &target_dsn]).arg(&dump_file),
+        WORK_PATIENCE,
+        "pg_restore",
+    );
     assert!(restore.status.success(), "pg_restore: {}", String::from_utf8_lossy(&restore.stderr));
     std::fs::remove_file(&dump_file).ok();
-    let mut restored = postgres::Client::connect(&target_dsn, postgres::NoTls).unwrap();
+    let mut restored = connect_to(&base_dsn(), &target);
     assert_eq!(registry_snapshot(&mut restored), before);
     assert!(before.lines().count() == 2 && before.contains("10.0.0.2"), "{before}");
 

@@ -32,20 +32,28 @@ impl Formation {
         Formation { dir: var("IDGEN_HA_DIR"), port: var("IDGEN_HA_PORT"), dsn: var("IDGEN_HA_DSN") }
     }
 
+    /// (The script's own waits are bounded; this deadline is for anything else it could hang on.)
     fn ctl(&self, command: &str) {
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/formation.sh");
-        let status = std::process::Command::new("bash")
-            .arg(script)
-            .arg(command)
-            .env("IDGEN_HA_DIR", &self.dir)
-            .env("IDGEN_HA_PORT", &self.port)
-            .status()
-            .unwrap();
+        let status = status_within(
+            std::process::Command::new("bash")
+                .arg(script)
+                .arg(command)
+                .env("IDGEN_HA_DIR", &self.dir)
+                .env("IDGEN_HA_PORT", &self.port),
+            WORK_PATIENCE,
+            &format!("scripts/formation.sh {command}"),
+        );
         assert!(status.success(), "scripts/formation.sh {command} failed");
     }
 
+    /// A session on the writable node; a connection attempt gives up after 5 s (then the next is
+    /// tried: the primary may have just moved), a statement after five minutes.
     fn connect(&self, dbname: &str) -> Result<Client, postgres::Error> {
-        Client::connect(&format!("{} dbname={dbname} connect_timeout=5", self.dsn), NoTls)
+        Client::connect(
+            &format!("{} dbname={dbname} connect_timeout=5 options='-c statement_timeout=300s'", self.dsn),
+            NoTls,
+        )
     }
 
     /// Each node by itself, writable or not.
@@ -53,7 +61,7 @@ impl Formation {
         let port: u16 = self.port.parse().unwrap();
         [port + 1, port + 2]
             .iter()
-            .map(|p| Client::connect(&format!("host=127.0.0.1 port={p} user=postgres dbname=postgres"), NoTls).unwrap())
+            .map(|p| connect_to(&format!("host=127.0.0.1 port={p} user=postgres"), "postgres"))
             .collect()
     }
 }
@@ -77,9 +85,13 @@ struct Record {
 
 const DB: &str = "idgen_t_failover";
 
+/// A session of the load, at synchronous_commit = off. Without a statement_timeout: a timeout
+/// that cancelled a commit's wait for the synchronous standby would leave the commit local and
+/// report it done, an acknowledged claim the standby may never have had. The load's threads are
+/// bounded by their join instead.
 fn session(formation: &Formation) -> Option<Client> {
     let mut client = formation.connect(DB).ok()?;
-    client.batch_execute("SET synchronous_commit = off").ok()?;
+    client.batch_execute("SET synchronous_commit = off; SET statement_timeout = 0").ok()?;
     Some(client)
 }
 
@@ -158,6 +170,15 @@ fn backends(formation: Arc<Formation>, record: Arc<Mutex<Record>>, stop: Arc<Ato
     }
 }
 
+/// Sets the flag when dropped.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 fn wait_for_claims(record: &Mutex<Record>, at_least: usize) {
     wait_for(&format!("{at_least} claims"), PATIENCE, || record.lock().unwrap().claims.len() >= at_least);
 }
@@ -210,14 +231,16 @@ fn no_id_twice_across_a_switchover_and_a_crash_of_the_primary() {
 
     let record = Arc::new(Mutex::new(Record::default()));
     let stop = Arc::new(AtomicBool::new(false));
+    // The load stops however this test ends, a failed wait included.
+    let _stop_on_exit = StopOnDrop(stop.clone());
     let mut threads = vec![];
     for k in 0..4 {
         let (f, r, s) = (formation.clone(), record.clone(), stop.clone());
-        threads.push(std::thread::spawn(move || service_nodes(f, r, s, k)));
+        threads.push(spawn_named(format!("service nodes {k}"), move || service_nodes(f, r, s, k)));
     }
-    for _ in 0..2 {
+    for b in 0..2 {
         let (f, r, s) = (formation.clone(), record.clone(), stop.clone());
-        threads.push(std::thread::spawn(move || backends(f, r, s)));
+        threads.push(spawn_named(format!("backends {b}"), move || backends(f, r, s)));
     }
 
     // Load before, through and after each failover: progress is counted in claims, not in seconds.
@@ -246,9 +269,7 @@ fn no_id_twice_across_a_switchover_and_a_crash_of_the_primary() {
     let after_crash = record.lock().unwrap().claims.len();
     wait_for_claims(&record, after_crash + 40);
     stop.store(true, Ordering::Relaxed);
-    for t in threads {
-        t.join().unwrap();
-    }
+    join_all(threads, WORK_PATIENCE, "the load's threads");
 
     let record = record.lock().unwrap();
     let mut primary = formation.connect(DB).unwrap();

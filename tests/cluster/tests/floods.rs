@@ -43,7 +43,7 @@ fn a_flood_of_refused_calls_leaves_a_bounded_record_and_the_worker_slots_free() 
     let floods: Vec<_> = (0..10)
         .map(|k| {
             let dsn = db.dsn();
-            std::thread::spawn(move || {
+            spawn_named(format!("flood {k}"), move || {
                 let mut client = postgres::Client::connect(&dsn, postgres::NoTls).unwrap();
                 for round in 0..100 {
                     // A release of an id this node does not hold: false, with a WARNING.
@@ -66,17 +66,15 @@ fn a_flood_of_refused_calls_leaves_a_bounded_record_and_the_worker_slots_free() 
             })
         })
         .collect();
-    // (Each flood's statements end within the sessions' statement_timeout: the loop ends.)
     let mut short = Vec::new();
-    while floods.iter().any(|f| !f.is_finished()) {
+    wait_for("the floods to end", WORK_PATIENCE, || {
         let (planned, launched) = parallel_workers(&mut observer);
         if launched < planned {
             short.push((planned, launched));
         }
-    }
-    for flood in floods {
-        flood.join().unwrap();
-    }
+        floods.iter().all(|f| f.is_finished())
+    });
+    join_all(floods, PATIENCE, "the floods");
     assert!(short.is_empty(), "the parallel query went short of workers during the flood: {short:?}");
     // 3,000 refusals, one event per service and kind: the releases and heartbeats (ownership lost)
     // of "svc", the claims (full) of "full".

@@ -4,7 +4,6 @@
 
 use idgen_cluster_tests::*;
 use std::collections::BTreeSet;
-use std::thread;
 
 const SESSIONS: i32 = 8;
 const ROWS_PER_SESSION: i32 = 100_000;
@@ -22,7 +21,7 @@ fn eight_sessions_with_reconnects_insert_unique_increasing_ids_and_reuse_their_s
         .map(|session| {
             let dsn = db.dsn();
             let service = service.clone();
-            thread::spawn(move || {
+            spawn_named(format!("session {session}"), move || {
                 let reconnects = session % 2 == 0;
                 let mut slots = BTreeSet::new();
                 let mut client = postgres::Client::connect(&dsn, postgres::NoTls).unwrap();
@@ -44,8 +43,7 @@ fn eight_sessions_with_reconnects_insert_unique_increasing_ids_and_reuse_their_s
         })
         .collect();
     let mut slots_used = BTreeSet::new();
-    for worker in workers {
-        let (_, slots) = worker.join().expect("a session failed");
+    for (_, slots) in join_all(workers, WORK_PATIENCE, "the inserting sessions") {
         slots_used.extend(slots);
     }
 

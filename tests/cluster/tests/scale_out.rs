@@ -179,10 +179,10 @@ fn a_range_changed_under_live_holders_strands_nothing_and_hands_out_nothing_twic
 /// Whether `statement`, run by a new session at `synchronous_commit = off`, waits for a synchronous
 /// standby at its commit (seen as wait event SyncRep, in the session or in the registry writer that
 /// commits a backend's claim for it; the wait is then cancelled, which leaves the commit local).
-/// Decided by what happens, never by how long it takes; a minute without either fails.
+/// Decided by what happens, never by how long it takes; [`PATIENCE`] without either fails.
 fn waits_for_the_standby(db: &TestDb, observer: &mut Client, statement: &str) -> bool {
     let (pid_tx, pid_rx) = std::sync::mpsc::channel();
-    let waiter = std::thread::spawn({
+    let waiter = spawn_named("the session at synchronous_commit = off", {
         let (dsn, statement) = (db.dsn(), statement.to_owned());
         move || {
             let mut session = Client::connect(&dsn, postgres::NoTls).unwrap();
@@ -192,16 +192,16 @@ fn waits_for_the_standby(db: &TestDb, observer: &mut Client, statement: &str) ->
             session.batch_execute(&statement)
         }
     });
-    let pid: i32 = pid_rx.recv_timeout(std::time::Duration::from_secs(60)).expect("the session connects");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let pid: i32 = recv_within(&pid_rx, PATIENCE, "the session's pid");
+    let deadline = std::time::Instant::now() + PATIENCE;
     loop {
         if waiter.is_finished() {
-            waiter.join().unwrap().unwrap();
+            join_within(waiter, PATIENCE, statement).unwrap();
             return false;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "{statement}: neither finished nor waited for the standby in a minute"
+            "{statement}: neither finished nor waited for the standby within {PATIENCE:?}"
         );
         let waiting: Option<i32> = observer
             .query_one(
@@ -214,7 +214,7 @@ fn waits_for_the_standby(db: &TestDb, observer: &mut Client, statement: &str) ->
         if let Some(waiting) = waiting {
             observer.query_one("SELECT pg_cancel_backend($1)", &[&waiting]).unwrap();
             // The statement itself succeeded: only the wait was cancelled.
-            waiter.join().unwrap().unwrap();
+            join_within(waiter, PATIENCE, statement).unwrap();
             return true;
         }
         std::thread::sleep(std::time::Duration::from_millis(5));

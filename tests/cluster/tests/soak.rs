@@ -236,8 +236,9 @@ fn holders_never_overlap_and_no_id_is_minted_twice_through_takebacks_fencing_and
     let rounds = Arc::new(Barrier::new(WORKERS));
     let workers: Vec<_> = (0..WORKERS)
         .map(|w| {
-            let (db, tally, rounds) = (db.clone(), tally.clone(), rounds.clone());
-            thread::spawn(move || {
+            let (db, tally, round) = (db.clone(), tally.clone(), rounds.clone());
+            // A worker that fails releases the others from the round's barrier, with its message.
+            spawn_party(format!("soak worker {w}"), &rounds, move || {
                 let mut client = db.connect();
                 let mut rng = XorShift(w as u64 * 7_919 + 17);
                 let mut nodes: Vec<Node> =
@@ -251,7 +252,7 @@ fn holders_never_overlap_and_no_id_is_minted_twice_through_takebacks_fencing_and
                     if let Some(rest) = ROUND.checked_sub(started.elapsed()) {
                         thread::sleep(rest);
                     }
-                    rounds.wait();
+                    round.wait();
                 }
                 let end = Instant::now();
                 for node in &mut nodes {
@@ -273,9 +274,7 @@ fn holders_never_overlap_and_no_id_is_minted_twice_through_takebacks_fencing_and
             })
         })
         .collect();
-    for w in workers {
-        w.join().expect("a soak worker failed");
-    }
+    join_all(workers, WORK_PATIENCE, "the soak workers");
     let tally = tally.lock().unwrap();
 
     // No two holders of a machine id inside a live lease at once.

@@ -1,9 +1,7 @@
 //! The claim tiers in order, the 1-hour alert, exhaustion and what listeners get.
 
 use idgen_cluster_tests::*;
-use postgres::fallible_iterator::FallibleIterator;
 use serde_json::Value;
-use std::time::Duration;
 
 #[test]
 fn tiers_are_taken_in_order_then_a_full_registry_fails() {
@@ -73,14 +71,8 @@ fn tiers_are_taken_in_order_then_a_full_registry_fails() {
 
     // Listeners hear the 1-hour take-back. The exhaustion's NOTIFY would die
     // with its failed transaction, so it is not sent: the server log has it.
-    let mut heard: Vec<Value> = vec![];
-    {
-        let mut notifications = listener.notifications();
-        let mut pending = notifications.timeout_iter(Duration::from_secs(2));
-        while let Some(n) = pending.next().unwrap() {
-            heard.push(serde_json::from_str(n.payload()).unwrap());
-        }
-    }
+    let mut heard: Vec<Value> =
+        notifications_so_far(&mut listener).iter().map(|n| serde_json::from_str(n.payload()).unwrap()).collect();
     // The claims of the free ids 1000 and 10 left the service above idgen.capacity_alert.
     let nearly_full: Vec<&Value> = heard.iter().filter(|h| h["event"] == "capacity").collect();
     assert_eq!(nearly_full.iter().map(|h| h["machine_id"].as_i64().unwrap()).collect::<Vec<_>>(), [1000, 10]);
@@ -93,23 +85,29 @@ fn tiers_are_taken_in_order_then_a_full_registry_fails() {
         serde_json::json!({"event": "idle_1h_takeover", "service": "tiers", "machine_id": 40, "idle_seconds": idle})
     );
 
-    // The server log has the whole alert.
-    let log: String = admin
-        .query_one(
-            "SELECT pg_read_file(pg_current_logfile(), $1, (pg_stat_file(pg_current_logfile())).size - $1)",
-            &[&log_offset],
-        )
-        .unwrap()
-        .get(0);
-    let logged = |event: &str| -> Value {
-        let line = log
-            .lines()
+    // The server log has the whole alert (written by the logging collector, a moment later).
+    let line_of = |log: &str, event: &str| -> Option<String> {
+        log.lines()
             .find(|l| {
                 l.contains("idgen_alert {")
                     && l.contains(&format!("\"event\":\"{event}\""))
                     && l.contains("\"service\":\"tiers\"")
             })
-            .unwrap_or_else(|| panic!("no {event} alert in the server log"));
+            .map(str::to_owned)
+    };
+    let mut log = String::new();
+    wait_for("the idle_1h_takeover and exhausted alerts in the server log", PATIENCE, || {
+        log = admin
+            .query_one(
+                "SELECT pg_read_file(pg_current_logfile(), $1, (pg_stat_file(pg_current_logfile())).size - $1)",
+                &[&log_offset],
+            )
+            .unwrap()
+            .get(0);
+        line_of(&log, "idle_1h_takeover").is_some() && line_of(&log, "exhausted").is_some()
+    });
+    let logged = |event: &str| -> Value {
+        let line = line_of(&log, event).expect("waited for");
         serde_json::from_str(&line[line.find("idgen_alert {").unwrap() + "idgen_alert ".len()..]).unwrap()
     };
     let alert = logged("idle_1h_takeover");
