@@ -10,7 +10,10 @@
 --
 -- Views and SQL-standard function bodies are bound when created, and every
 -- operator and function below is pg_catalog's, named so: nothing a lower role
--- plants on a search_path takes part when a superuser reads them.
+-- plants on a search_path takes part when a superuser reads them. They read
+-- pg_catalog's tables and functions, which are pinned, and none of its views
+-- (pg_stat_activity is not pinned: DROP VIEW ... CASCADE of it would drop idgen
+-- past its drop guard).
 
 CREATE VIEW idgen_visibility AS
 SELECT pg_catalog.pg_has_role(CURRENT_USER, 'pg_monitor'::name, 'MEMBER'::text)
@@ -38,8 +41,8 @@ SELECT n.service,
        n.machine_id OPERATOR(pg_catalog.>=) p.machine_id_first
            AND n.machine_id OPERATOR(pg_catalog.<=) p.machine_id_last AS in_range,
        a.pid,
-       a.usename AS "user",
-       a.datname AS database,
+       pg_catalog.pg_get_userbyid(a.usesysid) AS "user",
+       (SELECT d.datname FROM pg_catalog.pg_database d WHERE d.oid OPERATOR(pg_catalog.=) a.datid) AS database,
        a.application_name,
        a.backend_start,
        n.host,
@@ -52,8 +55,8 @@ SELECT n.service,
   FROM idgen_private.nodes n
  CROSS JOIN idgen_policy() p
  CROSS JOIN idgen_visibility v
-  LEFT JOIN pg_catalog.pg_stat_activity a
-         ON a.pid OPERATOR(pg_catalog.=) idgen_slot_pid(n.host, n.port, n.backend_slot)
+  LEFT JOIN pg_catalog.pg_stat_get_activity(NULL::integer) a
+         ON a.pid OPERATOR(pg_catalog.=) idgen_slot_pid(n.host, n.port, n.backend_slot, n.last_seen)
  WHERE v.reads_all OR n.service::text OPERATOR(pg_catalog.=) ANY (v.services);
 COMMENT ON VIEW idgen_nodes IS
     'Every registry row (system_nodes) you may read, with its kind, its state by the claim''s own rules, its lease and watermark, and for a backend row the live connection now in its slot.';
@@ -69,8 +72,8 @@ COMMENT ON COLUMN idgen_nodes.issued_until IS 'The watermark: the latest timesta
 COMMENT ON COLUMN idgen_nodes.bound IS 'The latest time any holder of this id may have stamped: the next holder starts after it (for a held service node, its last report plus its lease).';
 COMMENT ON COLUMN idgen_nodes.version IS 'Ownership epoch.';
 COMMENT ON COLUMN idgen_nodes.in_range IS 'Inside this server''s idgen.machine_id_range: claims here hand out only such ids. A holder outside keeps its id until it stops.';
-COMMENT ON COLUMN idgen_nodes.pid IS 'Backend rows of this server: the process in the row''s slot now, if any (it holds the row, or reuses it on its first idgen_next_id()).';
-COMMENT ON COLUMN idgen_nodes."user" IS 'That process''s user (pg_stat_activity.usename).';
+COMMENT ON COLUMN idgen_nodes.pid IS 'Backend rows of this server: the process holding the row, if it still runs (a process that took the slot after the row was last written is not shown: it has not used the row).';
+COMMENT ON COLUMN idgen_nodes."user" IS 'That process''s user (as pg_stat_activity.usename).';
 COMMENT ON COLUMN idgen_nodes.database IS 'That process''s database.';
 COMMENT ON COLUMN idgen_nodes.application_name IS 'That process''s application_name.';
 COMMENT ON COLUMN idgen_nodes.backend_start IS 'When that process started (visible to its own user, superusers and pg_read_all_stats).';
@@ -165,7 +168,7 @@ SELECT h.at,
 COMMENT ON VIEW idgen_events IS
     'The ownership history (idgen_history) of the services you may read: who got which machine id when and how, who it was taken from, releases, losses and refused claims. Reuses of a held row by the same node are not recorded (ownership does not move).';
 COMMENT ON COLUMN idgen_events.at IS 'When it happened.';
-COMMENT ON COLUMN idgen_events.event IS 'claim, take_back, release, set_aside, ownership_lost, refused_full or refused_watermark.';
+COMMENT ON COLUMN idgen_events.event IS 'claim, take_back, release, set_aside, ownership_lost, refused_full, refused_watermark, refused_no_standby or watermark_behind.';
 COMMENT ON COLUMN idgen_events.service IS 'The service.';
 COMMENT ON COLUMN idgen_events.machine_id IS 'The machine id; NULL for refused_full.';
 COMMENT ON COLUMN idgen_events.version IS 'Ownership epoch after the event (or the one a loser held).';
@@ -278,9 +281,14 @@ COMMENT ON VIEW idgen_private.visible_nodes IS 'idgen_nodes, as idgen_explain re
 COMMENT ON VIEW idgen_private.visible_metrics IS 'idgen_metrics, as idgen_explain reads it (bound when created).';
 
 -- One row per finding; none means healthy. Reads only the views above, as the caller.
+-- jit = off: compiling its plan would take far longer than running it (it reads every
+-- registry row a few times); the SET also keeps it from being inlined into the caller's
+-- query, whose plan would then be JIT-compiled instead. ROWS: a healthy registry has none.
 CREATE FUNCTION idgen_health()
     RETURNS TABLE (severity text, finding text, subject text, detail text, action text)
     LANGUAGE sql STABLE
+    SET jit = off
+    ROWS 10
 BEGIN ATOMIC
 SELECT f.severity, f.finding, f.subject, f.detail, f.action FROM (
     SELECT 'critical'::text AS severity, 'settings_inconsistent'::text AS finding, 'idgen.*'::text AS subject,
@@ -328,6 +336,15 @@ SELECT f.severity, f.finding, f.subject, f.detail, f.action FROM (
      WHERE n.issued_until OPERATOR(pg_catalog.>)
            (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) p.lease OPERATOR(pg_catalog.+) p.heartbeat_interval)
     UNION ALL
+    SELECT 'warning', 'watermark_behind', pg_catalog.format('%s machine id %s', w.service, w.machine_id),
+           pg_catalog.format('%s reported a watermark behind the one the registry holds (last at %s): %s', w.holder, w.at, w.detail),
+           'Check the node''s clock (NTP) and that it reports UTC; a node stamping behind its not_before may repeat IDs of the id''s earlier holder: stop it, fix the clock, restart it.'
+      FROM (SELECT DISTINCT ON (e.service, e.machine_id) e.service, e.machine_id, e.holder, e.at, e.detail
+              FROM idgen_events e
+             WHERE e.event OPERATOR(pg_catalog.=) 'watermark_behind'::text
+               AND e.at OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 day')
+             ORDER BY e.service, e.machine_id, e.at DESC) w
+    UNION ALL
     SELECT 'warning', 'outside_range', o.service,
            pg_catalog.format('%s rows outside idgen.machine_id_range (%s-%s) may still be stamped until %s (machine ids %s): %s of them held.',
                              o.n, p.machine_id_first, p.machine_id_last, o.until, o.ids, o.held),
@@ -356,7 +373,9 @@ SELECT f.severity, f.finding, f.subject, f.detail, f.action FROM (
                    pg_catalog.count(*) FILTER (WHERE s.state OPERATOR(pg_catalog.=) 'streaming'::text
                                               AND s.sync_state OPERATOR(pg_catalog.=) ANY (ARRAY['sync'::text, 'quorum'::text])) AS synchronous,
                    pg_catalog.current_setting('synchronous_standby_names') OPERATOR(pg_catalog.<>) ''::text AS names
-              FROM pg_catalog.pg_stat_get_wal_senders() s) r
+              FROM pg_catalog.pg_stat_get_wal_senders() s
+             -- Standbys only: a logical-replication walsender serves a database, not a failover.
+             WHERE (SELECT a.datid FROM pg_catalog.pg_stat_get_activity(s.pid) a) IS NULL) r
      WHERE r.synchronous OPERATOR(pg_catalog.=) 0 AND (r.names OR r.standbys OPERATOR(pg_catalog.>) 0)
     UNION ALL
     SELECT 'notice', 'stale_backend_rows', b.service,
@@ -384,12 +403,20 @@ GRANT SELECT ON idgen_visibility, idgen_nodes, idgen_capacity, idgen_events, idg
     idgen_registry_status TO PUBLIC;
 GRANT SELECT ON idgen_private.visible_events, idgen_private.visible_nodes, idgen_private.visible_metrics TO PUBLIC;
 
+-- The planner's estimates: idgen_policy() returns one row (the default of 1,000 made every
+-- view that joins it cost a thousand times its size, and JIT-compile), idgen_explain() one
+-- per service. tests/cluster/tests/diagnostics.rs keeps every plan under jit_above_cost.
+ALTER FUNCTION idgen_policy() ROWS 1;
+ALTER FUNCTION idgen_explain(bigint, text) ROWS 1;
+
 COMMENT ON FUNCTION idgen_policy() IS
     'The effective idgen settings as the claim uses them, one row: the lease, heartbeat interval, cooldown, take-back ages, capacity alert, history retention, the machine ids a service can have on this server (idgen.machine_id_range: count, first, last), whether claims require a synchronous standby, and problem (why the settings are inconsistent, or NULL).';
 COMMENT ON FUNCTION idgen_node_state(timestamptz, timestamptz, timestamptz, timestamptz) IS
     'The state of a registry row from its last_seen, released_at, lease_until and takeover_at, by the claim''s own rules: live, past_lease, idle_1h, idle_1d, idle_7d, cooling_down or released.';
 COMMENT ON FUNCTION idgen_node_name(inet, integer, integer) IS 'How idgen names a node: host:port, or backend slot N of host:port.';
 COMMENT ON FUNCTION idgen_slot_pid(inet, integer, integer) IS
-    'For a backend row of this server (host idgen.node_host, this port): the pid of the process in its slot now, or NULL.';
+    'For a backend row of this server (host idgen.node_host, this port): the pid of the process in its slot now, whoever it is, or NULL.';
+COMMENT ON FUNCTION idgen_slot_pid(inet, integer, integer, timestamptz) IS
+    'For a backend row of this server (host idgen.node_host, this port) last written at last_seen: the pid of the process in its slot if it started before then (it holds the row), or NULL.';
 COMMENT ON FUNCTION idgen_explain(bigint, text) IS
     'Who made an ID: decodes it and names the holder of its machine id at its timestamp, with the version then in force, from the history and the registry; one row per service you may read (or the one given). Says when the history does not reach back that far, and warns when two holders overlap.';

@@ -13,6 +13,9 @@ COMMENT ON FUNCTION idgen_max_id(timestamptz) IS
 COMMENT ON FUNCTION idgen_backend_leases() IS
     'This backend''s leases on machine ids, one row per service: machine id, version, slot, when claimed, not_before (its IDs are stamped after it), last verified, lease end, issued_until (the watermark the registry holds; no ID is stamped at or past it), IDs issued and the time of the last one. Every lease shown is committed in the registry.';
 
+-- One lease per service a backend mints for: usually one (the default of 1,000 rows misleads plans).
+ALTER FUNCTION idgen_backend_leases() ROWS 1;
+
 -- Any role may mint IDs; the registry writes behind it run as the extension owner.
 GRANT EXECUTE ON FUNCTION idgen_next_id() TO PUBLIC;
 GRANT EXECUTE ON FUNCTION idgen_next_id(text) TO PUBLIC;

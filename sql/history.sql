@@ -30,7 +30,7 @@ CREATE TABLE idgen_private.idgen_history (
     detail                TEXT,
     CONSTRAINT idgen_history_event_known CHECK (event OPERATOR(pg_catalog.=) ANY (ARRAY[
         'claim', 'take_back', 'release', 'set_aside', 'ownership_lost', 'refused_full', 'refused_watermark',
-        'refused_no_standby'])),
+        'refused_no_standby', 'watermark_behind'])),
     CONSTRAINT idgen_history_outcome_known CHECK (outcome OPERATOR(pg_catalog.=) ANY (ARRAY[
         'new', 'reused', 'released', 'idle_7d', 'idle_1d', 'idle_1h']))
 );
@@ -45,7 +45,7 @@ COMMENT ON SEQUENCE idgen_private.idgen_history_event_id_seq IS 'Numbers the his
 COMMENT ON COLUMN idgen_private.idgen_history.event_id IS 'Order of recording.';
 COMMENT ON COLUMN idgen_private.idgen_history.at IS 'When it happened (server clock).';
 COMMENT ON COLUMN idgen_private.idgen_history.event IS
-    'claim (a new id, or a node''s own released id back), take_back (from a released or idle holder; outcome names the tier), release, set_aside (a node''s own id left because its bound was too far ahead, or it is outside idgen.machine_id_range), ownership_lost (a holder learnt it lost the id), refused_full, refused_watermark, refused_no_standby (idgen.require_synchronous_standby). Losses and refusals: at most one of each kind per service and minute.';
+    'claim (a new id, or a node''s own released id back), take_back (from a released or idle holder; outcome names the tier), release, set_aside (a node''s own id left because its bound was too far ahead, or it is outside idgen.machine_id_range), ownership_lost (a holder learnt it lost the id), refused_full, refused_watermark, refused_no_standby (idgen.require_synchronous_standby), watermark_behind (a node reported a watermark behind the registry''s: its clock is behind). Losses, refusals and watermarks behind: at most one of each kind per service and minute.';
 COMMENT ON COLUMN idgen_private.idgen_history.service IS 'The service.';
 COMMENT ON COLUMN idgen_private.idgen_history.machine_id IS 'The machine id concerned; NULL for a claim refused because the service is full.';
 COMMENT ON COLUMN idgen_private.idgen_history.version IS 'Ownership epoch after the event (claims, take-backs, releases) or the one the holder had (losses).';
@@ -104,16 +104,18 @@ REVOKE ALL ON idgen_private.idgen_history, idgen_private.idgen_history_purged FR
 REVOKE ALL ON SEQUENCE idgen_private.idgen_history_event_id_seq FROM PUBLIC;
 
 -- Removes events older than the retention (idgen.history_retention unless given, read
--- through idgen_policy(): the setting as the library knows it, also after a RESET),
--- counting them into idgen_history_purged. Bound when created, so nothing on a
+-- through idgen_policy(): the setting as the library knows it, also after a RESET; an age
+-- given must be positive, see idgen_private.purge_age), counting them into idgen_history_purged. Bound when created, so nothing on a
 -- caller's search_path takes part.
+CREATE FUNCTION idgen_private.purge_age(older_than interval, retention interval) RETURNS interval
+    LANGUAGE c IMMUTABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'purge_age_wrapper';
 CREATE FUNCTION idgen_purge_history(older_than interval DEFAULT NULL)
     RETURNS bigint
     LANGUAGE sql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     WITH cutoff AS (
-        SELECT pg_catalog.now() OPERATOR(pg_catalog.-) COALESCE(older_than, p.history_retention) AS at
+        SELECT pg_catalog.now() OPERATOR(pg_catalog.-) idgen_private.purge_age(older_than, p.history_retention) AS at
           FROM @extschema@.idgen_policy() p
     ), purged AS (
         DELETE FROM idgen_private.idgen_history h USING cutoff c
@@ -132,3 +134,6 @@ END;
 COMMENT ON FUNCTION idgen_purge_history(interval) IS
     'Removes history events older than older_than (default: the setting idgen.history_retention, 90 days) and returns how many; the metrics keep counting them. Superusers and the extension owner, or roles granted EXECUTE. Schedule it daily (cron, pg_cron).';
 REVOKE EXECUTE ON FUNCTION idgen_purge_history(interval) FROM PUBLIC;
+COMMENT ON FUNCTION idgen_private.purge_age(interval, interval) IS
+    'The age idgen_purge_history removes events by: older_than, or the retention when it is NULL. Refuses (22023) an age of zero or less, which would remove every event.';
+REVOKE EXECUTE ON FUNCTION idgen_private.purge_age(interval, interval) FROM PUBLIC;

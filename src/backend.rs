@@ -96,7 +96,7 @@ pub fn next_id(function: &str, service: &str, check_name: fn(&str) -> Result<Str
 /// name. The hot path compares the setting's generation, not its text.
 #[inline]
 pub fn next_id_of_session_service(function: &str) -> i64 {
-    let generation = settings::service_generation();
+    let generation = settings::settings_generation();
     {
         let mut state = STATE.lock();
         if let Some((resolved_at, index)) = state.session_service {
@@ -110,6 +110,7 @@ pub fn next_id_of_session_service(function: &str) -> i64 {
             }
         }
     }
+    settings::warn_if_contradictory();
     let setting = settings::service_setting();
     let service =
         if setting.is_empty() { database_name().to_owned() } else { or_raise(input::service_setting(&setting)) };
@@ -316,6 +317,7 @@ fn idgen_backend_leases() -> TableIterator<
         name!(last_used_at, Option<TimestampWithTimeZone>),
     ),
 > {
+    crate::privilege::ensure_sql_version();
     let state = STATE.lock();
     let rows: Vec<_> = state
         .leases

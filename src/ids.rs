@@ -76,10 +76,17 @@ fn idgen_max_id(ts: TimestampWithTimeZone) -> i64 {
 }
 
 fn ticks_of(function: &str, layout: &Layout, ts: TimestampWithTimeZone) -> i64 {
-    let unix_ms = (!ts.is_infinity() && !ts.is_neg_infinity()).then(|| unix_ms(ts));
-    unix_ms
+    let given = if ts.is_infinity() {
+        Err("infinity")
+    } else if ts.is_neg_infinity() {
+        Err("-infinity")
+    } else {
+        Ok(unix_ms(ts))
+    };
+    given
+        .ok()
         .and_then(|ms| layout.ticks_at(ms).ok())
-        .unwrap_or_else(|| raise(messages::time_outside_layout(function, "ts", unix_ms, layout)))
+        .unwrap_or_else(|| raise(messages::time_outside_layout(function, "ts", given, layout)))
 }
 
 fn compose(layout: &Layout, parts: IdParts) -> i64 {

@@ -9,6 +9,7 @@
 //! - `backend`: each backend's own leases (hot path, slow path, the record it leaves at exit).
 //! - `privilege`: the switch to the extension owner's rights, with the search_path pinned.
 //! - `diagnostics`: alerts, the ownership history, and what the views and `idgen_explain` compute.
+//! - `earlier_symbols`: the C symbols older versions' SQL declared with other arguments, guarded.
 //! - `clock`, `settings`, `errors`: the small pieces around them.
 
 use pgrx::prelude::*;
@@ -17,6 +18,7 @@ mod backend;
 mod clock;
 mod diagnostics;
 mod durability;
+mod earlier_symbols;
 mod errors;
 mod ids;
 mod privilege;
@@ -32,7 +34,16 @@ extension_sql_file!("../sql/history.sql", name = "history", requires = ["registr
 extension_sql_file!(
     "../sql/diagnostics.sql",
     name = "diagnostics",
-    requires = ["registry", "history", idgen_policy, idgen_node_state, idgen_node_name, idgen_slot_pid, idgen_explain]
+    requires = [
+        "registry",
+        "history",
+        idgen_policy,
+        node_state,
+        idgen_node_name,
+        idgen_slot_pid,
+        idgen_slot_holder_pid,
+        idgen_explain
+    ]
 );
 extension_sql_file!(
     "../sql/generator.sql",

@@ -16,8 +16,14 @@ use crate::errors::raise;
 use idgen_core::{messages, IdgenError, SqlState};
 use pgrx::pg_sys;
 
-/// The library's version: it runs only against the SQL objects of the same version.
+/// The library's version.
 pub const LIBRARY_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The versions of the SQL objects this library runs against: its own, and the one before it,
+/// whose tables, views and C functions it uses unchanged (so a server whose package was
+/// upgraded goes on minting until `ALTER EXTENSION idgen UPDATE`). Against the older one it
+/// records no `watermark_behind` events (their kind is new). Any other version is refused.
+pub const SQL_VERSIONS: [&str; 2] = [LIBRARY_VERSION, "0.4.0"];
 
 /// The installed extension, as `pg_extension` has it.
 pub struct Installed {
@@ -25,11 +31,37 @@ pub struct Installed {
     /// The schema it is installed in (`public` by default).
     pub schema: pg_sys::Oid,
     pub version: String,
+    /// Created (or updated) by the current transaction, not committed yet.
+    pub this_transaction: bool,
+}
+
+/// Set while idgen runs as the extension owner (see [`as_extension_owner`]).
+static SWITCHED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether idgen runs as the extension owner now: the role acting at the call must have been read before.
+pub fn switched_to_extension_owner() -> bool {
+    SWITCHED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Marks the switch for as long as it lasts, an error's unwinding included.
+struct Switch(bool);
+
+impl Switch {
+    fn enter() -> Switch {
+        Switch(SWITCHED.swap(true, std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+impl Drop for Switch {
+    fn drop(&mut self) {
+        SWITCHED.store(self.0, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// Runs `f` as the owner of the idgen extension with the search_path pinned.
 pub fn as_extension_owner<R>(f: impl FnOnce() -> R) -> R {
     let owner = checked_installation().owner;
+    let _switch = Switch::enter();
     with_pinned_search_path(|| {
         // SAFETY: how fmgr_security_definer switches user; backend-local state only.
         unsafe {
@@ -76,10 +108,31 @@ pub fn checked_installation() -> Installed {
             .hint("CREATE EXTENSION idgen;"),
         )
     });
-    if installed.version != LIBRARY_VERSION {
-        raise(messages::version_mismatch(&installed.version, LIBRARY_VERSION));
+    if !SQL_VERSIONS.contains(&installed.version.as_str()) {
+        raise(messages::version_mismatch(&installed.version, LIBRARY_VERSION, &SQL_VERSIONS));
     }
     installed
+}
+
+/// Refuses (55000) when the installed SQL objects are of a version this library does not run
+/// against: for functions that touch no registry but return rows whose shape the SQL declares
+/// (another version's declaration would not match what the library builds). Looked up once per
+/// transaction and command, so that a view calling it per row pays one lookup.
+pub fn ensure_sql_version() {
+    static CHECKED: std::sync::Mutex<Option<(pg_sys::TimestampTz, pg_sys::CommandId)>> = std::sync::Mutex::new(None);
+    // SAFETY: reads backend-local transaction state.
+    let now = unsafe { (pg_sys::GetCurrentTransactionStartTimestamp(), pg_sys::GetCurrentCommandId(false)) };
+    let mut checked = CHECKED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if *checked != Some(now) {
+        *checked = None;
+        checked_installation();
+        *checked = Some(now);
+    }
+}
+
+/// Whether the installed SQL objects are this library's own version (not the one before it).
+pub fn installed_sql_is_current() -> bool {
+    checked_installation().version == LIBRARY_VERSION
 }
 
 /// The extension's owner, schema and version. Read from `pg_extension` through its name index rather
@@ -121,7 +174,9 @@ pub fn installed() -> Option<Installed> {
                 let text = pg_sys::text_to_cstring(version.cast_mut_ptr());
                 std::ffi::CStr::from_ptr(text).to_string_lossy().into_owned()
             };
-            Installed { owner: (*extension).extowner, schema: (*extension).extnamespace, version }
+            let this_transaction =
+                pg_sys::TransactionIdIsCurrentTransactionId(pg_sys::htup::HeapTupleHeaderGetXmin((*tuple).t_data));
+            Installed { owner: (*extension).extowner, schema: (*extension).extnamespace, version, this_transaction }
         });
         pg_sys::systable_endscan(scan);
         pg_sys::table_close(catalog, pg_sys::AccessShareLock as i32);

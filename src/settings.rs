@@ -7,7 +7,7 @@
 //! and the core's `ClaimPolicy::validate` checks how they relate.
 
 use idgen_core::policy::{DAY, HOUR};
-use idgen_core::{input, ClaimPolicy, IdgenError, Layout};
+use idgen_core::{input, messages, ClaimPolicy, IdgenError, Layout};
 use pgrx::pg_guard;
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 use serde::{Deserialize, Serialize};
@@ -34,7 +34,7 @@ pub static HISTORY_RETENTION: GucSetting<i32> = GucSetting::<i32>::new(90 * DAY 
 
 /// Registers the settings; called from `_PG_init`.
 pub fn register() {
-    // SAFETY: the hook is a plain function that only bumps a counter.
+    // SAFETY: the check hook only validates the text; the assign hook only bumps a counter.
     unsafe {
         GucRegistry::define_string_guc_with_hooks(
             c"idgen.service",
@@ -43,19 +43,22 @@ pub fn register() {
             &SERVICE,
             GucContext::Userset,
             GucFlags::default(),
+            Some(check_service),
+            Some(settings_assigned),
             None,
-            Some(service_assigned),
+        );
+        GucRegistry::define_string_guc_with_hooks(
+            c"idgen.node_host",
+            c"Address under which this server's backends register in system_nodes.",
+            c"A backend's identity is this address, the server's port and its backend slot. Give each server sharing a registry its own address.",
+            &NODE_HOST,
+            GucContext::Suset,
+            GucFlags::default(),
+            Some(check_node_host),
+            None,
             None,
         );
     }
-    GucRegistry::define_string_guc(
-        c"idgen.node_host",
-        c"Address under which this server's backends register in system_nodes.",
-        c"A backend's identity is this address, the server's port and its backend slot. Give each server sharing a registry its own address.",
-        &NODE_HOST,
-        GucContext::Suset,
-        GucFlags::default(),
-    );
     GucRegistry::define_int_guc(
         c"idgen.max_clock_backward",
         c"How far the clock may step back before idgen_next_id() refuses instead of waiting.",
@@ -98,17 +101,25 @@ pub fn register() {
         GucContext::Sighup,
         GucFlags::default(),
     );
+    // The thresholds are checked against each other where they are used (a reload sets them one
+    // at a time, through states in between): each change only bumps the settings' generation.
     let seconds = |name, short, long, setting, min: i64, max: i64| {
-        GucRegistry::define_int_guc(
-            name,
-            short,
-            long,
-            setting,
-            min as i32,
-            max as i32,
-            GucContext::Sighup,
-            GucFlags::UNIT_S,
-        );
+        // SAFETY: the assign hook only bumps a counter.
+        unsafe {
+            GucRegistry::define_int_guc_with_hooks(
+                name,
+                short,
+                long,
+                setting,
+                min as i32,
+                max as i32,
+                GucContext::Sighup,
+                GucFlags::UNIT_S,
+                None,
+                Some(threshold_assigned),
+                None,
+            );
+        }
     };
     seconds(
         c"idgen.takeover_idle_7d",
@@ -186,8 +197,12 @@ impl ClaimSettings {
     }
 }
 
-/// The settings as they are now, refused when the thresholds contradict each other.
+/// The settings as they are now, refused when the thresholds contradict each other or a
+/// configured value was refused.
 pub fn claim_settings() -> Result<ClaimSettings, IdgenError> {
+    if let Some(refused) = configured_value_refused() {
+        return Err(refused);
+    }
     let range = machine_id_range();
     Ok(ClaimSettings {
         policy: claim_policy()?,
@@ -226,22 +241,94 @@ pub fn require_synchronous_standby() -> bool {
 unsafe extern "C-unwind" fn check_machine_id_range(
     new_value: *mut *mut c_char,
     _extra: *mut *mut c_void,
-    _source: pgrx::pg_sys::GucSource::Type,
+    source: pgrx::pg_sys::GucSource::Type,
 ) -> bool {
-    let text = if new_value.is_null() || (*new_value).is_null() {
-        String::new()
-    } else {
-        std::ffi::CStr::from_ptr(*new_value).to_string_lossy().into_owned()
+    checked("idgen.machine_id_range", new_value, source, |text| {
+        input::machine_id_range(text, &Layout::DEFAULT).map(drop)
+    })
+}
+
+/// Refuses a value of `idgen.node_host` that is not one host's address.
+#[pg_guard]
+unsafe extern "C-unwind" fn check_node_host(
+    new_value: *mut *mut c_char,
+    _extra: *mut *mut c_void,
+    source: pgrx::pg_sys::GucSource::Type,
+) -> bool {
+    checked("idgen.node_host", new_value, source, |text| input::node_host_setting(text).map(drop))
+}
+
+/// Refuses a value of `idgen.service` that is not a service name (empty: the database's name).
+#[pg_guard]
+unsafe extern "C-unwind" fn check_service(
+    new_value: *mut *mut c_char,
+    _extra: *mut *mut c_void,
+    source: pgrx::pg_sys::GucSource::Type,
+) -> bool {
+    checked("idgen.service", new_value, source, |text| {
+        if text.is_empty() {
+            Ok(())
+        } else {
+            input::service_setting(text).map(drop)
+        }
+    })
+}
+
+/// Configured values (postgresql.conf, ALTER SYSTEM, ALTER DATABASE/ROLE ... SET, the connection's
+/// options) that a check hook refused, by setting. Postgres then only warns and keeps the value
+/// it had, the default at a backend's start, which is not what was configured: another
+/// address, service or range of machine ids. Claims and renewals refuse while one is here.
+static REFUSED: parking_lot::Mutex<Vec<(&'static str, String, IdgenError)>> = parking_lot::Mutex::new(Vec::new());
+
+/// The refusal of the first configured value a check hook refused, if any (see [`REFUSED`]).
+pub fn configured_value_refused() -> Option<IdgenError> {
+    REFUSED.lock().first().map(|(name, value, why)| messages::configured_value_refused(name, value, why))
+}
+
+/// A string check hook's answer: the value's text passed to `check`; a refusal's DETAIL and
+/// HINT go where Postgres shows them with its own "invalid value for parameter" message. A
+/// refusal of a configured value, which Postgres does not report as an error, is kept.
+unsafe fn checked(
+    name: &'static str,
+    new_value: *mut *mut c_char,
+    source: pgrx::pg_sys::GucSource::Type,
+    check: impl FnOnce(&str) -> Result<(), IdgenError>,
+) -> bool {
+    // SAFETY: Postgres passes the proposed value, a C string or NULL.
+    let text = unsafe {
+        if new_value.is_null() || (*new_value).is_null() {
+            String::new()
+        } else {
+            std::ffi::CStr::from_ptr(*new_value).to_string_lossy().into_owned()
+        }
     };
-    match input::machine_id_range(&text, &Layout::DEFAULT) {
-        Ok(_) => true,
+    let configured = source < pgrx::pg_sys::GucSource::PGC_S_INTERACTIVE;
+    let result = check(&text);
+    if configured {
+        let mut refused = REFUSED.lock();
+        refused.retain(|(setting, _, _)| *setting != name);
+        if let Err(err) = &result {
+            refused.push((name, text.clone(), err.clone()));
+        }
+    }
+    match result {
+        Ok(()) => true,
         Err(err) => {
             let copy = |text: Option<String>| {
                 text.and_then(|t| CString::new(t).ok())
-                    .map_or(std::ptr::null_mut(), |t| pgrx::pg_sys::pstrdup(t.as_ptr()))
+                    // SAFETY: copied into the current memory context, as Postgres expects.
+                    .map_or(std::ptr::null_mut(), |t| unsafe { pgrx::pg_sys::pstrdup(t.as_ptr()) })
             };
-            pgrx::pg_sys::GUC_check_errdetail_string = copy(err.detail);
-            pgrx::pg_sys::GUC_check_errhint_string = copy(err.hint);
+            // The message names why; Postgres' own names the setting and the value.
+            let detail = match err.detail {
+                Some(detail) => format!("{}. {detail}", err.message),
+                None => format!("{}.", err.message),
+            };
+            // SAFETY: the check hook's documented way to add a DETAIL and a HINT.
+            unsafe {
+                pgrx::pg_sys::GUC_check_errdetail_string = copy(Some(detail));
+                pgrx::pg_sys::GUC_check_errhint_string = copy(err.hint);
+            }
             false
         }
     }
@@ -256,19 +343,41 @@ pub fn history_retention_secs() -> i64 {
     HISTORY_RETENTION.get().into()
 }
 
-/// Bumped whenever `idgen.service` takes a new value (SET, RESET, rollback,
-/// end of a function's SET clause), so the hot path compares one integer.
-static SERVICE_GENERATION: AtomicU64 = AtomicU64::new(0);
+/// Bumped whenever `idgen.service` or a threshold takes a new value (SET, RESET, rollback,
+/// end of a function's SET clause, a reload), so the hot path compares one integer.
+static SETTINGS_GENERATION: AtomicU64 = AtomicU64::new(0);
 
 #[pg_guard]
-unsafe extern "C-unwind" fn service_assigned(_new_value: *const c_char, _extra: *mut c_void) {
-    SERVICE_GENERATION.fetch_add(1, Ordering::Relaxed);
+unsafe extern "C-unwind" fn settings_assigned(_new_value: *const c_char, _extra: *mut c_void) {
+    SETTINGS_GENERATION.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Changes whenever `idgen.service` may have changed.
+#[pg_guard]
+unsafe extern "C-unwind" fn threshold_assigned(_new_value: i32, _extra: *mut c_void) {
+    SETTINGS_GENERATION.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Changes whenever `idgen.service` or a threshold may have changed.
 #[inline]
-pub fn service_generation() -> u64 {
-    SERVICE_GENERATION.load(Ordering::Relaxed)
+pub fn settings_generation() -> u64 {
+    SETTINGS_GENERATION.load(Ordering::Relaxed)
+}
+
+/// The generation last checked for contradictions by [`warn_if_contradictory`].
+static CHECKED_GENERATION: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// Once per change of the settings (a reload, a SET in this session): a WARNING when the
+/// thresholds contradict each other, which refuses every claim and renewal until they are
+/// corrected. A reload assigns the settings one at a time, so they are checked here, at the
+/// backend's next use of idgen, when all of them are in.
+pub fn warn_if_contradictory() {
+    let generation = settings_generation();
+    if CHECKED_GENERATION.swap(generation, Ordering::Relaxed) == generation {
+        return;
+    }
+    if let Err(err) = policy_as_set().validate() {
+        crate::errors::report(messages::settings_contradict(&err), pgrx::PgLogLevel::WARNING);
+    }
 }
 
 /// `idgen.service` as set (empty when unset).

@@ -127,7 +127,7 @@ fn every_registry_object_explains_itself() {
          SELECT format('%s/%s', count(*), count(*) FILTER (WHERE obj_description(m.oid, m.catalog) IS NULL)) \
          FROM member m JOIN pg_depend d ON d.objid = m.oid AND d.deptype = 'e' JOIN ext ON d.refobjid = ext.oid",
     );
-    assert_eq!(members, "26/0", "25 functions and the idgen_id_parts type, none without a comment");
+    assert_eq!(members, "28/0", "27 functions and the idgen_id_parts type, none without a comment");
 }
 
 #[pg_test]
@@ -195,4 +195,15 @@ fn min_and_max_id_bracket_every_id_of_their_millisecond() {
          FROM (SELECT idgen_next_id('pgtest_range') AS id FROM generate_series(1, 100)) i, idgen_decode(i.id) d",
     );
     assert!(inside);
+}
+
+#[pg_test]
+fn the_history_accepts_exactly_the_event_kinds_the_library_records() {
+    // The CHECK constraint of idgen_history restates idgen_core::history::EventKind::ALL.
+    let check = one::<String>(
+        "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'idgen_history_event_known'",
+    );
+    let listed: Vec<&str> = check.split('\'').skip(1).step_by(2).collect();
+    let labels: Vec<&str> = idgen_core::history::EventKind::ALL.iter().map(|k| k.label()).collect();
+    assert_eq!(listed, labels, "{check}");
 }

@@ -41,10 +41,13 @@ pub enum EventKind {
     RefusedWatermark,
     /// A claim failed: `idgen.require_synchronous_standby` is on and no synchronous standby streams.
     RefusedNoStandby,
+    /// A holder reported a watermark behind what the registry held for its id (its clock is
+    /// behind, or it sends local time as UTC); kept as the registry had it, with a WARNING.
+    WatermarkBehind,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 8] = [
+    pub const ALL: [EventKind; 9] = [
         EventKind::Claim,
         EventKind::TakeBack,
         EventKind::Release,
@@ -53,6 +56,7 @@ impl EventKind {
         EventKind::RefusedFull,
         EventKind::RefusedWatermark,
         EventKind::RefusedNoStandby,
+        EventKind::WatermarkBehind,
     ];
 
     pub fn label(self) -> &'static str {
@@ -65,6 +69,7 @@ impl EventKind {
             EventKind::RefusedFull => "refused_full",
             EventKind::RefusedWatermark => "refused_watermark",
             EventKind::RefusedNoStandby => "refused_no_standby",
+            EventKind::WatermarkBehind => "watermark_behind",
         }
     }
 
@@ -130,6 +135,9 @@ pub struct Recorded {
     pub issued_until_ms: Option<i64>,
     pub previous_holder: Option<Holder>,
     pub previous_bound_ms: Option<i64>,
+    /// A claim of an id nobody had held (outcome `new`). A claim the update to 0.5.0 recorded
+    /// for a holder it found is not: the history does not know how long it had held the id.
+    pub new_id: bool,
 }
 
 /// Who held a machine id: a node's address, a backend's slot, and who it ran as.
@@ -201,7 +209,8 @@ pub fn tenures(events: &[Recorded]) -> Vec<Tenure> {
             EventKind::OwnershipLost
             | EventKind::RefusedFull
             | EventKind::RefusedWatermark
-            | EventKind::RefusedNoStandby => {}
+            | EventKind::RefusedNoStandby
+            | EventKind::WatermarkBehind => {}
         }
     }
     out
@@ -261,7 +270,7 @@ fn first_is_new(events: &[Recorded]) -> bool {
     events
         .iter()
         .find(|e| matches!(e.kind, EventKind::Claim | EventKind::TakeBack))
-        .is_some_and(|e| e.kind == EventKind::Claim && e.previous_holder.is_none() && e.version == Some(1))
+        .is_some_and(|e| e.kind == EventKind::Claim && e.new_id && e.previous_holder.is_none() && e.version == Some(1))
 }
 
 /// One row of `idgen_explain`: a finding, the tenure it names if any, and what it means.
@@ -350,6 +359,7 @@ mod tests {
             issued_until_ms: None,
             previous_holder: None,
             previous_bound_ms: None,
+            new_id: version == 1,
         }
     }
 
@@ -359,6 +369,7 @@ mod tests {
             previous_holder: Some(holder(previous)),
             previous_bound_ms: Some(bound),
             not_before_ms: Some(at.max(bound)),
+            new_id: false,
             ..claim(at, port, version)
         }
     }
@@ -373,6 +384,7 @@ mod tests {
             issued_until_ms: Some(watermark),
             previous_holder: None,
             previous_bound_ms: None,
+            new_id: false,
         }
     }
 
@@ -404,6 +416,9 @@ mod tests {
         let events = [claim(500, 1, 1)];
         assert!(matches!(explain(&events, 400, true), Finding::Unheld { previous: None, .. }));
         assert_eq!(explain(&events, 400, false), Finding::BeforeHistory { first_ms: 500 });
+        // A holder the update to 0.5.0 found at version 1: it may have stamped before.
+        let found = Recorded { new_id: false, ..claim(500, 1, 1) };
+        assert_eq!(explain(&[found], 400, true), Finding::BeforeHistory { first_ms: 500 });
         assert_eq!(explain(&[], 400, true), Finding::NoHistory);
     }
 

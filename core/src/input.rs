@@ -61,18 +61,25 @@ pub fn node_identity(
 }
 
 /// The identity of this database backend: `host` is the setting
-/// `idgen.node_host`, checked here because no SQL cast has parsed it.
+/// `idgen.node_host` (checked when set, see [`node_host_setting`]).
 pub fn backend_identity(service: String, host: &str, port: i32, backend_slot: i32) -> Result<NodeIdentity, IdgenError> {
+    let host = node_host_setting(host)?;
+    Ok(NodeIdentity { service, host, port, backend_slot: Some(backend_slot) })
+}
+
+/// Checks a value of the setting `idgen.node_host`: one address a node can be reached at.
+/// Returns its canonical text form.
+pub fn node_host_setting(host: &str) -> Result<String, IdgenError> {
     let refuse = |why: &str| {
         IdgenError::new(SqlState::InvalidParameterValue, format!("setting \"idgen.node_host\" {why}"))
             .detail(format!("It is {host:?}; a backend registers under this address and the server's port."))
-            .hint("SET idgen.node_host to this server's address, e.g. '10.0.0.5' or '2001:db8::5', or RESET it.")
+            .hint("Set idgen.node_host to this server's own address, e.g. '10.0.0.5' or '2001:db8::5'.")
     };
     let address: std::net::IpAddr = host.trim().parse().map_err(|_| refuse("is not an IP address"))?;
-    if is_unspecified(&address) {
-        return Err(refuse("is an unspecified address"));
+    if let Some((kind, _)) = shared_address_kind(&address) {
+        return Err(refuse(&format!("is {kind}, not one node's own address")));
     }
-    Ok(NodeIdentity { service, host: address.to_string(), port, backend_slot: Some(backend_slot) })
+    Ok(address.to_string())
 }
 
 /// Checks `(service, machine_id, host, port, version)` as heartbeat and release take them.
@@ -135,20 +142,33 @@ pub fn host_address(function: &str, host: Option<&str>) -> Result<String, IdgenE
             .detail(format!("Got {host}."))
             .hint("Pass the node's own address, e.g. '10.0.0.5' or '2001:db8::5'."));
     }
-    if host.parse::<std::net::IpAddr>().is_ok_and(|address| is_unspecified(&address)) {
-        // A bind address: every node of a fleet that passes it would share one identity.
-        return Err(bad_value(function, "host", "must be the node's own address, not an unspecified one")
-            .detail(format!("Got {host}, which means \"any address\": every node that passes it would share one identity."))
+    if let Some((kind, meaning)) = host.parse::<std::net::IpAddr>().ok().as_ref().and_then(shared_address_kind) {
+        // A bind, broadcast or group address: every node of a fleet that passes it would share one identity.
+        return Err(bad_value(function, "host", &format!("must be the node's own address, not {kind}"))
+            .detail(format!("Got {host}, which means {meaning}: every node that passes it would share one identity."))
             .hint("Pass the address other hosts reach the node at, e.g. '10.0.0.5' or '2001:db8::5', not the address it binds to."));
     }
     Ok(host.to_owned())
 }
 
-/// `0.0.0.0`, `::`, and `::ffff:0.0.0.0`: "any address", never a node's own.
-fn is_unspecified(address: &std::net::IpAddr) -> bool {
-    match address {
-        std::net::IpAddr::V4(v4) => v4.is_unspecified(),
-        std::net::IpAddr::V6(v6) => v6.is_unspecified() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_unspecified()),
+/// What kind of shared address `address` is, and what it means, if it is not one host's own:
+/// unspecified (`0.0.0.0`, `::`), the IPv4 broadcast address, or a multicast group (also as an
+/// IPv4-mapped IPv6 address).
+fn shared_address_kind(address: &std::net::IpAddr) -> Option<(&'static str, &'static str)> {
+    let v4 = match address {
+        std::net::IpAddr::V4(v4) => Some(*v4),
+        std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped(),
+    };
+    const UNSPECIFIED: (&str, &str) = ("an unspecified address", "\"any address\"");
+    const BROADCAST: (&str, &str) = ("the broadcast address", "\"every host of the network\"");
+    const MULTICAST: (&str, &str) = ("a multicast address", "a group of hosts");
+    match (address, v4) {
+        (_, Some(v4)) if v4.is_unspecified() => Some(UNSPECIFIED),
+        (_, Some(v4)) if v4.is_broadcast() => Some(BROADCAST),
+        (_, Some(v4)) if v4.is_multicast() => Some(MULTICAST),
+        (std::net::IpAddr::V6(v6), None) if v6.is_unspecified() => Some(UNSPECIFIED),
+        (std::net::IpAddr::V6(v6), None) if v6.is_multicast() => Some(MULTICAST),
+        _ => None,
     }
 }
 
@@ -220,7 +240,26 @@ pub fn machine_id_range(text: &str, layout: &Layout) -> Result<RangeInclusive<u1
     Ok(first..=last)
 }
 
-fn required<T>(function: &str, argument: &str, value: Option<T>) -> Result<T, IdgenError> {
+/// An age (`older_than` of `idgen_purge_history`) must be positive: zero or less would remove
+/// every event, the newest included. Its parts (months, days, microseconds) are checked each:
+/// subtracted from now() a month is a calendar month, so `-1000 years 360001 days` is far in
+/// the future whatever a 30-day month says. `shown` is the value as the caller wrote it.
+pub fn positive_age(
+    function: &str,
+    argument: &str,
+    (months, days, micros): (i32, i32, i64),
+    shown: &str,
+) -> Result<(), IdgenError> {
+    if months >= 0 && days >= 0 && micros >= 0 && (months, days, micros) != (0, 0, 0) {
+        return Ok(());
+    }
+    Err(bad_value(function, argument, "must be positive")
+        .detail(format!("Got {shown}. Events older than this are removed: an age of zero or less, or with a negative part, could remove every event, the newest included."))
+        .hint("Pass how old the events to remove must be, e.g. interval '90 days', or nothing for idgen.history_retention."))
+}
+
+/// `value`, or 22004 naming the argument when it is NULL.
+pub fn required<T>(function: &str, argument: &str, value: Option<T>) -> Result<T, IdgenError> {
     value.ok_or_else(|| {
         IdgenError::new(SqlState::NullValueNotAllowed, format!("{function}: argument \"{argument}\" must not be NULL"))
     })
@@ -267,6 +306,11 @@ mod tests {
             (Some("orders"), Some("0.0.0.0"), Some(1), "22023", "\"host\" must be the node's own address"),
             (Some("orders"), Some("::"), Some(1), "22023", "\"host\" must be the node's own address"),
             (Some("orders"), Some("::ffff:0.0.0.0"), Some(1), "22023", "\"host\" must be the node's own address"),
+            (Some("orders"), Some("255.255.255.255"), Some(1), "22023", "not the broadcast address"),
+            (Some("orders"), Some("224.0.0.1"), Some(1), "22023", "not a multicast address"),
+            (Some("orders"), Some("239.255.255.250"), Some(1), "22023", "not a multicast address"),
+            (Some("orders"), Some("ff02::1"), Some(1), "22023", "not a multicast address"),
+            (Some("orders"), Some("::ffff:224.0.0.1"), Some(1), "22023", "not a multicast address"),
         ];
         for (service, host, port, code, fragment) in cases {
             let err = node_identity(F, service, host, port).unwrap_err();
@@ -342,6 +386,41 @@ mod tests {
             let err = machine_id_range(bad, &layout).unwrap_err();
             assert_eq!(err.sqlstate, SqlState::InvalidParameterValue);
             assert!(err.detail.as_deref().unwrap().contains(why), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_node_host_setting_is_one_hosts_address() {
+        assert_eq!(node_host_setting(" 10.0.0.5 ").unwrap(), "10.0.0.5");
+        assert_eq!(node_host_setting("2001:DB8::5").unwrap(), "2001:db8::5");
+        for (value, reason) in [
+            ("db1.internal", "is not an IP address"),
+            ("10.0.0.5/24", "is not an IP address"),
+            ("", "is not an IP address"),
+            ("0.0.0.0", "is an unspecified address"),
+            ("::", "is an unspecified address"),
+            ("255.255.255.255", "is the broadcast address"),
+            ("224.0.0.251", "is a multicast address"),
+            ("ff05::2", "is a multicast address"),
+        ] {
+            let err = node_host_setting(value).expect_err(value);
+            assert_eq!(err.sqlstate.code(), "22023", "{value}");
+            assert!(err.message.contains(reason), "{value}: {}", err.message);
+            assert!(err.hint.is_some(), "{value}");
+        }
+    }
+
+    #[test]
+    fn a_purge_age_must_be_positive() {
+        assert!(positive_age("idgen_purge_history", "older_than", (0, 0, 1), "00:00:00.000001").is_ok());
+        assert!(positive_age("idgen_purge_history", "older_than", (1, 2, 0), "1 mon 2 days").is_ok());
+        for (parts, shown) in
+            [((0, 0, 0), "00:00:00"), ((0, -1, 0), "-1 days"), ((-12_000, 360_001, 0), "-1000 years +360001 days")]
+        {
+            let err = positive_age("idgen_purge_history", "older_than", parts, shown).unwrap_err();
+            assert_eq!(err.sqlstate.code(), "22023");
+            assert_eq!(err.message, "idgen_purge_history: argument \"older_than\" must be positive");
+            assert!(err.detail.unwrap().starts_with(&format!("Got {shown}. ")));
         }
     }
 }

@@ -433,8 +433,9 @@ pub fn clock_outside_layout(function: &str, now_unix_ms: i64, layout: &Layout) -
 }
 
 /// `idgen_min_id` / `idgen_max_id` given a time the layout cannot stamp.
-pub fn time_outside_layout(function: &str, argument: &str, unix_ms: Option<i64>, layout: &Layout) -> IdgenError {
-    let shown = unix_ms.map_or_else(|| "infinity".to_owned(), iso_utc);
+/// `unix_ms` is the time given, or `Err(text)` for a value with no time (`infinity`, `-infinity`).
+pub fn time_outside_layout(function: &str, argument: &str, unix_ms: Result<i64, &str>, layout: &Layout) -> IdgenError {
+    let shown = unix_ms.map_or_else(str::to_owned, iso_utc);
     IdgenError::new(
         SqlState::DatetimeFieldOverflow,
         format!("{function}: argument \"{argument}\" is outside the ID layout's time range"),
@@ -462,13 +463,63 @@ pub fn prepare_after_registry_write(functions: &[String]) -> IdgenError {
 }
 
 /// The library runs against SQL objects of another version of the extension.
-pub fn version_mismatch(installed: &str, library: &str) -> IdgenError {
+pub fn version_mismatch(installed: &str, library: &str, runs_against: &[&str]) -> IdgenError {
     IdgenError::new(
         SqlState::ObjectNotInPrerequisiteState,
         format!("idgen: this database has version {installed} of the extension, but the server runs its library {library}"),
     )
-    .detail("The library's registry statements are written for the SQL objects of its own version; none runs against another. Nothing was changed.")
+    .detail(format!(
+        "The library runs against the SQL objects of versions {} only: its registry statements and functions are written for them. Nothing was changed.",
+        runs_against.join(" and ")
+    ))
     .hint("Run ALTER EXTENSION idgen UPDATE in this database.")
+}
+
+/// A function declared in SQL with another number of arguments than the library's (an
+/// installation no version check caught: its objects were changed by hand).
+pub fn declared_otherwise(function: &str, declared: i64, expected: i64) -> IdgenError {
+    IdgenError::new(
+        SqlState::ObjectNotInPrerequisiteState,
+        format!("{function}: its SQL declaration does not match this library"),
+    )
+    .detail(format!(
+        "It was called with {declared} arguments; the library's {function} takes {expected}. Nothing was changed."
+    ))
+    .hint("Run ALTER EXTENSION idgen UPDATE in this database.")
+}
+
+/// The WARNING a backend gives at its first use of idgen after the thresholds came to
+/// contradict each other (`refusal` is what `ClaimPolicy::validate` says).
+pub fn settings_contradict(refusal: &IdgenError) -> IdgenError {
+    IdgenError::new(SqlState::Warning, "idgen: the idgen.* settings contradict each other; no machine id is claimed or renewed until they are corrected")
+        .detail(refusal.detail.clone().unwrap_or_default())
+        .hint("Correct them (ALTER SYSTEM SET ..., then SELECT pg_reload_conf()); SELECT * FROM idgen_health() shows the finding settings_inconsistent meanwhile. IDs are still issued inside leases already granted.")
+}
+
+/// A configured value of `setting` (postgresql.conf, ALTER SYSTEM, ALTER DATABASE/ROLE ... SET,
+/// the connection's options) that its check refused (`why`): Postgres kept another value.
+pub fn configured_value_refused(setting: &str, value: &str, why: &IdgenError) -> IdgenError {
+    IdgenError::new(
+        SqlState::InvalidParameterValue,
+        format!("idgen: the configured value of setting \"{setting}\" was refused; no machine id is claimed or renewed until it is corrected"),
+    )
+    .detail(format!(
+        "The configuration sets it to {value:?}: {}{} The server kept another value, which is not what was configured (another address, service or range of machine ids).",
+        why.message,
+        why.detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default()
+    ))
+    .hint(format!("Correct it where it is set (postgresql.conf, ALTER SYSTEM, ALTER DATABASE or ALTER ROLE ... SET, the connection's options), then reload or reconnect. After LOAD 'idgen', ALTER SYSTEM SET {setting} checks the value."))
+}
+
+/// A registry write, which commits in a transaction of its own, asked for in the transaction that
+/// created (or updated) the extension: the other transaction cannot see it yet.
+pub fn installed_in_this_transaction(function: &str) -> IdgenError {
+    IdgenError::new(
+        SqlState::ObjectNotInPrerequisiteState,
+        format!("{function}: idgen was created or updated in this transaction, which has not committed"),
+    )
+    .detail("Every registry write behind an ID commits in a transaction of its own, which cannot see this transaction's CREATE EXTENSION (or ALTER EXTENSION) before it commits. Nothing was changed.")
+    .hint("Commit the CREATE EXTENSION first (in a migration of its own), then mint IDs or claim.")
 }
 
 /// A registry write had no background worker to commit it in a transaction of its own.
@@ -792,12 +843,14 @@ mod tests {
         assert_eq!(behind.sqlstate.code(), "58000");
         assert_eq!(behind.message, "idgen_next_id: the server clock is 2500 ms behind the last ID this backend issued");
         assert!(behind.detail.unwrap().contains("idgen.max_clock_backward (2000 ms)"));
-        let past = time_outside_layout("idgen_min_id", "ts", Some(0), &Layout::DEFAULT);
+        let past = time_outside_layout("idgen_min_id", "ts", Ok(0), &Layout::DEFAULT);
         assert_eq!(past.sqlstate.code(), "22008");
         assert_eq!(
             past.detail.as_deref(),
             Some("Got 1970-01-01T00:00:00.000Z. IDs can stamp times from 2025-01-01T00:00:00.000Z to 2094-09-07T15:47:35.551Z.")
         );
+        let before = time_outside_layout("idgen_min_id", "ts", Err("-infinity"), &Layout::DEFAULT);
+        assert!(before.detail.unwrap().starts_with("Got -infinity. "));
         assert_eq!(negative_id("idgen_decode", -1).sqlstate.code(), "22003");
         let ro = no_lease_read_only("idgen_next_id", "orders", false);
         assert_eq!(ro.sqlstate.code(), "25006");
@@ -866,12 +919,29 @@ mod tests {
 
     #[test]
     fn a_library_of_another_version_says_how_to_update() {
-        let err = version_mismatch("0.3.0", "0.4.0");
+        let err = version_mismatch("0.3.0", "0.5.0", &["0.5.0", "0.4.0"]);
         assert_eq!(err.sqlstate.code(), "55000");
         assert_eq!(
             err.message,
-            "idgen: this database has version 0.3.0 of the extension, but the server runs its library 0.4.0"
+            "idgen: this database has version 0.3.0 of the extension, but the server runs its library 0.5.0"
         );
+        assert!(err.detail.as_deref().unwrap().contains("versions 0.5.0 and 0.4.0 only"));
+        let otherwise = declared_otherwise("idgen_heartbeat", 5, 6);
+        assert_eq!(otherwise.sqlstate.code(), "55000");
+        assert!(otherwise.hint.unwrap().contains("ALTER EXTENSION idgen UPDATE"));
+        let why = crate::input::node_host_setting("db1.internal").unwrap_err();
+        let configured = configured_value_refused("idgen.node_host", "db1.internal", &why);
+        assert_eq!(configured.sqlstate.code(), "22023");
+        assert!(configured.detail.unwrap().starts_with(
+            "The configuration sets it to \"db1.internal\": setting \"idgen.node_host\" is not an IP address"
+        ));
+        let refusal = crate::ClaimPolicy { takeover_idle_1h_secs: 2 * 86_400, ..crate::ClaimPolicy::DEFAULT }
+            .validate()
+            .unwrap_err();
+        let warning = settings_contradict(&refusal);
+        assert_eq!(warning.sqlstate.code(), "01000");
+        let detail = warning.detail.unwrap();
+        assert!(detail.contains("must be longer than idgen.takeover_idle_1h (2d)"), "{detail}");
         assert_eq!(err.hint.as_deref(), Some("Run ALTER EXTENSION idgen UPDATE in this database."));
     }
 

@@ -113,6 +113,44 @@ pub fn reported_far_ahead(
     )
 }
 
+/// How far behind the registry's watermark a report may be without a warning: a node's clock
+/// may be slewed or stepped back a little, and its report is then a little behind its last one.
+pub const MAX_REPORTED_BEHIND_MS: i64 = 1_000;
+
+/// A watermark a service reports that is behind what the registry already holds for its
+/// machine id (`registry_unix_ms`: its claim's `not_before` or an earlier report): a correct
+/// node reports its last stamp or its clock, whichever is later, which never goes back that
+/// far. Its clock is behind, or it sends local time as UTC, and it may stamp times an earlier
+/// holder used. A WARNING; the registry keeps its own, greater, watermark.
+pub fn reported_behind(
+    function: &str,
+    machine_id: i16,
+    reported_unix_ms: i64,
+    registry_unix_ms: i64,
+    now_unix_ms: i64,
+) -> Option<IdgenError> {
+    let behind_ms = registry_unix_ms.saturating_sub(reported_unix_ms);
+    if behind_ms <= MAX_REPORTED_BEHIND_MS {
+        return None;
+    }
+    Some(
+        IdgenError::new(
+            SqlState::Warning,
+            format!(
+                "{function}: argument \"issued_until\" is {} behind the watermark the registry holds for machine id {machine_id}",
+                human_duration(behind_ms / 1000)
+            ),
+        )
+        .detail(format!(
+            "Got {}; the registry holds {} (the claim's not_before or an earlier report), and the server clock reads {}. A node's watermark is its last stamp or its clock, whichever is later: it never goes back. The registry keeps its own.",
+            iso_utc(reported_unix_ms),
+            iso_utc(registry_unix_ms),
+            iso_utc(now_unix_ms)
+        ))
+        .hint("Check the node's clock (NTP) and that it reports UTC (timestamptz, not local time as UTC). A node stamping behind not_before may repeat IDs of the id's earlier holder: stop it, fix the clock, restart it."),
+    )
+}
+
 /// Whether the bound of a claimant's own held row comes from its holder's lease rather than from
 /// what it reported: a service node whose report is within the claimant's tolerance while its
 /// lease runs on is alive, or may be (an earlier process of the identity, or a second one). A
@@ -167,6 +205,21 @@ mod tests {
         let now = 1_800_000_000_000;
         assert_eq!(reported_far_ahead("idgen_heartbeat", 3, now + DAY * 1000, now), None);
         assert_eq!(reported_far_ahead("idgen_heartbeat", 3, now - 10 * DAY * 1000, now), None, "low is harmless");
+        assert_eq!(
+            reported_behind("idgen_heartbeat", 3, now - 1_000, now, now),
+            None,
+            "a little behind is a slewed clock"
+        );
+        assert_eq!(reported_behind("idgen_heartbeat", 3, now + 5_000, now, now), None);
+        let behind = reported_behind("idgen_heartbeat", 3, 0, now, now + 7).unwrap();
+        assert_eq!(behind.sqlstate.code(), "01000");
+        assert!(
+            behind.message.contains("behind the watermark the registry holds for machine id 3"),
+            "{}",
+            behind.message
+        );
+        assert!(behind.detail.as_deref().unwrap().starts_with("Got 1970-01-01T00:00:00.000Z; the registry holds "));
+        assert!(behind.hint.as_deref().unwrap().contains("UTC"));
         let warning = reported_far_ahead("idgen_heartbeat", 3, now + DAY * 1000 + 1_000, now).unwrap();
         assert_eq!(warning.sqlstate, SqlState::Warning);
         assert_eq!(warning.message, "idgen_heartbeat: argument \"issued_until\" is 1d 1s ahead of the server clock");

@@ -6,10 +6,11 @@
 //! (`idgen_core::history`).
 
 use crate::clock::timestamptz;
-use crate::errors::{raise, report};
+use crate::errors::{or_raise, raise, report};
 use crate::registry::sql;
 use idgen_core::history::{self, EventKind, Finding, Holder, Recorded};
-use idgen_core::{messages, IdgenError, Layout, SqlState};
+use idgen_core::policy::Outcome;
+use idgen_core::{input, messages, IdgenError, Layout, SqlState};
 use pgrx::datum::TimestampWithTimeZone;
 use pgrx::prelude::*;
 use pgrx::spi::{Spi, SpiClient, SpiHeapTupleData};
@@ -34,7 +35,7 @@ type ExplainRow = (
 #[pg_extern(stable, parallel_restricted)]
 #[allow(clippy::type_complexity)]
 fn idgen_explain(
-    id: i64,
+    id: Option<i64>,
     service: default!(Option<&str>, "NULL"),
 ) -> TableIterator<
     'static,
@@ -54,6 +55,7 @@ fn idgen_explain(
     ),
 > {
     const F: &str = "idgen_explain";
+    let id = or_raise(input::required(F, "id", id));
     let layout = Layout::DEFAULT;
     let parts = layout.decompose(id).unwrap_or_else(|_| raise(messages::negative_id(F, id)));
     let stamp_ms = layout.unix_ms_of(parts.ticks);
@@ -136,6 +138,7 @@ fn events_of(client: &mut SpiClient, service: &str, machine_id: i16) -> Vec<Reco
                 issued_until_ms: get(&row, 10),
                 previous_holder: holder(11),
                 previous_bound_ms: get(&row, 14),
+                new_id: get::<String>(&row, 15).as_deref() == Some(Outcome::New.label()),
             })
         })
         .collect()

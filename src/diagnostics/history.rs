@@ -8,13 +8,15 @@
 //! and writes next to nothing.
 
 use crate::clock::SystemClock;
+use crate::errors::or_raise;
 use crate::registry::autonomous;
 use crate::registry::sql;
 use idgen_core::generator::Clock;
 use idgen_core::history::{Event, EventKind};
-use idgen_core::input::{Holding, NodeIdentity};
+use idgen_core::input::{self, Holding, NodeIdentity};
 use idgen_core::IdgenError;
-use pgrx::pg_sys;
+use pgrx::datum::Interval;
+use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 use serde::{Deserialize, Serialize};
 
@@ -128,5 +130,20 @@ fn role_name(role: pg_sys::Oid) -> Option<String> {
     unsafe {
         let name = pg_sys::GetUserNameFromId(role, true);
         (!name.is_null()).then(|| std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned())
+    }
+}
+
+/// The age `idgen_purge_history(older_than)` removes events by: `older_than`, or the retention
+/// when it is NULL; refused (22023) when not positive. Declared in sql/history.sql, in
+/// idgen_private.
+#[pg_extern(sql = false)]
+fn purge_age(older_than: Option<Interval>, retention: Option<Interval>) -> Interval {
+    match older_than {
+        Some(age) => {
+            let parts = (age.months(), age.days(), age.micros());
+            or_raise(input::positive_age("idgen_purge_history", "older_than", parts, &age.to_string()));
+            age
+        }
+        None => or_raise(input::required("idgen_purge_history", "retention", retention)),
     }
 }

@@ -2,8 +2,9 @@
 //! claim uses it, each row's state by the core's rule (never re-typed in SQL),
 //! and which live backend sits in a backend row's slot.
 
+use crate::errors::or_raise;
 use crate::settings;
-use idgen_core::input::node_name;
+use idgen_core::input::{self, node_name};
 use idgen_core::policy::RowAges;
 use pgrx::datum::{Inet, Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
@@ -44,9 +45,12 @@ fn idgen_policy() -> TableIterator<
         name!(problem, Option<String>),
     ),
 > {
+    crate::privilege::ensure_sql_version();
     let p = settings::policy_as_set();
     let range = settings::machine_id_range();
-    let problem = p.validate().err().map(|e| format!("{} {}", e.message, e.detail.unwrap_or_default()));
+    let problem = settings::configured_value_refused()
+        .or_else(|| p.validate().err())
+        .map(|e| format!("{} {}", e.message, e.detail.unwrap_or_default()));
     TableIterator::once((
         interval(p.lease_secs().max(0)),
         interval(p.heartbeat_interval_secs),
@@ -66,13 +70,15 @@ fn idgen_policy() -> TableIterator<
 }
 
 /// The state of a registry row (see `idgen_core::policy::NodeState`), by the lease it records.
-#[pg_extern(stable, parallel_safe)]
-fn idgen_node_state(
-    last_seen: TimestampWithTimeZone,
+#[pg_extern(stable, parallel_safe, name = "idgen_node_state")]
+fn node_state(
+    last_seen: Option<TimestampWithTimeZone>,
     released_at: Option<TimestampWithTimeZone>,
     lease_until: Option<TimestampWithTimeZone>,
     takeover_at: Option<TimestampWithTimeZone>,
 ) -> &'static str {
+    crate::privilege::ensure_sql_version();
+    let last_seen = or_raise(input::required("idgen_node_state", "last_seen", last_seen));
     let ages = RowAges {
         idle_secs: age_secs(last_seen),
         released_secs: released_at.map(age_secs),
@@ -95,6 +101,47 @@ fn idgen_node_name(host: Option<Inet>, port: Option<i32>, backend_slot: Option<i
 #[pg_extern(stable, parallel_restricted)]
 fn idgen_slot_pid(host: Option<Inet>, port: Option<i32>, backend_slot: Option<i32>) -> Option<i32> {
     slot_pid_of(&host?.0, port?, backend_slot)
+}
+
+/// The pid of the process in backend slot `backend_slot` of this server when it is the row's
+/// holder: a backend row of this server, and the process started before the row was last
+/// written (every claim and renewal of a backend writes `last_seen`, after the backend
+/// started). A process that took the slot later (any client, a replication worker) has not
+/// used the row: NULL.
+#[pg_extern(stable, parallel_restricted, name = "idgen_slot_pid")]
+fn idgen_slot_holder_pid(
+    host: Option<Inet>,
+    port: Option<i32>,
+    backend_slot: Option<i32>,
+    last_seen: Option<TimestampWithTimeZone>,
+) -> Option<i32> {
+    let pid = slot_pid_of(&host?.0, port?, backend_slot)?;
+    let last_seen: pg_sys::TimestampTz = last_seen?.into();
+    process_start(pid).filter(|started| *started <= last_seen).map(|_| pid)
+}
+
+/// When process `pid` started, from this transaction's snapshot of the backends' status.
+fn process_start(pid: i32) -> Option<pg_sys::TimestampTz> {
+    // SAFETY: the snapshot is built once per transaction and lives until it ends; each entry is
+    // a plain struct copied into it.
+    unsafe {
+        let count = pg_sys::pgstat_fetch_stat_numbackends();
+        (1..=count).find_map(|index| {
+            let entry = local_status(index);
+            (!entry.is_null() && (*entry).backendStatus.st_procpid == pid)
+                .then(|| (*entry).backendStatus.st_proc_start_timestamp)
+        })
+    }
+}
+
+#[cfg(any(feature = "pg13", feature = "pg14", feature = "pg15"))]
+unsafe fn local_status(index: i32) -> *mut pg_sys::LocalPgBackendStatus {
+    pg_sys::pgstat_fetch_stat_local_beentry(index)
+}
+
+#[cfg(not(any(feature = "pg13", feature = "pg14", feature = "pg15")))]
+unsafe fn local_status(index: i32) -> *mut pg_sys::LocalPgBackendStatus {
+    pg_sys::pgstat_get_local_beentry_by_index(index)
 }
 
 /// [`idgen_slot_pid`] for a holder's address, port and slot.

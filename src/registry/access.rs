@@ -61,13 +61,12 @@ fn standing(client: &mut SpiClient, role: pg_sys::Oid, service: &str) -> Caller 
 /// The role acting now: the one idgen checks and records. Read before switching to the
 /// extension owner (after it, this would be the owner).
 pub fn acting_role() -> pg_sys::Oid {
-    // SAFETY: backend-local state.
-    if unsafe { pg_sys::InLocalUserIdChange() } {
-        // The SQL objects of an older version (SECURITY DEFINER functions) call this library
-        // until ALTER EXTENSION UPDATE: say so rather than fail below.
-        crate::privilege::checked_installation();
-        panic!("idgen: the acting role is read after switching to the extension owner");
-    }
+    // idgen's own switch, not Postgres' flag for it: every SECURITY DEFINER function sets that,
+    // and a claim inside one acts as the function's owner, as documented.
+    assert!(
+        !crate::privilege::switched_to_extension_owner(),
+        "idgen: the acting role is read after switching to the extension owner"
+    );
     // SAFETY: backend-local state.
     unsafe { pg_sys::GetUserId() }
 }
@@ -115,6 +114,9 @@ pub fn register_invalidation_callbacks() {
 unsafe extern "C-unwind" fn relation_changed(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
     let watched = SERVICE_MEMBERS.load(Ordering::Relaxed);
     if relid == pg_sys::InvalidOid || watched == 0 || u32::from(relid) == watched {
+        // Learnt again at the next check: a DROP and CREATE EXTENSION gives the table a new oid,
+        // whose invalidations the old one would miss.
+        SERVICE_MEMBERS.store(0, Ordering::Relaxed);
         GRANTS_GENERATION.fetch_add(1, Ordering::Relaxed);
     }
 }

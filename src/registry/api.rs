@@ -134,9 +134,41 @@ fn reported_watermark(
     Some(reported)
 }
 
+/// 0001-01-01T00:00:00Z.
+const YEAR_1_UNIX_MS: i64 = -62_135_596_800_000;
+
+/// Warns when a report is behind the watermark the registry held (see
+/// `watermark::reported_behind`), and records it in the history (once a minute per service).
+fn report_behind(
+    client: &mut SpiClient,
+    function: &str,
+    held: &input::Holding,
+    who: &Who,
+    reported: Option<TimestampWithTimeZone>,
+    held_before: TimestampWithTimeZone,
+) {
+    let Some(reported) = reported else { return };
+    let now = SystemClock.now_unix_ms();
+    let Some(warning) =
+        watermark::reported_behind(function, held.machine_id, unix_ms(reported), unix_ms(held_before), now)
+    else {
+        return;
+    };
+    if crate::privilege::installed_sql_is_current() {
+        let mut event = history::event(EventKind::WatermarkBehind, &held.node, who);
+        event.machine_id = Some(held.machine_id);
+        event.version = Some(held.version);
+        // A time before year 1 has no ISO form Postgres reads back: the DETAIL shows it.
+        event.issued_until = (unix_ms(reported) >= YEAR_1_UNIX_MS).then(|| iso_utc(unix_ms(reported)));
+        event.detail = Some(history::told_text(&warning));
+        history::record_refusal_here(client, &event);
+    }
+    report(warning, PgLogLevel::WARNING);
+}
+
 /// Renews a claim; raises 55000 when the caller no longer owns the machine id.
-#[pg_extern(volatile, parallel_unsafe)]
-fn idgen_heartbeat(
+#[pg_extern(volatile, parallel_unsafe, name = "idgen_heartbeat")]
+fn node_heartbeat(
     service: Option<&str>,
     machine_id: Option<i16>,
     host: Option<Inet>,
@@ -158,7 +190,10 @@ fn idgen_heartbeat(
             durability::make_commit_durable();
             let lease_secs = policy.lease_secs();
             match store::heartbeat(client, &held, lease_secs, policy.takeover_idle_1h_secs, reported) {
-                Some(lease_until) => Ok(lease_until),
+                Some(renewed) => {
+                    report_behind(client, F, &held, &who, reported, renewed.watermark_before);
+                    Ok(renewed.lease_until)
+                }
                 None => {
                     let now = store::current_row(client, &held.node.service, held.machine_id);
                     let error = messages::ownership_lost(F, &held, now.as_ref());
@@ -172,8 +207,8 @@ fn idgen_heartbeat(
 }
 
 /// Releases a machine id on graceful shutdown; false (with a WARNING) when not held.
-#[pg_extern(volatile, parallel_unsafe)]
-fn idgen_release(
+#[pg_extern(volatile, parallel_unsafe, name = "idgen_release")]
+fn node_release(
     service: Option<&str>,
     machine_id: Option<i16>,
     host: Option<Inet>,
@@ -195,13 +230,12 @@ fn idgen_release(
             // the refusal): no prepared transaction may keep that.
             wrote_in_transaction(F);
             durability::make_commit_durable();
-            if let Some((version, issued_until)) =
-                store::release(client, &held, policy.lease_safety_margin_secs, reported)
-            {
+            if let Some(released) = store::release(client, &held, policy.lease_safety_margin_secs, reported) {
+                report_behind(client, F, &held, &who, reported, released.watermark_before);
                 let mut event = history::event(EventKind::Release, &held.node, &who);
                 event.machine_id = Some(held.machine_id);
-                event.version = Some(version);
-                event.issued_until = Some(iso_utc(unix_ms(issued_until)));
+                event.version = Some(released.version);
+                event.issued_until = Some(iso_utc(unix_ms(released.issued_until)));
                 history::record(client, &event);
                 return true;
             }

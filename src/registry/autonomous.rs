@@ -123,6 +123,11 @@ fn run(function: &str, request: &Request) -> Option<LeaseAnswer> {
     if unsafe { !pg_sys::IsUnderPostmaster } {
         crate::errors::raise(messages::single_user_mode(function));
     }
+    // The worker's transaction cannot see an extension this one created and has not committed
+    // (and would wait for its locks after a DROP and CREATE here).
+    if crate::privilege::checked_installation().this_transaction {
+        crate::errors::raise(messages::installed_in_this_transaction(function));
+    }
     let answer = start_and_wait(request, SLOT_WAIT_MS).unwrap_or_else(|why| match why.worker_slot {
         true => crate::errors::raise(messages::no_worker_slot(function, SLOT_WAIT_MS)),
         false => CarriedError::from(IdgenError::new(idgen_core::SqlState::SystemError, why.message)).raise(),

@@ -335,8 +335,19 @@ pub const LEAST_RECENTLY_SEEN: &str = concat!(
     " AND n.machine_id OPERATOR(pg_catalog.<=) $3 ORDER BY n.last_seen, n.machine_id LIMIT 1"
 );
 
+/// The watermark the registry held for machine id ($1, $2) before the statement: what a
+/// report is compared with (a node's watermark never goes back).
+#[rustfmt::skip]
+macro_rules! watermark_held {
+    () => {
+        "(SELECT o.issued_until AS held FROM idgen_private.nodes o \
+          WHERE o.service::pg_catalog.text OPERATOR(pg_catalog.=) $1 AND o.machine_id OPERATOR(pg_catalog.=) $2) held_before"
+    };
+}
+
 /// A version-checked heartbeat ($1-$6 the holding, $7 lease s, $8 reported watermark, $9 take-back age s):
-/// a new grant, and the watermark raised to the report (or the server's clock).
+/// a new grant, and the watermark raised to the report (or the server's clock). Returns the
+/// grant and the watermark held before.
 #[rustfmt::skip]
 pub const HEARTBEAT: &str = concat!(
     "UPDATE idgen_private.nodes SET last_seen = t.now, lease_until = t.now OPERATOR(pg_catalog.+) ",
@@ -345,12 +356,15 @@ pub const HEARTBEAT: &str = concat!(
     secs!("$9"),
     ", issued_until = GREATEST(issued_until, COALESCE($8, t.now)) FROM ",
     write_moment!(),
+    ", ",
+    watermark_held!(),
     " WHERE ",
     holding_matches!(),
-    " RETURNING lease_until"
+    " RETURNING lease_until, held_before.held"
 );
 
-/// A version-checked release ($1-$6 the holding, $7 margin s, $8 reported watermark).
+/// A version-checked release ($1-$6 the holding, $7 margin s, $8 reported watermark). Returns
+/// the new version and watermark, and the watermark held before.
 #[rustfmt::skip]
 pub const RELEASE: &str = concat!(
     "UPDATE idgen_private.nodes SET version = version OPERATOR(pg_catalog.+) 1, released_at = t.now, ",
@@ -358,9 +372,11 @@ pub const RELEASE: &str = concat!(
     secs!("$7"),
     "))) FROM ",
     write_moment!(),
+    ", ",
+    watermark_held!(),
     " WHERE ",
     holding_matches!(),
-    " RETURNING version, issued_until"
+    " RETURNING version, issued_until, held_before.held"
 );
 
 /// A backend's version- and epoch-checked renewal that writes its next window ($7 lease s,
@@ -578,6 +594,7 @@ pub const EVENTS_OF_MACHINE_ID: &str = concat!(
     ", pg_catalog.host(e.previous_host), e.previous_port, ",
     "e.previous_backend_slot, ",
     epoch_ms!("e.previous_bound"),
+    ", e.outcome",
     " FROM idgen_private.visible_events e WHERE e.service OPERATOR(pg_catalog.=) $1 AND e.machine_id OPERATOR(pg_catalog.=) $2",
     " ORDER BY e.event_id"
 );

@@ -302,27 +302,47 @@ pub fn heartbeat(
     lease_secs: i64,
     takeover_secs: i64,
     reported: Option<TimestampWithTimeZone>,
-) -> Option<TimestampWithTimeZone> {
+) -> Option<Renewed> {
     let sql = sql::HEARTBEAT;
     let mut args = holding_args(held, Some(lease_secs));
     args.extend([reported.into(), (takeover_secs as f64).into()]);
-    first_value(client.update(sql, None, &args))
+    first_row(client.update(sql, None, &args))
+        .map(|row| Renewed { lease_until: column(&row, 1), watermark_before: column(&row, 2) })
+}
+
+/// What a heartbeat granted, and the watermark it found.
+pub struct Renewed {
+    /// The lease granted.
+    pub lease_until: TimestampWithTimeZone,
+    /// The watermark the registry held before the report.
+    pub watermark_before: TimestampWithTimeZone,
 }
 
 /// A version-checked release: bumps the version and starts the cooldown. The
 /// watermark rises to the node's report, or, when it reports none, to the
 /// server clock plus the clock skew the lease margin allows between hosts.
-/// Returns the new version and watermark, or nothing when not held.
+/// Nothing when not held.
 pub fn release(
     client: &mut SpiClient,
     held: &Holding,
     margin_secs: i64,
     reported: Option<TimestampWithTimeZone>,
-) -> Option<(i64, TimestampWithTimeZone)> {
+) -> Option<Released> {
     let sql = sql::RELEASE;
     let mut args = holding_args(held, Some(margin_secs));
     args.push(reported.into());
-    first_row(client.update(sql, None, &args)).map(|row| (column(&row, 1), column(&row, 2)))
+    first_row(client.update(sql, None, &args)).map(|row| Released {
+        version: column(&row, 1),
+        issued_until: column(&row, 2),
+        watermark_before: column(&row, 3),
+    })
+}
+
+/// What a release left: the new version and watermark, and the watermark held before.
+pub struct Released {
+    pub version: i64,
+    pub issued_until: TimestampWithTimeZone,
+    pub watermark_before: TimestampWithTimeZone,
 }
 
 /// How many machine ids of `service` in the range a claim cannot get without a take-back (held or cooling down).

@@ -4,7 +4,6 @@
 //! who may read what, and the alert payload's JSON Schema.
 
 use idgen_cluster_tests::*;
-use postgres::fallible_iterator::FallibleIterator;
 use postgres::Client;
 use serde_json::Value;
 use std::path::Path;
@@ -38,11 +37,9 @@ fn every_example_of_the_alert_schema_is_valid_and_each_event_has_one() {
     assert!(!validator.is_valid(&serde_json::json!({"event": "capacity", "service": "s", "machine_id": 1})));
 }
 
-/// The next notifications on `listener`, waiting for the first (a claim that commits has sent it).
-fn next_alerts(listener: &mut Client, count: usize) -> Vec<Value> {
-    let mut notifications = listener.notifications();
-    let mut waiting = notifications.blocking_iter();
-    (0..count).map(|_| serde_json::from_str(waiting.next().unwrap().unwrap().payload()).unwrap()).collect()
+/// The alerts `listener` has been sent for what committed so far.
+fn alerts_so_far(listener: &mut Client) -> Vec<Value> {
+    notifications_so_far(listener).iter().map(|n| serde_json::from_str(n.payload()).unwrap()).collect()
 }
 
 #[test]
@@ -76,7 +73,8 @@ fn a_claim_that_leaves_a_service_above_the_capacity_alert_is_heard_by_listeners(
     assert!(full["holder"]["backend_slot"].is_i64(), "{full}");
 
     // The first alert a listener hears is the one of the claim that crossed the threshold.
-    let heard = next_alerts(&mut listener, 2);
+    let heard = alerts_so_far(&mut listener);
+    assert_eq!(heard.len(), 2, "one alert for each claim above the threshold: {heard:?}");
     assert_eq!(
         heard[0],
         serde_json::json!({"event": "capacity", "service": "cap", "machine_id": 819, "held": 820,
@@ -316,4 +314,89 @@ fn each_role_reads_the_services_it_may_act_for_and_nobody_below_superuser_writes
         .query_one("SELECT * FROM idgen_explain($1, 'billing')", &[&billing_id])
         .unwrap_err();
     assert_eq!(sqlstate(&err), "42704");
+}
+
+#[test]
+fn a_process_that_took_a_slot_after_its_holder_left_is_not_shown_as_the_holder() {
+    // A backend row outlives its connection (the next one in the slot reuses it). Any process may
+    // take the slot next, a replication worker or an unrelated client: until it mints, it is not
+    // the row's holder, and idgen_nodes must not show its pid, user or application as if it were.
+    let db = TestDb::create("slot_taken_over");
+    let mut observer = db.connect();
+    let mut holder = db.connect();
+    let (slot, pid) = slot_and_pid(&mut holder);
+    drop(holder);
+    wait_for_exit(&mut observer, pid);
+    // A process started after the holder's last write, in the row's slot. Which slot a new
+    // connection gets is the server's choice (from 17 on, a recycled PGPROC's), so the row is
+    // moved to the newcomer's slot, as the slot's reuse would leave it.
+    let mut newcomer = Client::connect(&format!("{} application_name=unrelated", db.dsn()), postgres::NoTls).unwrap();
+    let newcomer_slot: i32 = newcomer
+        .query_one(
+            "SELECT s FROM generate_series(0, 10000) s
+              WHERE idgen_slot_pid('127.0.0.1'::inet, inet_server_port(), s) = pg_backend_pid()",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    observer
+        .execute("UPDATE system_nodes SET backend_slot = $1 WHERE backend_slot = $2", &[&newcomer_slot, &slot])
+        .unwrap();
+    let shown = "SELECT pid, application_name FROM idgen_nodes WHERE backend_slot = $1";
+    let row = observer.query_one(shown, &[&newcomer_slot]).unwrap();
+    assert_eq!(row.get::<_, Option<i32>>(0), None, "a process that never used the row is not its holder");
+    assert_eq!(row.get::<_, Option<String>>(1), None);
+    // Once it mints, it holds the row again, and is shown.
+    let (again, newcomer_pid) = slot_and_pid(&mut newcomer);
+    assert_eq!(again, newcomer_slot);
+    let row = observer.query_one(shown, &[&newcomer_slot]).unwrap();
+    assert_eq!(row.get::<_, Option<i32>>(0), Some(newcomer_pid));
+    assert_eq!(row.get::<_, Option<String>>(1).as_deref(), Some("unrelated"));
+}
+
+/// The queries the runbook and postgres_exporter run (README: the runbook, metrics).
+const DIAGNOSTIC_QUERIES: &[&str] = &[
+    "SELECT * FROM idgen_health()",
+    "SELECT * FROM idgen_metrics",
+    "SELECT * FROM idgen_capacity",
+    "SELECT * FROM idgen_nodes",
+    "SELECT * FROM idgen_events ORDER BY at DESC LIMIT 100",
+    "SELECT * FROM idgen_explain(idgen_min_id(now()) | (5 << 12))",
+    "SELECT * FROM idgen_policy()",
+];
+
+#[test]
+fn no_diagnostic_is_jit_compiled_on_a_registry_of_ten_thousand_rows() {
+    // With the server's defaults (JIT on, jit_above_cost 100,000) a plan costing more is compiled,
+    // which took seconds where running took milliseconds. The bound is that threshold: on ten
+    // full services (10,000 rows) every plan stays under it, and nothing is compiled.
+    let db = TestDb::create("diagnostic_plans");
+    let mut client = db.connect();
+    client
+        .batch_execute(
+            "INSERT INTO system_nodes (service, machine_id, host, port, version, last_seen, issued_until)
+             SELECT 'svc' || g / 1000, g % 1000, ('10.' || g / 250 || '.0.' || g % 250 + 1)::inet, 8080, 1,
+                    now() - g * interval '1 minute', now()
+               FROM generate_series(0, 9999) g;
+             ANALYZE system_nodes;",
+        )
+        .unwrap();
+    let jit_threshold: f64 = client.query_one("SELECT current_setting('jit_above_cost')::float8", &[]).unwrap().get(0);
+    let jit_on: bool = client.query_one("SELECT current_setting('jit')::bool", &[]).unwrap().get(0);
+    assert!(jit_on && jit_threshold > 0.0, "the server's defaults: jit on, jit_above_cost {jit_threshold}");
+    let mut explain = |options: &str, query: &str| -> Value {
+        let rows = client.simple_query(&format!("EXPLAIN ({options}, FORMAT JSON) {query}")).unwrap();
+        let text = rows.iter().find_map(|m| match m {
+            postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+            _ => None,
+        });
+        serde_json::from_str(&text.unwrap()).unwrap()
+    };
+    for query in DIAGNOSTIC_QUERIES {
+        let plan = explain("COSTS", query);
+        let cost = plan[0]["Plan"]["Total Cost"].as_f64().unwrap();
+        assert!(cost < jit_threshold, "{query}: the plan costs {cost}, over jit_above_cost {jit_threshold}");
+        let ran = explain("ANALYZE", query);
+        assert!(ran[0].get("JIT").is_none(), "{query} was JIT-compiled: {}", ran[0]["JIT"]);
+    }
 }

@@ -440,7 +440,7 @@ fn call_everything(attacker: &mut Client, admin: &mut Client, observer: &mut Cli
     read_diagnostics(admin, ext);
     let refused = admin.batch_execute("DROP EXTENSION idgen").unwrap_err();
     assert_eq!(sqlstate(&refused), "55006", "{refused:?}");
-    admin.query_one(&format!("SELECT {ext}.idgen_purge_history('0 seconds')"), &[]).unwrap();
+    admin.query_one(&format!("SELECT {ext}.idgen_purge_history('1 microsecond')"), &[]).unwrap();
 }
 
 /// The end of the window the connected session's lease for `service` issues in.
@@ -495,7 +495,7 @@ enum Attack {
 }
 
 fn attack(name: &str, planter: &str, how: Attack) {
-    let mut superuser = Client::connect(&format!("{} dbname=postgres", base_dsn()), postgres::NoTls).unwrap();
+    let mut superuser = connect_to(&base_dsn(), "postgres");
     ensure_role(&mut superuser, planter);
     let db = TestDb::empty_on(&base_dsn(), name);
     let owner = if how == Attack::SchemaCreator { "postgres" } else { planter };
@@ -635,7 +635,7 @@ fn objects_planted_before_create_extension_never_run_in_idgen() {
     // The database owner plants first; a superuser then installs idgen and reads every diagnostic:
     // views and SQL-standard bodies are bound at CREATE EXTENSION, so they must name pg_catalog's.
     let planter = "idgen_t_early_planter";
-    let mut superuser = Client::connect(&format!("{} dbname=postgres", base_dsn()), postgres::NoTls).unwrap();
+    let mut superuser = connect_to(&base_dsn(), "postgres");
     ensure_role(&mut superuser, planter);
     let db = TestDb::empty_on(&base_dsn(), "hijack_early");
     superuser.batch_execute(&format!("ALTER DATABASE {} OWNER TO {planter}", db.name)).unwrap();
@@ -693,7 +693,7 @@ fn the_database_owner_cannot_hijack_idgen_by_renaming_its_schema() {
 #[test]
 fn a_schema_planted_as_idgen_private_makes_create_extension_fail() {
     let planter = "idgen_t_private_planter";
-    let mut superuser = Client::connect(&format!("{} dbname=postgres", base_dsn()), postgres::NoTls).unwrap();
+    let mut superuser = connect_to(&base_dsn(), "postgres");
     ensure_role(&mut superuser, planter);
     let db = TestDb::empty_on(&base_dsn(), "hijack_private");
     superuser.batch_execute(&format!("ALTER DATABASE {} OWNER TO {planter}", db.name)).unwrap();

@@ -263,11 +263,28 @@ fn the_role_acting_now_is_checked_after_set_role_and_inside_security_definer_fun
         .batch_execute(&format!(
             "CREATE FUNCTION public.svc_id() RETURNS bigint LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog
                  AS $$ SELECT public.idgen_next_id('svc') $$;
-             REVOKE ALL ON FUNCTION public.svc_id() FROM PUBLIC; GRANT EXECUTE ON FUNCTION public.svc_id() TO {low};"
+             REVOKE ALL ON FUNCTION public.svc_id() FROM PUBLIC; GRANT EXECUTE ON FUNCTION public.svc_id() TO {low};
+             CREATE FUNCTION public.svc_node() RETURNS boolean LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog
+                 AS $$ DECLARE c record; BEGIN
+                     SELECT * INTO c FROM public.idgen_claim('svc', '10.0.0.9', 9);
+                     PERFORM public.idgen_heartbeat('svc', c.machine_id, '10.0.0.9', 9, c.version, pg_catalog.now());
+                     RETURN public.idgen_release('svc', c.machine_id, '10.0.0.9', 9, c.version);
+                 END $$;
+             REVOKE ALL ON FUNCTION public.svc_node() FROM PUBLIC; GRANT EXECUTE ON FUNCTION public.svc_node() TO {low};"
         ))
         .unwrap();
     let mut caller = postgres::Client::connect(&format!("{} user={low}", db.dsn()), postgres::NoTls).unwrap();
     caller.query_one("SELECT public.svc_id()", &[]).unwrap();
+    // A service node's calls too (they raised XX000 inside any SECURITY DEFINER function), as the owner.
+    let released: bool = caller.query_one("SELECT public.svc_node()", &[]).unwrap().get(0);
+    assert!(released);
+    let roles: Vec<String> = admin
+        .query("SELECT DISTINCT role FROM idgen_events WHERE holder = '10.0.0.9:9'", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(roles, [granted]);
     // ...and leaves the caller nothing: its own call of the service is refused, in the same session.
     assert_eq!(sqlstate(&next_id_for(&mut caller, "svc").unwrap_err()), "42501");
     caller.query_one("SELECT public.svc_id()", &[]).unwrap();
@@ -299,4 +316,26 @@ fn a_grant_through_pg_database_owner_ends_with_the_ownership_in_open_sessions() 
     assert_eq!(sqlstate(&err), "42501", "the former owner's open session kept the service: {err:?}");
     drop(owner);
     admin.batch_execute(&format!("ALTER DATABASE {} OWNER TO postgres", db.name)).unwrap();
+}
+
+#[test]
+fn a_revocation_reaches_a_session_that_lived_across_drop_and_create_extension() {
+    let db = TestDb::create("revoke_across_reinstall");
+    let mut admin = db.connect();
+    let role = "idgen_t_reinstall_alice";
+    ensure_login_role(&mut admin, role);
+    admin.batch_execute(&format!("SELECT idgen_grant_service('orders', '{role}')")).unwrap();
+    let mut alice = postgres::Client::connect(&format!("{} user={role}", db.dsn()), postgres::NoTls).unwrap();
+    next_id_for(&mut alice, "orders").unwrap();
+    // Once her window has passed, the extension may be dropped; the new one has new tables.
+    wait_past_backend_watermark(&mut alice, "orders");
+    admin
+        .batch_execute(&format!(
+            "DROP EXTENSION idgen; CREATE EXTENSION idgen; SELECT idgen_grant_service('orders', '{role}')"
+        ))
+        .unwrap();
+    next_id_for(&mut alice, "orders").unwrap();
+    admin.batch_execute(&format!("SELECT idgen_revoke_service('orders', '{role}')")).unwrap();
+    let err = next_id_for(&mut alice, "orders").unwrap_err();
+    assert_eq!(sqlstate(&err), "42501", "the revocation did not reach her session: {err:?}");
 }

@@ -149,3 +149,136 @@ fn a_setting_set_and_reset_without_a_restart_breaks_no_trigger_or_view() {
     let tombstones: i64 = fresh.query_one("SELECT count(*) FROM idgen_tombstones", &[]).unwrap().get(0);
     assert_eq!(tombstones, 2);
 }
+
+#[test]
+fn a_value_that_can_be_checked_alone_is_refused_when_it_is_set() {
+    // The scratch cluster: nothing here is accepted, so nothing changes for other tests.
+    let db = TestDb::create("settings_refused");
+    let mut admin = db.connect();
+    admin.batch_execute("LOAD 'idgen'").unwrap();
+    for (statement, why) in [
+        ("ALTER SYSTEM SET idgen.node_host = 'db1.internal'", "is not an IP address"),
+        ("ALTER SYSTEM SET idgen.node_host = '255.255.255.255'", "is the broadcast address"),
+        ("ALTER SYSTEM SET idgen.node_host = '0.0.0.0'", "is an unspecified address"),
+        ("SET idgen.node_host = 'ff02::1'", "is a multicast address"),
+        ("ALTER SYSTEM SET idgen.machine_id_range = '9-2'", "idgen.machine_id_range"),
+        ("SET idgen.service = 'orders '", "must not begin or end with white space"),
+        ("ALTER ROLE postgres SET idgen.service = ' orders'", "must not begin or end with white space"),
+    ] {
+        let err = admin.batch_execute(statement).expect_err(statement);
+        let e = db_error(&err);
+        assert_eq!(e.code().code(), "22023", "{statement}: {e:?}");
+        assert!(e.message().starts_with("invalid value for parameter"), "{statement}: {e:?}");
+        assert!(e.detail().is_some_and(|d| d.contains(why)), "{statement}: {e:?}");
+    }
+    // Nothing was written: the settings stay as they were, and idgen mints.
+    let auto_conf: i64 = admin
+        .query_one("SELECT count(*) FROM pg_file_settings WHERE name LIKE 'idgen.%' AND sourcefile LIKE '%postgresql.auto.conf'", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(auto_conf, 0);
+    admin.batch_execute("SET idgen.node_host = '10.0.0.5'; SET idgen.service = ''").unwrap();
+    admin.query_one("SELECT idgen_next_id()", &[]).unwrap();
+}
+
+#[test]
+fn contradicting_thresholds_warn_at_each_sessions_next_use_after_the_reload() {
+    let (cluster, _turn) = clock_cluster_turn();
+    let db = TestDb::create_on(&cluster.dsn, "settings_contradict");
+    let (mut holder, notices) = db.connect_recording();
+    holder.query_one("SELECT idgen_next_id()", &[]).unwrap();
+    assert!(notices.take().is_empty());
+    // Longer than the 1-day tier: each value alone is in range, together they contradict.
+    let _settings = SystemSettings::set(&cluster.dsn, &[("idgen.takeover_idle_1h", "2d")]);
+    // wait_for saw a new session with the value; this one has it at its next statement.
+    holder.batch_execute("SELECT 1").unwrap();
+    // A session holding a lease still mints inside it, and hears why no renewal will succeed.
+    holder.query_one("SELECT idgen_next_id()", &[]).unwrap();
+    let warned = notices.take();
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert_eq!(warned[0].code().code(), "01000");
+    assert!(warned[0].message().contains("settings contradict each other"), "{:?}", warned[0]);
+    assert!(warned[0].detail().unwrap().contains("idgen.takeover_idle_1h (2d)"), "{:?}", warned[0]);
+    holder.query_one("SELECT idgen_next_id()", &[]).unwrap();
+    assert!(notices.take().is_empty(), "once per change");
+    // A new session is warned at its first use, then refused a claim.
+    let (mut fresh, fresh_notices) = db.connect_recording();
+    let err = fresh.query_one("SELECT idgen_next_id()", &[]).unwrap_err();
+    assert_eq!(sqlstate(&err), "22023", "{err:?}");
+    assert!(fresh_notices.take().iter().any(|n| n.message().contains("settings contradict each other")));
+    let finding: String =
+        fresh.query_one("SELECT finding FROM idgen_health() WHERE severity = 'critical'", &[]).unwrap().get(0);
+    assert_eq!(finding, "settings_inconsistent");
+}
+
+/// The `sql` blocks of the README and docs/.
+fn documented_sql_blocks() -> Vec<(String, String)> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut files = vec![root.join("README.md")];
+    let docs = std::fs::read_dir(root.join("docs")).unwrap();
+    files.extend(docs.map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "md")));
+    let mut blocks = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let mut rest = text.as_str();
+        while let Some(start) = rest.find("```sql\n") {
+            let body = &rest[start + 7..];
+            let end = body.find("```").unwrap_or_else(|| panic!("an unclosed sql block in {}", file.display()));
+            blocks.push((file.display().to_string(), body[..end].to_owned()));
+            rest = &body[end + 3..];
+        }
+    }
+    blocks
+}
+
+#[test]
+fn every_alter_system_example_in_the_docs_works_as_written_in_a_fresh_session() {
+    // Before PostgreSQL 17, ALTER SYSTEM knows idgen's settings only in a session that loaded
+    // idgen: every example says LOAD 'idgen' first, and runs here in a session that has not.
+    let (cluster, _turn) = clock_cluster_turn();
+    let db = TestDb::create_on(&cluster.dsn, "settings_docs");
+    let examples: Vec<_> =
+        documented_sql_blocks().into_iter().filter(|(_, sql)| sql.contains("ALTER SYSTEM SET idgen.")).collect();
+    assert!(examples.len() >= 3, "{examples:?}");
+    for (file, sql) in examples {
+        let names: Vec<String> = sql
+            .split("ALTER SYSTEM SET ")
+            .skip(1)
+            .map(|rest| rest.split([' ', '=']).next().unwrap().to_owned())
+            .collect();
+        let _reset = SystemSettings::adopt(&cluster.dsn, &names);
+        let mut fresh = db.connect();
+        // One statement at a time, as psql sends them (ALTER SYSTEM runs in no transaction block).
+        let code: String = sql.lines().map(|line| line.split("--").next().unwrap()).collect::<Vec<_>>().join("\n");
+        for statement in code.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+            fresh.batch_execute(statement).unwrap_or_else(|e| panic!("{file}:\n{sql}\n{statement}: {e:?}"));
+        }
+    }
+}
+
+#[test]
+fn a_configured_value_the_server_refused_stops_claims_rather_than_falling_back_to_the_default() {
+    // Set where idgen is not loaded (postgresql.conf, ALTER DATABASE/ROLE ... SET before LOAD),
+    // a bad value is only refused when a backend loads idgen: Postgres then warns and keeps the
+    // default, here the database's name as the service: another id space than configured.
+    let db = TestDb::create("settings_configured_refused");
+    let mut admin = db.connect();
+    admin.batch_execute(&format!("ALTER DATABASE {} SET idgen.service = ' orders'", db.name)).unwrap();
+    let (mut session, notices) = db.connect_recording();
+    let err = session.query_one("SELECT idgen_next_id()", &[]).unwrap_err();
+    let e = db_error(&err);
+    assert_eq!(e.code().code(), "22023", "{e:?}");
+    assert!(e.message().contains("the configured value of setting \"idgen.service\" was refused"), "{e:?}");
+    assert!(e.detail().unwrap().contains("\" orders\""), "{e:?}");
+    assert!(notices.take().iter().any(|n| n.message().starts_with("invalid value for parameter \"idgen.service\"")));
+    let problem: Option<String> = session.query_one("SELECT problem FROM idgen_policy()", &[]).unwrap().get(0);
+    assert!(problem.is_some_and(|p| p.contains("idgen.service")));
+    let nothing: i64 = admin.query_one("SELECT count(*) FROM system_nodes", &[]).unwrap().get(0);
+    assert_eq!(nothing, 0, "no machine id was claimed under the default");
+    // Corrected, a new session mints.
+    admin.batch_execute(&format!("ALTER DATABASE {} SET idgen.service = 'orders'", db.name)).unwrap();
+    let mut corrected = db.connect();
+    corrected.query_one("SELECT idgen_next_id()", &[]).unwrap();
+    let service: String = admin.query_one("SELECT service::text FROM system_nodes", &[]).unwrap().get(0);
+    assert_eq!(service, "orders");
+}

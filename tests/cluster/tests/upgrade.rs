@@ -97,7 +97,7 @@ fn an_update_keeps_rows_and_grants_and_gives_every_row_a_watermark() {
 
     let version: String =
         client.query_one("SELECT extversion FROM pg_extension WHERE extname = 'idgen'", &[]).unwrap().get(0);
-    assert_eq!(version, "0.4.0");
+    assert_eq!(version, "0.5.0");
     let after: Vec<(String, i16, i64)> = client
         .query("SELECT service, machine_id, version::bigint FROM system_nodes ORDER BY 1, 2", &[])
         .unwrap()
@@ -156,12 +156,13 @@ fn an_update_keeps_rows_and_grants_and_gives_every_row_a_watermark() {
         .unwrap()
         .get(0);
     assert_eq!(leases, 3, "every row records the lease of the settings at the update");
-    // The history starts at the update: older IDs are explained from the registry, and said to be so.
+    // The history starts at the update, with the holders of the time: older IDs are said to be
+    // from before it.
     let finding: String = client
         .query_one("SELECT finding FROM idgen_explain(idgen_min_id(now() - interval '1 hour'), 'db')", &[])
         .unwrap()
         .get(0);
-    assert_eq!(finding, "no_history");
+    assert_eq!(finding, "before_history");
     client.batch_execute("DROP OWNED BY idgen_t_upgrade_svc").unwrap();
 }
 
@@ -226,4 +227,148 @@ fn an_update_from_0_3_0_waits_for_its_floor_and_keeps_the_rows() {
     // The node gets another id: its row may still be stamped by a live holder.
     let c = claim(&mut db.connect(), "svc", "10.0.0.3", 80).unwrap();
     assert_ne!(c.machine_id, 3);
+}
+
+/// A value of each argument type idgen's functions take, for calling every one of them.
+const SAMPLE_ARGUMENT: &str = "CASE t.typname
+     WHEN 'text' THEN quote_literal('svc') WHEN 'varchar' THEN quote_literal('svc')
+     WHEN 'inet' THEN quote_literal('10.0.0.1') || '::inet' WHEN 'int4' THEN '1' WHEN 'int2' THEN '1::smallint'
+     WHEN 'int8' THEN '1::bigint' WHEN 'timestamptz' THEN 'now()' WHEN 'interval' THEN quote_literal('1 day') || '::interval'
+     WHEN 'bool' THEN 'true' ELSE 'NULL::' || format_type(t.oid, NULL) END";
+
+/// Every function of the installed extension that SQL can call, with sample arguments.
+fn calls_of_every_function(client: &mut Client) -> Vec<String> {
+    let sql = format!(
+        "SELECT format('SELECT %s(%s)', p.oid::regproc, coalesce(string_agg({SAMPLE_ARGUMENT}, ', ' ORDER BY a.n), ''))
+           FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idgen'
+           JOIN pg_proc p ON p.oid = d.objid AND d.classid = 'pg_proc'::regclass
+           LEFT JOIN LATERAL unnest(p.proargtypes) WITH ORDINALITY a(type, n) ON true
+           LEFT JOIN pg_type t ON t.oid = a.type
+          WHERE d.deptype = 'e' AND p.prorettype NOT IN ('trigger'::regtype, 'event_trigger'::regtype)
+          GROUP BY p.oid ORDER BY 1"
+    );
+    client.query(&sql, &[]).unwrap().iter().map(|r| r.get(0)).collect()
+}
+
+#[test]
+fn every_function_of_an_older_installation_answers_clearly_and_none_crashes() {
+    // Between installing a new build and ALTER EXTENSION UPDATE, the new library serves the old
+    // version's functions, whatever their signatures were. 0.4.0's keep working (this library
+    // runs against its objects); older ones refuse with 55000 and the hint. Never a crash, an
+    // internal error (XX000) or a missing relation (42P01).
+    for version in ["0.1.0", "0.2.0", "0.3.0", "0.4.0"] {
+        let db = TestDb::empty_on(&base_dsn(), &format!("upgrade_calls_{}", version.replace('.', "_")));
+        let mut client = db.connect();
+        client.batch_execute(&format!("CREATE EXTENSION idgen VERSION '{version}'")).unwrap();
+        let calls = calls_of_every_function(&mut client);
+        assert!(calls.len() >= 8, "{version}: {calls:?}");
+        // Rows removed by hand run the extension's triggers, where the version has them.
+        let statements = calls.iter().map(String::as_str).chain(["DELETE FROM system_nodes", "TRUNCATE system_nodes"]);
+        let mut refused = Vec::new();
+        let mut unclear = Vec::new();
+        for sql in statements {
+            let mut probe = db.connect();
+            match probe.batch_execute(sql) {
+                Ok(()) => {}
+                Err(err) => {
+                    let db_err =
+                        err.as_db_error().unwrap_or_else(|| panic!("{version} {sql}: the backend died: {err:?}"));
+                    let code = db_err.code().code();
+                    if ["XX000", "42P01", "42883", "42703"].contains(&code) {
+                        unclear.push(format!("{version} {sql}: {code} {}", db_err.message()));
+                    }
+                    if code == "55000" && db_err.message().contains("this database has version") {
+                        assert!(
+                            db_err.hint().is_some_and(|h| h.contains("ALTER EXTENSION idgen UPDATE")),
+                            "{version} {sql}: {db_err:?}"
+                        );
+                        refused.push(sql.to_owned());
+                    }
+                }
+            }
+            assert!(probe.simple_query("SELECT 1").is_ok(), "{version} {sql}: the connection did not survive");
+        }
+        assert!(unclear.is_empty(), "{unclear:#?}");
+        let mints = ["SELECT idgen_next_id()", "SELECT idgen_next_id('svc')"];
+        for sql in mints.iter().chain(["SELECT idgen_claim('svc', '10.0.0.1'::inet, 1)"].iter()) {
+            let result = db.connect().batch_execute(sql);
+            if version == "0.4.0" {
+                result.unwrap_or_else(|e| panic!("{version} {sql}: {e:?}"));
+            } else {
+                let err = result.expect_err(sql);
+                assert_eq!(sqlstate(&err), "55000", "{version} {sql}: {err:?}");
+            }
+        }
+        if version == "0.4.0" {
+            assert!(refused.is_empty(), "0.4.0 keeps working until the update: {refused:?}");
+        } else {
+            assert!(refused.len() >= 3, "{version}: the registry's functions refuse: {refused:?}");
+        }
+    }
+}
+
+#[test]
+fn holders_that_keep_their_id_across_the_update_are_in_the_history() {
+    let db = TestDb::empty_on(&base_dsn(), "upgrade_carried");
+    let mut client = db.connect();
+    client.batch_execute("CREATE EXTENSION idgen VERSION '0.4.0'").unwrap();
+    let node = claim(&mut client, "svc", "10.0.0.7", 7).unwrap();
+    let mut backend = db.connect();
+    backend.query_one("SELECT idgen_next_id()", &[]).unwrap();
+    // The history of 0.2.0's databases started empty at the update to 0.3.0, whoever held ids:
+    // these holders' claims are gone from it.
+    client.batch_execute("DELETE FROM idgen_private.idgen_history").unwrap();
+    client.batch_execute("ALTER EXTENSION idgen UPDATE").unwrap();
+    // Both keep their ids across the update, and what they stamp from now on is explained.
+    let after_update: i64 = backend.query_one("SELECT idgen_next_id()", &[]).unwrap().get(0);
+    let finding = |client: &mut Client, id: i64, service: &str| -> (String, Option<String>) {
+        let row = client.query_one("SELECT finding, holder FROM idgen_explain($1, $2)", &[&id, &service]).unwrap();
+        (row.get(0), row.get(1))
+    };
+    let database: String = client.query_one("SELECT current_database()", &[]).unwrap().get(0);
+    let (found, holder) = finding(&mut client, after_update, &database);
+    assert_eq!(found, "held", "an ID stamped after the update by a holder from before it");
+    assert!(holder.is_some_and(|h| h.starts_with("backend slot")));
+    let svc_id = client
+        .query_one(
+            "SELECT idgen_min_id(now() + interval '1 second') | ($1::bigint << 12)",
+            &[&i64::from(node.machine_id)],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(finding(&mut client, svc_id, "svc"), ("held".to_owned(), Some("10.0.0.7:7".to_owned())));
+    // From their last write before the update on, that is: an ID of an hour before is from before
+    // the history.
+    let hour_ago: i64 = client.query_one("SELECT idgen_min_id(now() - interval '1 hour')", &[]).unwrap().get(0);
+    assert_eq!(finding(&mut client, hour_ago, &database).0, "before_history");
+    let carried: i64 = client
+        .query_one(
+            "SELECT count(*) FROM idgen_events WHERE event = 'claim' AND detail LIKE 'Held across ALTER EXTENSION%'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(carried, 2);
+}
+
+#[test]
+fn an_update_fails_at_once_while_a_reader_uses_the_registry_and_blocks_no_claim() {
+    let db = TestDb::empty_on(&base_dsn(), "upgrade_busy");
+    let mut admin = db.connect();
+    admin.batch_execute("CREATE EXTENSION idgen VERSION '0.4.0'").unwrap();
+    // A dashboard's long transaction, by a role with no rights on idgen's tables.
+    let mut reader = db.connect();
+    reader.batch_execute("BEGIN; SELECT count(*) FROM idgen_events; SELECT count(*) FROM idgen_nodes").unwrap();
+    let err = admin.batch_execute("ALTER EXTENSION idgen UPDATE").unwrap_err();
+    assert_eq!(sqlstate(&err), "55P03", "the update waited for the reader instead of failing: {err:?}");
+    // Nothing queued behind it: a new session mints at once (its claim commits on its own). It
+    // stays connected: its exit record would be a registry write the update does not wait for.
+    let mut minter = db.connect();
+    minter.query_one("SELECT idgen_next_id()", &[]).unwrap();
+    reader.batch_execute("COMMIT").unwrap();
+    admin.batch_execute("ALTER EXTENSION idgen UPDATE").unwrap();
+    drop(minter);
+    let version: String =
+        admin.query_one("SELECT extversion FROM pg_extension WHERE extname = 'idgen'", &[]).unwrap().get(0);
+    assert_eq!(version, "0.5.0");
 }

@@ -181,7 +181,9 @@ fn watermarks_only_grow_and_a_report_far_ahead_is_kept() {
     heartbeat_with(&mut client, "svc", "10.0.0.1", &g, now_ms + 10_000).unwrap();
     heartbeat_with(&mut client, "svc", "10.0.0.1", &g, now_ms - 3_600_000).unwrap();
     assert_eq!(issued_until_ms(&mut client, "svc", g.machine_id), now_ms + 10_000, "a lower report never lowers it");
-    assert!(notices.take().is_empty());
+    // It only draws a WARNING: the node's clock is behind (inputs.rs has the rest).
+    let behind = notices.take();
+    assert!(behind.len() == 1 && behind[0].message().contains("behind the watermark"), "{behind:?}");
 
     // Two days ahead: a clock gone wrong, but the node may have stamped that far. Forgetting the
     // report would let the id's next holder stamp below it, so it is kept, with a WARNING.

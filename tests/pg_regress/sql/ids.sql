@@ -47,7 +47,7 @@ FROM system_nodes;
 SELECT idgen_next_id(NULL);
 SELECT idgen_next_id('');
 SET idgen.service = 'orders ';
-SELECT idgen_next_id();
+SHOW idgen.service;
 RESET idgen.service;
 SET idgen.max_clock_backward = -1;
 SHOW idgen.max_clock_backward;

@@ -23,10 +23,13 @@ RESET client_min_messages;
 \set VERBOSITY terse
 SELECT idgen_heartbeat('orders', 0::smallint, '10.0.0.5', 8080, 3);
 \set VERBOSITY default
--- A heartbeat with the node's watermark (its clock); a lower one later changes nothing.
+-- A heartbeat with the node's watermark (its clock); a lower one later changes nothing, and
+-- draws a WARNING (terse: its DETAIL shows the clock).
 BEGIN;
 SELECT idgen_heartbeat('orders', 2::smallint, '10.0.0.5', 8080, 1, now() + interval '10 seconds') IS NOT NULL AS renewed;
+\set VERBOSITY terse
 SELECT idgen_heartbeat('orders', 2::smallint, '10.0.0.5', 8080, 1, now() - interval '1 hour') IS NOT NULL AS renewed;
+\set VERBOSITY default
 SELECT issued_until - now() AS watermark_ahead FROM system_nodes WHERE machine_id = 2;
 -- A release with the node's last timestamp: the next holder starts after it.
 SELECT idgen_release('orders', 1::smallint, '2001:db8::6', 8080, 1, now() + interval '20 seconds');
