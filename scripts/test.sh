@@ -2,15 +2,16 @@
 # Runs every test, on PostgreSQL 15 and on PostgreSQL 18: the pure core's unit
 # tests, the #[pg_test]s (cargo pgrx test), pg_regress against the scratch
 # cluster, and the client-driven suites in tests/cluster and client/tests
-# (against the scratch cluster, the clock-step cluster, and on 15 a
-# pg_auto_failover formation). Installs and starts what it needs. Safe to run again.
+# (against the scratch cluster, the clock-step cluster, pgbouncer in front of
+# the scratch cluster, and on 15 a pg_auto_failover formation). Installs and
+# starts what it needs. Safe to run again.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$ROOT"
 
 setup
 TEST_LOG=$(mktemp)
-# The failover formation never outlives the run, whatever ends it.
-trap 'rm -f "$TEST_LOG"; stop_formation' EXIT
+# The failover formation and the pooler never outlive the run, whatever ends it.
+trap 'rm -f "$TEST_LOG"; stop_formation; stop_pooler' EXIT
 # Runs a test stage, keeping its output to count the passed tests at the end.
 stage() { "$@" 2>&1 | tee -a "$TEST_LOG"; }
 schedule=$(cd tests/pg_regress/sql && ls *.sql | sed 's/\.sql$//')
@@ -50,11 +51,11 @@ suites_on() {
 
     # cargo pgrx test installed its test build; install the release build, then restart to load it.
     install_extension
-    # The 0.1.0, 0.2.0 and 0.3.0 install scripts, so that tests/cluster/tests/upgrade.rs can start from them.
+    # The 0.1.0 to 0.4.0 install scripts, so that tests/cluster/tests/upgrade.rs can start from them.
     local extension_dir
     extension_dir="$("$PG_CONFIG" --sharedir)/extension/"
-    if [ -w "$extension_dir" ]; then install -m 644 tests/upgrade/idgen--0.[123].0.sql "$extension_dir"
-    else as_root install -m 644 tests/upgrade/idgen--0.[123].0.sql "$extension_dir"; fi
+    if [ -w "$extension_dir" ]; then install -m 644 tests/upgrade/idgen--0.[1234].0.sql "$extension_dir"
+    else as_root install -m 644 tests/upgrade/idgen--0.[1234].0.sql "$extension_dir"; fi
     start_scratch_cluster
     start_clock_cluster
 
@@ -67,11 +68,14 @@ suites_on() {
     # The failover test needs pg_auto_failover, which Debian ships for PostgreSQL 15 only.
     local skip=()
     if [ "$PG_MAJOR" = 15 ]; then start_formation; else skip=(-- --skip no_id_twice_across); fi
+    # pgbouncer in transaction mode for tests/cluster/tests/pooler.rs, after the scratch cluster's last restart.
+    start_pooler
     say "client-driven suites against PostgreSQL $PG_MAJOR (tests/cluster, client/tests)"
     PATH="$PG_BIN:$PATH" IDGEN_TEST_DSN=$SCRATCH_DSN IDGEN_CLOCK_DSN=$CLOCK_DSN IDGEN_CLOCK_FILE=$CLOCK_FILE \
         IDGEN_CLOCK_RESTART=$CLOCK_RESTART IDGEN_HA_DIR=$HA_DIR IDGEN_HA_PORT=$HA_PORT IDGEN_HA_DSN=${HA_DSN:-} \
-        stage cargo test -p idgen-cluster-tests -p idgen-client "${skip[@]}"
+        IDGEN_POOLER_DSN=$POOLER_DSN stage cargo test -p idgen-cluster-tests -p idgen-client "${skip[@]}"
     stop_formation
+    stop_pooler
 }
 
 suites_on 15
