@@ -1,0 +1,785 @@
+//! The README's day-one recipes, run as the README writes them (each block is read from README.md
+//! between its `<!-- NAME:begin -->` and `<!-- NAME:end -->` markers, so the docs cannot drift
+//! from what is tested): installing into a busy database, reinstalling beside connected sessions,
+//! a schema of its own beside a table named `system_nodes`, switching `serial` and identity
+//! columns to `idgen_next_id()`, a trigger on a logical-replication subscriber, and the quick start
+//! through psql.
+
+use idgen_cluster_tests::*;
+use postgres::{Client, NoTls, SimpleQueryMessage};
+use std::process::Command;
+
+/// The SQL of the README block between `<!-- {name}:begin -->` and `<!-- {name}:end -->`, without its fence.
+fn readme_block(name: &str) -> String {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let begin = format!("<!-- {name}:begin -->\n");
+    let end = format!("<!-- {name}:end -->");
+    let start = readme.find(&begin).unwrap_or_else(|| panic!("README.md has no {begin:?}")) + begin.len();
+    let length = readme[start..].find(&end).unwrap_or_else(|| panic!("README.md has no {end:?} after {begin:?}"));
+    let block = &readme[start..start + length];
+    block
+        .strip_prefix("```sql\n")
+        .and_then(|b| b.strip_suffix("```\n"))
+        .unwrap_or_else(|| panic!("the README's {name} block is not one ```sql fence: {block:?}"))
+        .to_owned()
+}
+
+/// `sql` with the README's database name, `shop` (as a whole word), replaced by `database`.
+fn with_database(sql: &str, database: &str) -> String {
+    let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out = String::new();
+    let mut rest = sql;
+    while let Some(at) = rest.find("shop") {
+        let before = rest[..at].chars().next_back();
+        let after = rest[at + 4..].chars().next();
+        out.push_str(&rest[..at]);
+        out.push_str(if before.is_some_and(is_word) || after.is_some_and(is_word) { "shop" } else { database });
+        rest = &rest[at + 4..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The README block's two parts: what comes before `\nBEGIN;\n`, and the transaction from `BEGIN;` on.
+fn split_at_transaction(name: &str, block: &str) -> (String, String) {
+    let (before, transaction) =
+        block.split_once("\nBEGIN;\n").unwrap_or_else(|| panic!("the README's {name} block has no BEGIN;"));
+    (before.to_owned(), format!("BEGIN;\n{transaction}"))
+}
+
+/// The statements of a block, one by one, as psql sends them: a statement ends with a line ending
+/// in `;` outside a `$$` body.
+fn statements(block: &str) -> Vec<String> {
+    let (mut statements, mut current, mut in_body) = (Vec::new(), String::new(), false);
+    for line in block.lines() {
+        current.push_str(line);
+        current.push('\n');
+        in_body ^= line.matches("$$").count() % 2 == 1;
+        let code = line.split_once("--").map_or(line, |(code, _)| code).trim_end();
+        if !in_body && code.ends_with(';') {
+            statements.push(std::mem::take(&mut current));
+        }
+    }
+    let is_comment = |l: &str| l.trim().is_empty() || l.trim_start().starts_with("--");
+    assert!(current.lines().all(is_comment), "the block ends inside a statement: {current:?}");
+    statements
+}
+
+/// Runs a README block's statements one at a time, as psql does, stopping at the first error;
+/// returns the rows of the last statement, as text. (One simple query holding several statements
+/// would make them one transaction, which psql does not.)
+fn run_block(client: &mut Client, block: &str) -> Result<Vec<Vec<Option<String>>>, postgres::Error> {
+    let mut rows = Vec::new();
+    for statement in statements(block) {
+        rows.clear();
+        for message in client.simple_query(&statement)? {
+            if let SimpleQueryMessage::Row(row) = message {
+                rows.push((0..row.len()).map(|i| row.get(i).map(str::to_owned)).collect());
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// `idgen_health()`'s findings as text: none when healthy.
+fn health(client: &mut Client) -> Vec<String> {
+    client
+        .query("SELECT format('%s %s (%s): %s', severity, finding, subject, detail) FROM idgen_health()", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+fn insert_order(client: &mut Client, item: &str) -> i64 {
+    client
+        .query_one("INSERT INTO orders (item) VALUES ($1) RETURNING id", &[&item])
+        .unwrap_or_else(|e| panic!("inserting {item:?} into orders: {e:?}"))
+        .get(0)
+}
+
+fn pid(client: &mut Client) -> i32 {
+    client.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0)
+}
+
+fn ensure_login_role(admin: &mut Client, role: &str) {
+    admin
+        .batch_execute(&format!(
+            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN CREATE ROLE {role} LOGIN; END IF; END $$"
+        ))
+        .unwrap();
+}
+
+#[test]
+fn installing_into_a_busy_database_takes_no_outage_and_every_session_mints_at_once() {
+    let db = TestDb::empty_on(&base_dsn(), "recipe_busy");
+    let mut setup = db.connect();
+    setup.batch_execute("CREATE TABLE unrelated (k int PRIMARY KEY); INSERT INTO unrelated VALUES (1)").unwrap();
+    // The sessions a production database always has: an idle one, one idle in a transaction that
+    // has read a table, one running a long query (bounded by the DSN's statement_timeout).
+    let mut idle = db.connect();
+    idle.batch_execute("SELECT 1").unwrap();
+    let mut in_transaction = db.connect();
+    in_transaction.batch_execute("BEGIN; SELECT count(*) FROM unrelated").unwrap();
+    let mut sleeper = db.connect();
+    let sleeper_pid = pid(&mut sleeper);
+    let sleeping = spawn_named("the long query", move || sleeper.batch_execute("SELECT pg_sleep(600)"));
+    let mut observer = db.connect();
+    let is_sleeping = |observer: &mut Client| -> bool {
+        observer
+            .query_one(
+                "SELECT coalesce(wait_event = 'PgSleep', false) FROM pg_stat_activity WHERE pid = $1",
+                &[&sleeper_pid],
+            )
+            .unwrap()
+            .get(0)
+    };
+    wait_for("the long query to run", PATIENCE, || is_sleeping(&mut observer));
+
+    // The README's block, in a session of its own: the install, a table, and a first ID at once
+    // (no 55000), then a healthy registry.
+    let mut dba = db.connect();
+    let findings = run_block(&mut dba, &readme_block("recipe:busy-install")).unwrap();
+    assert!(findings.is_empty(), "idgen_health() right after the install: {findings:?}");
+    // Every session mints at once: a new one, and those connected before, the one inside its
+    // transaction included. Connected at once, each holds its own machine id.
+    let mut fresh = db.connect();
+    for (client, item) in [(&mut fresh, "fresh"), (&mut idle, "idle"), (&mut in_transaction, "in transaction")] {
+        insert_order(client, item);
+    }
+    in_transaction.batch_execute("COMMIT").unwrap();
+    let (rows, machine_ids): (i64, i64) = dba
+        .query_one("SELECT count(*), count(DISTINCT (idgen_decode(id)).machine_id) FROM orders", &[])
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!((rows, machine_ids), (4, 4), "four sessions, four IDs, four machine ids");
+    assert_eq!(health(&mut dba), Vec::<String>::new());
+    // The long query ran through it all.
+    assert!(is_sleeping(&mut observer), "the long query was disturbed by the install");
+    observer.query_one("SELECT pg_cancel_backend($1)", &[&sleeper_pid]).unwrap();
+    let cancelled = join_within(sleeping, PATIENCE, "the long query").unwrap_err();
+    assert_eq!(sqlstate(&cancelled), "57014", "{cancelled:?}");
+}
+
+#[test]
+fn the_first_id_needs_the_install_committed() {
+    let db = TestDb::empty_on(&base_dsn(), "recipe_uncommitted_install");
+    let mut dba = db.connect();
+    // The README's block as one transaction, as a migration tool runs a migration.
+    let block = readme_block("recipe:busy-install");
+    let (install, _) = block.split_once("SELECT * FROM idgen_health()").unwrap();
+    dba.batch_execute("BEGIN").unwrap();
+    let err = run_block(&mut dba, install).unwrap_err();
+    dba.batch_execute("ROLLBACK").unwrap();
+    assert_eq!(sqlstate(&err), "55000", "{err:?}");
+    let e = err.as_db_error().unwrap();
+    assert!(e.message().contains("created or updated in this transaction"), "{e:?}");
+    assert!(e.hint().is_some_and(|h| h.contains("Commit the CREATE EXTENSION first")), "{e:?}");
+    // Committed first, the same statements mint.
+    run_block(&mut dba, install).unwrap();
+    // A reinstall in one transaction is refused as clearly, at once (it waited for its own locks
+    // and failed with a lock timeout).
+    wait_past_backend_watermark(&mut dba, &db.name);
+    let mut reinstall = db.connect();
+    reinstall.batch_execute("SET lock_timeout = '10min'; BEGIN").unwrap();
+    let err = reinstall
+        .batch_execute("DROP EXTENSION idgen CASCADE; CREATE EXTENSION idgen; SELECT idgen_next_id()")
+        .unwrap_err();
+    assert_eq!(sqlstate(&err), "55000", "{err:?}");
+    reinstall.batch_execute("ROLLBACK").unwrap();
+}
+
+#[test]
+fn a_reinstall_beside_connected_sessions_changes_nothing_when_refused_and_mints_at_once_when_done() {
+    let db = TestDb::create("recipe_reinstall");
+    let service = db.name.clone();
+    let (mut admin, admin_notices) = db.connect_recording();
+    admin.batch_execute("CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT idgen_next_id(), item text)").unwrap();
+    // The default depends on idgen: with nothing stamped yet, a plain DROP is refused for it, and
+    // the recipe's listing names it.
+    let err = admin.batch_execute("DROP EXTENSION idgen").unwrap_err();
+    assert_eq!(sqlstate(&err), "2BP01", "{err:?}");
+    let (listing, reinstall) = split_at_transaction("reinstall", &readme_block("recipe:reinstall"));
+    let listed = run_block(&mut admin, &listing).unwrap();
+    let expected = vec![Some("orders".to_owned()), Some("id".to_owned()), Some("idgen_next_id()".to_owned())];
+    assert_eq!(listed, vec![expected]);
+
+    // An application session that mints under the registry to be dropped, and one that never minted.
+    let (mut old, old_notices) = db.connect_recording();
+    insert_order(&mut old, "before");
+    let mut bystander = db.connect();
+    bystander.batch_execute("SELECT 1").unwrap();
+
+    // A service node inside its lease: the reinstall is refused, naming it, and changes nothing.
+    let mut node = TestNode::claim(&mut admin, "svc", "10.0.0.1", 1).unwrap();
+    let err = run_block(&mut admin, &reinstall).unwrap_err();
+    admin.batch_execute("ROLLBACK").unwrap();
+    assert_eq!(sqlstate(&err), "55006", "{err:?}");
+    let detail = db_error(&err).detail().unwrap_or_default().to_owned();
+    assert!(detail.contains("service \"svc\" machine id 0 (10.0.0.1:1)"), "{detail}");
+    let default: String = admin
+        .query_one("SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef WHERE adrelid = 'orders'::regclass", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(default, "idgen_next_id()", "the refused reinstall dropped the default");
+    node.heartbeat(&mut admin).unwrap();
+    insert_order(&mut old, "after the refusal");
+
+    // Released, and the old session's window over: nothing may be stamped under the old registry.
+    assert!(node.release(&mut admin).unwrap());
+    wait_past_backend_watermark(&mut old, &service);
+    admin_notices.take();
+    run_block(&mut admin, &reinstall).unwrap();
+    let notices: Vec<String> = admin_notices.take().iter().map(|n| n.message().to_owned()).collect();
+    assert!(
+        notices.iter().any(|n| n == "drop cascades to default value for column id of table orders"),
+        "the CASCADE names the default it drops: {notices:?}"
+    );
+
+    // Every session mints at once: a new one, the bystander, and the old one, which learns at its
+    // next ID that its lease is gone and claims in the new registry.
+    insert_order(&mut db.connect(), "fresh");
+    insert_order(&mut bystander, "bystander");
+    old_notices.take();
+    insert_order(&mut old, "old session");
+    let warnings: Vec<String> =
+        old_notices.take().iter().filter(|n| n.severity() == "WARNING").map(|n| n.message().to_owned()).collect();
+    assert!(
+        warnings.len() == 1 && warnings[0].contains("is no longer held by"),
+        "the old session is told its lease is gone: {warnings:?}"
+    );
+    let lease = backend_lease(&mut old, &service).unwrap();
+    let in_new_registry: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM system_nodes WHERE service = $1 AND machine_id = $2 AND version = $3
+                AND backend_slot = $4 AND released_at IS NULL",
+            &[&service, &lease.machine_id, &lease.version, &lease.backend_slot],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(in_new_registry, 1, "the old session's lease {lease:?} is not a row of the new registry");
+    let (rows, ids): (i64, i64) =
+        admin.query_one("SELECT count(*), count(DISTINCT id) FROM orders", &[]).map(|r| (r.get(0), r.get(1))).unwrap();
+    assert_eq!((rows, ids), (5, 5));
+    assert_eq!(health(&mut admin), Vec::<String>::new());
+    // The loss is counted, as the README says to expect after a reinstall.
+    let losses: i64 =
+        admin.query_one("SELECT ownership_losses FROM idgen_metrics WHERE service = $1", &[&service]).unwrap().get(0);
+    assert_eq!(losses, 1);
+}
+
+#[test]
+fn beside_a_table_named_system_nodes_idgen_installs_in_a_schema_of_its_own() {
+    let db = TestDb::empty_on(&base_dsn(), "recipe_own_schema");
+    let mut admin = db.connect();
+    admin
+        .batch_execute(
+            "CREATE TABLE system_nodes (hostname text PRIMARY KEY, rack int);
+             INSERT INTO system_nodes VALUES ('db1', 1), ('db2', 2);",
+        )
+        .unwrap();
+    let users_table = |client: &mut Client| -> String {
+        client
+            .query_one(
+                "SELECT (SELECT string_agg(column_name || ' ' || data_type, ', ' ORDER BY ordinal_position)
+                           FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'system_nodes')
+                        || ' / ' || (SELECT string_agg(hostname || '=' || rack, ', ' ORDER BY hostname) FROM public.system_nodes)",
+                &[],
+            )
+            .unwrap()
+            .get(0)
+    };
+    let before = users_table(&mut admin);
+    assert_eq!(before, "hostname text, rack integer / db1=1, db2=2");
+
+    // Into public, idgen's own system_nodes collides: refused, and nothing is installed.
+    let err = admin.batch_execute("CREATE EXTENSION idgen").unwrap_err();
+    assert_eq!(sqlstate(&err), "42P07", "{err:?}");
+    assert_eq!(db_error(&err).message(), "relation \"system_nodes\" already exists");
+    let leftovers: i64 = admin
+        .query_one(
+            "SELECT (SELECT count(*) FROM pg_extension WHERE extname = 'idgen')
+                  + (SELECT count(*) FROM pg_namespace WHERE nspname = 'idgen_private')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(leftovers, 0);
+
+    run_block(&mut admin, &with_database(&readme_block("recipe:own-schema"), &db.name)).unwrap();
+    assert_eq!(users_table(&mut admin), before);
+
+    // New sessions reach idgen through the database's search_path, a role below superuser too
+    // (the recipe grants USAGE on the schema); unqualified, system_nodes is still the user's.
+    let app = "idgen_t_recipe_app";
+    ensure_login_role(&mut admin, app);
+    admin.batch_execute(&format!("GRANT INSERT, SELECT ON orders, system_nodes TO {app}")).unwrap();
+    let app_dsn = format!("{} user={app}", db.dsn());
+    for dsn in [db.dsn(), app_dsn.clone()] {
+        let mut session = Client::connect(&dsn, NoTls).unwrap();
+        insert_order(&mut session, "through the default");
+        let id: i64 = session.query_one("SELECT idgen_next_id()", &[]).unwrap().get(0);
+        let machine_id: i16 = session.query_one("SELECT machine_id FROM idgen_decode($1)", &[&id]).unwrap().get(0);
+        let lease = backend_lease(&mut session, &db.name).unwrap();
+        assert_eq!(machine_id, lease.machine_id);
+        let registered: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM idgen.system_nodes
+                  WHERE service = current_database() AND machine_id = $1 AND version = $2 AND backend_slot = $3",
+                &[&lease.machine_id, &lease.version, &lease.backend_slot],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(registered, 1, "the lease {lease:?} is a row of idgen.system_nodes");
+        assert_eq!(health(&mut session), Vec::<String>::new());
+        let hosts: i64 = session.query_one("SELECT count(hostname) FROM system_nodes", &[]).unwrap().get(0);
+        assert_eq!(hosts, 2, "unqualified system_nodes is the user's table");
+    }
+    // The default needs no right on the schema; a call by name does.
+    admin.batch_execute("REVOKE USAGE ON SCHEMA idgen FROM PUBLIC").unwrap();
+    let mut app_session = Client::connect(&app_dsn, NoTls).unwrap();
+    insert_order(&mut app_session, "without USAGE");
+    let err = app_session.query_one("SELECT idgen.idgen_next_id()", &[]).unwrap_err();
+    assert_eq!(sqlstate(&err), "42501", "{err:?}");
+    assert_eq!(users_table(&mut admin), before, "public.system_nodes was touched");
+}
+
+/// A table's `id` column: its type, its default, and the sequence attached to it.
+fn id_column(client: &mut Client, table: &str) -> (String, Option<String>, Option<String>) {
+    let row = client
+        .query_one(
+            "SELECT format_type(a.atttypid, a.atttypmod), pg_get_expr(d.adbin, d.adrelid),
+                    pg_get_serial_sequence($1, 'id')
+               FROM pg_attribute a LEFT JOIN pg_attrdef d ON (d.adrelid, d.adnum) = (a.attrelid, a.attnum)
+              WHERE a.attrelid = $1::regclass AND a.attname = 'id'",
+            &[&table],
+        )
+        .unwrap();
+    (row.get(0), row.get(1), row.get(2))
+}
+
+fn sorted_ids(client: &mut Client, table: &str) -> Vec<i64> {
+    client
+        .query(&format!("SELECT id::bigint FROM {table} ORDER BY id"), &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// Old rows keep their ids; new rows get the generator's, above every old one, distinct.
+fn assert_new_ids_follow_old(client: &mut Client, table: &str, insert_new: &str, old: &[i64]) {
+    let floor: i64 = client.query_one("SELECT idgen_min_id(now())", &[]).unwrap().get(0);
+    client.batch_execute(insert_new).unwrap();
+    let all = sorted_ids(client, table);
+    assert_eq!(&all[..old.len()], old, "old rows kept their ids, and sort first");
+    let new = &all[old.len()..];
+    assert_eq!(new.len(), 1000);
+    assert!(new[0] > *old.last().unwrap() && new[0] >= floor, "new IDs {} start above {floor}", new[0]);
+    let distinct: i64 = client.query_one(&format!("SELECT count(DISTINCT id) FROM {table}"), &[]).unwrap().get(0);
+    assert_eq!(distinct as usize, all.len());
+    let leased: i16 = client.query_one("SELECT machine_id FROM idgen_backend_leases()", &[]).unwrap().get(0);
+    for &id in new {
+        assert_eq!(machine_id_of(client, id), leased, "{id} is not this backend's Snowflake ID");
+    }
+}
+
+#[test]
+fn a_serial_column_switches_to_idgen_in_one_transaction_that_gives_way_to_traffic() {
+    let db = TestDb::create("recipe_serial");
+    let mut admin = db.connect();
+    admin
+        .batch_execute(
+            "CREATE TABLE accounts (id serial PRIMARY KEY, name text);
+             CREATE TABLE invoices (id serial PRIMARY KEY, account_id int NOT NULL REFERENCES accounts);
+             INSERT INTO accounts (name) SELECT 'old ' || g FROM generate_series(1, 1000) g;
+             INSERT INTO invoices (account_id) SELECT id FROM accounts;",
+        )
+        .unwrap();
+    let old = sorted_ids(&mut admin, "accounts");
+    let (lookup, switch) = split_at_transaction("serial", &readme_block("recipe:serial"));
+    let sequence = run_block(&mut admin, &lookup).unwrap();
+    assert_eq!(sequence, vec![vec![Some("public.accounts_id_seq".to_owned())]]);
+
+    // During traffic (a transaction that has read accounts), the recipe gives up instead of
+    // queueing every query on the table behind it, and changes nothing.
+    let mut reader = db.connect();
+    reader.batch_execute("BEGIN; SELECT count(*) FROM accounts").unwrap();
+    let err = run_block(&mut admin, &switch).unwrap_err();
+    admin.batch_execute("ROLLBACK").unwrap();
+    assert_eq!(sqlstate(&err), "55P03", "{err:?}");
+    let unchanged = (
+        "integer".to_owned(),
+        Some("nextval('accounts_id_seq'::regclass)".to_owned()),
+        Some("public.accounts_id_seq".to_owned()),
+    );
+    assert_eq!(id_column(&mut admin, "accounts"), unchanged);
+    reader.batch_execute("COMMIT").unwrap();
+
+    run_block(&mut admin, &switch).unwrap();
+    assert_eq!(id_column(&mut admin, "accounts"), ("bigint".to_owned(), Some("idgen_next_id()".to_owned()), None));
+    let sequence_left: Option<String> =
+        admin.query_one("SELECT to_regclass('public.accounts_id_seq')::text", &[]).unwrap().get(0);
+    assert_eq!(sequence_left, None, "the sequence is gone");
+    assert_new_ids_follow_old(
+        &mut admin,
+        "accounts",
+        "INSERT INTO accounts (name) SELECT 'new ' || g FROM generate_series(1, 1000) g",
+        &old,
+    );
+    // The referencing column follows: invoices can point at the new accounts.
+    admin.batch_execute("INSERT INTO invoices (account_id) SELECT id FROM accounts WHERE name LIKE 'new %'").unwrap();
+    let invoices: i64 = admin.query_one("SELECT count(*) FROM invoices", &[]).unwrap().get(0);
+    assert_eq!(invoices, 2000);
+}
+
+#[test]
+fn a_bigserial_already_at_idgen_s_ids_is_refused_by_the_recipe() {
+    let db = TestDb::create("recipe_bigserial_high");
+    let mut admin = db.connect();
+    // A sequence someone set to where idgen's IDs of tomorrow begin.
+    admin
+        .batch_execute(
+            "CREATE TABLE accounts (id bigserial PRIMARY KEY, name text);
+             CREATE TABLE invoices (id bigserial PRIMARY KEY, account_id bigint NOT NULL REFERENCES accounts);
+             SELECT setval('accounts_id_seq', idgen_min_id(now() + interval '1 day'));
+             INSERT INTO accounts (name) VALUES ('high');",
+        )
+        .unwrap();
+    let (_, switch) = split_at_transaction("serial", &readme_block("recipe:serial"));
+    let err = run_block(&mut admin, &switch).unwrap_err();
+    admin.batch_execute("ROLLBACK").unwrap();
+    assert_eq!(sqlstate(&err), "P0001", "{err:?}");
+    assert!(db_error(&err).message().contains("could collide"), "{err:?}");
+    let unchanged = (
+        "bigint".to_owned(),
+        Some("nextval('accounts_id_seq'::regclass)".to_owned()),
+        Some("public.accounts_id_seq".to_owned()),
+    );
+    assert_eq!(id_column(&mut admin, "accounts"), unchanged);
+}
+
+#[test]
+fn an_identity_column_switches_to_idgen_and_its_sequence_goes() {
+    let db = TestDb::create("recipe_identity");
+    let mut admin = db.connect();
+    admin
+        .batch_execute(
+            "CREATE TABLE events (id int GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v int);
+             INSERT INTO events (v) SELECT g FROM generate_series(1, 1000) g;",
+        )
+        .unwrap();
+    let old = sorted_ids(&mut admin, "events");
+    let sequences = |client: &mut Client| -> i64 {
+        client
+            .query_one(
+                "SELECT count(*) FROM pg_class WHERE relkind = 'S' AND relnamespace = 'public'::regnamespace",
+                &[],
+            )
+            .unwrap()
+            .get(0)
+    };
+    assert_eq!(sequences(&mut admin), 1);
+    run_block(&mut admin, &readme_block("recipe:identity")).unwrap();
+    assert_eq!(id_column(&mut admin, "events"), ("bigint".to_owned(), Some("idgen_next_id()".to_owned()), None));
+    assert_eq!(sequences(&mut admin), 0, "the identity's sequence is gone");
+    assert_new_ids_follow_old(
+        &mut admin,
+        "events",
+        "INSERT INTO events (v) SELECT g FROM generate_series(1001, 2000) g",
+        &old,
+    );
+}
+
+const SUBSCRIPTION: &str = "idgen_t_recipe_sub";
+const SLOT: &str = "idgen_t_recipe_trigger";
+
+/// Disables and drops the test's subscription and its slot, waiting (bounded) for the apply
+/// worker and the publisher's walsender to let go. Also clears what an interrupted run left.
+fn drop_subscription_and_slot(subscriber_database: &str) {
+    let cluster = base_dsn();
+    if let Ok(mut subscriber) = Client::connect(&session_dsn(&cluster, subscriber_database), NoTls) {
+        let exists: i64 = subscriber
+            .query_one(
+                "SELECT count(*) FROM pg_subscription s JOIN pg_database d ON d.oid = s.subdbid
+                  WHERE s.subname = $1 AND d.datname = current_database()",
+                &[&SUBSCRIPTION],
+            )
+            .unwrap()
+            .get(0);
+        if exists == 1 {
+            subscriber.batch_execute(&format!("ALTER SUBSCRIPTION {SUBSCRIPTION} DISABLE")).unwrap();
+            wait_for("the apply worker to exit", PATIENCE, || {
+                subscriber
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_subscription WHERE subname = $1 AND pid IS NOT NULL",
+                        &[&SUBSCRIPTION],
+                    )
+                    .unwrap()
+                    .get::<_, i64>(0)
+                    == 0
+            });
+            subscriber
+                .batch_execute(&format!(
+                    "ALTER SUBSCRIPTION {SUBSCRIPTION} SET (slot_name = NONE); DROP SUBSCRIPTION {SUBSCRIPTION}"
+                ))
+                .unwrap();
+        }
+    }
+    let mut admin = connect_to(&cluster, "postgres");
+    let slot_exists = |admin: &mut Client| -> Option<bool> {
+        admin
+            .query_opt("SELECT active FROM pg_replication_slots WHERE slot_name = $1", &[&SLOT])
+            .unwrap()
+            .map(|r| r.get(0))
+    };
+    if slot_exists(&mut admin).is_some() {
+        // The publisher's walsender for the slot ends after the apply worker.
+        wait_for("the slot's walsender to exit", PATIENCE, || slot_exists(&mut admin) == Some(false));
+        admin.query_one("SELECT pg_drop_replication_slot($1)", &[&SLOT]).unwrap();
+    }
+}
+
+#[test]
+fn a_subscriber_s_trigger_mints_once_its_search_path_is_pinned_and_fails_in_the_apply_worker_without() {
+    let subscriber_database = "idgen_t_recipe_trigger_sub";
+    drop_subscription_and_slot(subscriber_database);
+    let publisher = TestDb::empty_on(&base_dsn(), "recipe_trigger_pub");
+    let subscriber = TestDb::create("recipe_trigger_sub");
+    assert_eq!(subscriber.name, subscriber_database);
+    let recipe = readme_block("recipe:subscriber-trigger");
+    // The same function without its SET clause: what the README warns of.
+    let unpinned: String =
+        recipe.lines().filter(|l| !l.trim_start().starts_with("SET search_path")).map(|l| format!("{l}\n")).collect();
+    assert_eq!(unpinned.lines().count() + 1, recipe.lines().count(), "the recipe has one SET search_path line");
+
+    let mut publishing = publisher.connect();
+    publishing
+        .batch_execute(
+            "CREATE TABLE orders (k int PRIMARY KEY, item text);
+             CREATE PUBLICATION idgen_t_recipe_pub FOR TABLE orders;",
+        )
+        .unwrap();
+    // (Not in a transaction that writes.)
+    publishing.query_one("SELECT pg_create_logical_replication_slot($1, 'pgoutput')", &[&SLOT]).unwrap();
+    let mut subscribing = subscriber.connect();
+    subscribing.batch_execute("CREATE TABLE orders (k int PRIMARY KEY, item text, id bigint UNIQUE)").unwrap();
+    run_block(&mut subscribing, &unpinned).unwrap();
+    // Unpinned, the trigger resolves its names in the caller's path: with the apply worker's
+    // empty one, the function is not found.
+    subscribing.batch_execute("BEGIN; SET LOCAL search_path = ''").unwrap();
+    let err = subscribing.batch_execute("INSERT INTO public.orders (k, item) VALUES (0, 'local')").unwrap_err();
+    subscribing.batch_execute("ROLLBACK").unwrap();
+    assert_eq!(sqlstate(&err), "42883", "{err:?}");
+
+    let log_offset: i64 =
+        subscribing.query_one("SELECT size FROM pg_stat_file(pg_current_logfile())", &[]).unwrap().get(0);
+    // (The slot exists already: a subscription creating one in its own cluster would wait for itself.)
+    subscribing
+        .batch_execute(&format!(
+            "CREATE SUBSCRIPTION {SUBSCRIPTION} CONNECTION '{}' PUBLICATION idgen_t_recipe_pub
+                 WITH (create_slot = false, slot_name = '{SLOT}', copy_data = false)",
+            publisher.dsn().replace('\'', "''")
+        ))
+        .unwrap();
+    let published_at: std::time::SystemTime = publishing.query_one("SELECT clock_timestamp()", &[]).unwrap().get(0);
+    publishing.batch_execute("INSERT INTO orders VALUES (1, 'book'), (2, 'pen')").unwrap();
+    wait_for("the apply worker to fail on the unpinned trigger", PATIENCE, || {
+        let (errors, logged): (i64, bool) = subscribing
+            .query_one(
+                "SELECT (SELECT apply_error_count FROM pg_stat_subscription_stats WHERE subname = $1),
+                        position('function idgen_next_id() does not exist' IN
+                                 pg_read_file(pg_current_logfile(), $2, 10000000)) > 0",
+                &[&SUBSCRIPTION, &log_offset],
+            )
+            .map(|r| (r.get(0), r.get(1)))
+            .unwrap();
+        errors > 0 && logged
+    });
+    let arrived: i64 = subscribing.query_one("SELECT count(*) FROM orders", &[]).unwrap().get(0);
+    assert_eq!(arrived, 0, "rows arrived through a failing trigger");
+
+    // The recipe: the worker's next attempt applies the same transaction.
+    run_block(&mut subscribing, &recipe).unwrap();
+    wait_for("the rows to arrive through the pinned trigger", PATIENCE, || {
+        subscribing.query_one("SELECT count(*) FROM orders", &[]).unwrap().get::<_, i64>(0) == 2
+    });
+    // The subscription's walsender streams from this server: a database's, not a standby's.
+    // (idgen_health() reported it as an asynchronous standby, in every database of the cluster.)
+    let streaming: i64 = subscribing
+        .query_one("SELECT count(*) FROM pg_stat_replication WHERE application_name = $1", &[&SUBSCRIPTION])
+        .unwrap()
+        .get(0);
+    assert_eq!(streaming, 1, "the subscription streams");
+    assert!(health(&mut subscribing).iter().all(|f| !f.contains("replication")), "{:?}", health(&mut subscribing));
+    let rows = subscribing
+        .query(
+            "SELECT o.k, o.id, d.ts, count(n.*) AS held_by_a_lease
+               FROM orders o CROSS JOIN idgen_decode(o.id) d
+               LEFT JOIN system_nodes n ON n.service = current_database() AND n.machine_id = d.machine_id
+                                       AND n.released_at IS NULL AND n.backend_slot IS NOT NULL
+              GROUP BY o.k, o.id, d.ts ORDER BY o.k",
+            &[],
+        )
+        .unwrap();
+    for row in &rows {
+        let (k, id, ts, held): (i32, i64, std::time::SystemTime, i64) =
+            (row.get(0), row.get(1), row.get(2), row.get(3));
+        assert!(
+            ts >= published_at - std::time::Duration::from_millis(1),
+            "row {k}: ID {id} stamped before it was published"
+        );
+        assert_eq!(held, 1, "row {k}: ID {id} is not under a backend lease of the subscriber's registry");
+    }
+    assert_ne!(rows[0].get::<_, i64>(1), rows[1].get::<_, i64>(1));
+
+    drop_subscription_and_slot(subscriber_database);
+}
+
+/// What the README shows under one result-returning statement of a block.
+#[derive(Debug)]
+enum Shown {
+    Nothing,
+    /// `SELECT …;   -- 2`: the single value.
+    Value(String),
+    /// A psql table in `-- ` comments under the statement: its header and rows, cells trimmed.
+    Table(Vec<String>, Vec<Vec<String>>),
+}
+
+fn cells(line: &str) -> Vec<String> {
+    line.split('|').map(|c| c.trim().to_owned()).collect()
+}
+
+fn is_separator(line: &str) -> bool {
+    let line = line.trim();
+    !line.is_empty() && line.chars().all(|c| c == '-' || c == '+') && line.contains("--")
+}
+
+/// One entry per SELECT of a psql script, in order: what the script's comments show for it.
+fn shown_results(script: &str) -> Vec<Shown> {
+    let lines: Vec<&str> = script.lines().collect();
+    let mut shown = Vec::new();
+    let mut statement = String::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        i += 1;
+        let (code, comment) = match line.split_once("--") {
+            Some((code, comment)) => (code.trim(), Some(comment.trim())),
+            None => (line.trim(), None),
+        };
+        if code.is_empty() || code.starts_with('\\') {
+            continue;
+        }
+        statement.push_str(code);
+        statement.push(' ');
+        if !code.ends_with(';') {
+            continue;
+        }
+        let select = statement.trim_start().to_ascii_uppercase().starts_with("SELECT");
+        statement.clear();
+        if !select {
+            continue;
+        }
+        if let Some(value) = comment {
+            shown.push(Shown::Value(value.to_owned()));
+            continue;
+        }
+        let comment_at = |j: usize| lines.get(j).and_then(|l| l.strip_prefix("--")).map(str::trim_end);
+        match (comment_at(i), comment_at(i + 1)) {
+            (Some(header), Some(separator)) if is_separator(separator) => {
+                let header = cells(header);
+                let mut rows = Vec::new();
+                i += 2;
+                while let Some(row) = comment_at(i).filter(|r| r.contains('|')) {
+                    rows.push(cells(row));
+                    i += 1;
+                }
+                shown.push(Shown::Table(header, rows));
+            }
+            _ => shown.push(Shown::Nothing),
+        }
+    }
+    shown
+}
+
+/// The tables psql printed (aligned format): header and rows, cells trimmed.
+fn printed_tables(output: &str) -> Vec<(Vec<String>, Vec<Vec<String>>)> {
+    let lines: Vec<&str> = output.lines().collect();
+    let mut tables = Vec::new();
+    let mut i = 0;
+    while i + 1 < lines.len() {
+        if !is_separator(lines[i + 1]) {
+            i += 1;
+            continue;
+        }
+        let header = cells(lines[i]);
+        let mut rows = Vec::new();
+        i += 2;
+        while i < lines.len() && !(lines[i].starts_with('(') && lines[i].ends_with(')')) {
+            rows.push(cells(lines[i]));
+            i += 1;
+        }
+        tables.push((header, rows));
+    }
+    tables
+}
+
+/// Runs `script` through psql on `dsn`, as a file (psql reads it as it would a paste), within
+/// [`PATIENCE`]: status, stdout, stderr.
+fn run_psql(dsn: &str, script: &str) -> (std::process::ExitStatus, String, String) {
+    let file = std::env::temp_dir().join(format!("idgen-recipes-{}.sql", std::process::id()));
+    std::fs::write(&file, script).unwrap();
+    let output = output_within(
+        Command::new("psql")
+            .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-f"])
+            .arg(&file)
+            .env("PGOPTIONS", "-c statement_timeout=300s"),
+        PATIENCE,
+        "psql running the quick start (is $PG_BIN on PATH?)",
+    );
+    std::fs::remove_file(&file).ok();
+    let text = |bytes: Vec<u8>| String::from_utf8(bytes).unwrap();
+    (output.status, text(output.stdout), text(output.stderr))
+}
+
+#[test]
+fn the_quick_start_runs_through_psql_as_written_and_prints_what_the_readme_shows() {
+    // The test's database name, held for this process as every test database's is; the quick
+    // start creates the database itself.
+    let database = TestDb::empty_on(&base_dsn(), "quick_start").name;
+    let mut admin = connect_to(&base_dsn(), "postgres");
+    admin.batch_execute(&format!("DROP DATABASE {database} WITH (FORCE)")).unwrap();
+    let block = readme_block("quick-start");
+    assert!(block.starts_with("CREATE DATABASE shop;\n\\c shop\n"), "the quick start creates its database: {block}");
+    let script = with_database(&block, &database);
+    let (status, stdout, stderr) = run_psql(&session_dsn(&base_dsn(), "postgres"), &script);
+    assert!(status.success(), "psql: {status}\n{stderr}\n{stdout}");
+    assert_eq!(stderr, "", "the quick start prints no NOTICE, WARNING or error");
+
+    // Everything shown but what differs from run to run (two IDs of one statement share a
+    // millisecond, sequence 0 and 1, unless the clock ticks between them).
+    let varies = ["id", "ts", "sequence", "backend_slot", "lease_until"];
+    let shown = shown_results(&script);
+    let printed = printed_tables(&stdout);
+    assert_eq!(shown.len(), printed.len(), "one printed table per SELECT:\n{stdout}");
+    assert!(shown.iter().filter(|s| !matches!(s, Shown::Nothing)).count() >= 3, "{shown:?}");
+    for (shown, (header, rows)) in shown.iter().zip(&printed) {
+        match shown {
+            Shown::Nothing => {}
+            Shown::Value(value) => assert_eq!(rows, &vec![vec![value.clone()]], "{header:?}"),
+            Shown::Table(shown_header, shown_rows) => {
+                assert_eq!(header, shown_header);
+                assert_eq!(rows.len(), shown_rows.len(), "{header:?}: printed {rows:?}, README {shown_rows:?}");
+                for (row, shown_row) in rows.iter().zip(shown_rows) {
+                    for ((column, cell), shown_cell) in header.iter().zip(row).zip(shown_row) {
+                        if !varies.contains(&column.as_str()) {
+                            assert_eq!(cell, shown_cell, "column {column}: printed {row:?}, README {shown_row:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    admin.batch_execute(&format!("DROP DATABASE {database} WITH (FORCE)")).unwrap();
+}
