@@ -32,8 +32,18 @@ pub static MACHINE_ID_RANGE: GucSetting<Option<CString>> = GucSetting::<Option<C
 pub static REQUIRE_SYNCHRONOUS_STANDBY: GucSetting<bool> = GucSetting::<bool>::new(false);
 pub static HISTORY_RETENTION: GucSetting<i32> = GucSetting::<i32>::new(90 * DAY as i32);
 
+/// True while the settings are defined: Postgres then applies the values configured before idgen
+/// was loaded, through the check hooks.
+static REGISTERING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Registers the settings; called from `_PG_init`.
 pub fn register() {
+    REGISTERING.store(true, Ordering::Relaxed);
+    define_settings();
+    REGISTERING.store(false, Ordering::Relaxed);
+}
+
+fn define_settings() {
     // SAFETY: the check hook only validates the text; the assign hook only bumps a counter.
     unsafe {
         GucRegistry::define_string_guc_with_hooks(
@@ -302,7 +312,12 @@ unsafe fn checked(
             std::ffi::CStr::from_ptr(*new_value).to_string_lossy().into_owned()
         }
     };
-    let configured = source < pgrx::pg_sys::GucSource::PGC_S_INTERACTIVE;
+    // Configured: a value from a configuration source applied now. ALTER SYSTEM checks its value
+    // as a file's (inside its transaction), and refuses it as an error: not configured, nothing written.
+    let configured = source < pgrx::pg_sys::GucSource::PGC_S_INTERACTIVE
+        && !(source == pgrx::pg_sys::GucSource::PGC_S_FILE
+            && unsafe { pgrx::pg_sys::IsTransactionState() }
+            && !REGISTERING.load(Ordering::Relaxed));
     let result = check(&text);
     if configured {
         let mut refused = REFUSED.lock();

@@ -274,6 +274,23 @@ pub fn backend_lease_lost(function: &str, held: &Holding, now: Option<&RowFacts>
     )
 }
 
+/// A backend's lease was granted by a registry that is gone: the extension was dropped and
+/// created again, or the registry truncated (a new epoch). Not an ownership loss: no other holder
+/// took the id from it.
+pub fn backend_lease_of_old_registry(function: &str, held: &Holding, epoch: i64, now_epoch: i64) -> IdgenError {
+    IdgenError::new(
+        SqlState::Warning,
+        format!(
+            "{function}: the registry that granted machine id {} of service \"{}\" to this backend is gone",
+            held.machine_id, held.node.service
+        ),
+    )
+    .detail(format!(
+        "The lease was granted in registry epoch {epoch}; the registry is now at epoch {now_epoch} (the extension was created again, or its registry truncated). No other holder took the id from this backend."
+    ))
+    .hint("idgen claims a machine id from the new registry for this backend before issuing the next ID; nothing is needed.")
+}
+
 /// A backend with no lease cannot claim one here.
 pub fn no_lease_read_only(function: &str, service: &str, on_standby: bool) -> IdgenError {
     let (where_, hint) = if on_standby {

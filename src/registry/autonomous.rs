@@ -431,9 +431,18 @@ fn lease_step(
                 return LeaseStep { result: Err(busy), notices, record_after };
             }
             BackendCheck::Lost(now) => {
-                let warning = messages::backend_lease_lost(function, &renewal.held, now.as_ref());
-                record_after.push((history::lost_event(&renewal.held, &warning, who), false));
-                notices.push(Notice::Warning(warning));
+                // A registry created again, or truncated, is not a loss to another holder: say so,
+                // and count no ownership loss (the metrics' alarm).
+                let now_epoch = store::read_epoch(client);
+                if now_epoch != renewal.epoch {
+                    let warning =
+                        messages::backend_lease_of_old_registry(function, &renewal.held, renewal.epoch, now_epoch);
+                    notices.push(Notice::Warning(warning));
+                } else {
+                    let warning = messages::backend_lease_lost(function, &renewal.held, now.as_ref());
+                    record_after.push((history::lost_event(&renewal.held, &warning, who), false));
+                    notices.push(Notice::Warning(warning));
+                }
             }
         }
     }

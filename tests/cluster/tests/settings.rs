@@ -282,3 +282,32 @@ fn a_configured_value_the_server_refused_stops_claims_rather_than_falling_back_t
     let service: String = admin.query_one("SELECT service::text FROM system_nodes", &[]).unwrap().get(0);
     assert_eq!(service, "orders");
 }
+
+#[test]
+fn a_range_refused_in_the_configuration_file_stops_claims_rather_than_handing_out_every_id() {
+    // A DBA's typo in the configuration file: nothing checks it until the backends read it, at
+    // the reload or when they load idgen, and refuse it; they would keep the default range, all
+    // 1,024 ids, and a shard would collide with the others. (The test writes the file as an
+    // editor would: ALTER SYSTEM checks the value once idgen is loaded, and before PostgreSQL 17
+    // refuses idgen's settings before.)
+    let (cluster, _turn) = clock_cluster_turn();
+    let db = TestDb::create_on(&cluster.dsn, "settings_file_refused");
+    let names = ["idgen.machine_id_range".to_owned()];
+    let _reset = SystemSettings::adopt(&cluster.dsn, &names);
+    let mut admin = connect_to(&cluster.dsn, "postgres");
+    admin
+        .batch_execute(
+            "DO $$ BEGIN
+                 EXECUTE format('COPY (SELECT %L) TO %L', 'idgen.machine_id_range = ''512-1024''',
+                                current_setting('data_directory') || '/postgresql.auto.conf');
+             END $$",
+        )
+        .unwrap();
+    admin.batch_execute("SELECT pg_reload_conf()").unwrap();
+    wait_for("a new session to refuse the range", PATIENCE, || {
+        let err = db.connect().query_one("SELECT idgen_next_id()", &[]).err();
+        err.is_some_and(|e| db_error(&e).message().contains("\"idgen.machine_id_range\" was refused"))
+    });
+    let held: i64 = db.connect().query_one("SELECT count(*) FROM system_nodes", &[]).unwrap().get(0);
+    assert_eq!(held, 0, "no id was claimed under the default range");
+}

@@ -270,7 +270,8 @@ fn a_truncated_and_restored_registry_fences_leases_of_the_old_epoch() {
     assert_eq!(restored, [(1, 2, true)]);
     wait_past_backend_watermark(&mut backend, &db.name);
     next_id(&mut backend).unwrap();
-    let warned = notices.take().iter().any(|n| n.severity() == "WARNING" && n.message().contains("is no longer held"));
+    let warned =
+        notices.take().iter().any(|n| n.severity() == "WARNING" && n.message().contains("the registry that granted"));
     assert!(warned, "a lease granted in another epoch is dropped at its next check");
     let version: i64 = backend
         .query_one("SELECT version FROM idgen_backend_leases() WHERE service = current_database()", &[])
