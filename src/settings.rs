@@ -38,9 +38,60 @@ static REGISTERING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBoo
 
 /// Registers the settings; called from `_PG_init`.
 pub fn register() {
+    // What was configured before idgen was loaded (placeholders). Postgres may discard such a
+    // value without a check hook seeing it (a connection's options for a cluster-wide setting:
+    // "cannot be changed now"), and then keeps the compiled-in default, not the file's value.
+    let configured: Vec<(&'static str, Option<String>)> =
+        GUARDED_SETTINGS.iter().map(|(name, _)| (*name, placeholder_value(name))).collect();
     REGISTERING.store(true, Ordering::Relaxed);
     define_settings();
     REGISTERING.store(false, Ordering::Relaxed);
+    for ((name, same), (_, value)) in GUARDED_SETTINGS.iter().zip(configured) {
+        let Some(value) = value else { continue };
+        let now = placeholder_value(name).unwrap_or_default();
+        let mut refused = REFUSED.lock();
+        if !same(&value, &now) && !refused.iter().any(|r| r.setting == *name) {
+            let why = IdgenError::new(
+                idgen_core::SqlState::InvalidParameterValue,
+                format!("it was not applied: the setting is {now:?}"),
+            );
+            refused.push(Refused { setting: name, source: NOT_APPLIED, value, why });
+        }
+    }
+}
+
+/// Whether two texts of a setting are the same value.
+type SameValue = fn(&str, &str) -> bool;
+
+/// The settings whose value decides which ids a claim may hand out, or whether it may: a value
+/// configured but not in effect refuses claims. Each with how two of its values compare.
+const GUARDED_SETTINGS: [(&str, SameValue); 3] = [
+    ("idgen.machine_id_range", |a, b| {
+        input::machine_id_range(a, &Layout::DEFAULT).ok() == input::machine_id_range(b, &Layout::DEFAULT).ok()
+    }),
+    ("idgen.node_host", |a, b| input::node_host_setting(a).ok() == input::node_host_setting(b).ok()),
+    ("idgen.require_synchronous_standby", |a, b| parse_bool(a) == parse_bool(b)),
+];
+
+/// A boolean setting's text as Postgres reads it (on/off, true/false, yes/no, 1/0, and prefixes).
+fn parse_bool(text: &str) -> Option<bool> {
+    let text = text.trim().to_ascii_lowercase();
+    let is = |word: &str, min: usize| text.len() >= min && word.starts_with(text.as_str());
+    match () {
+        _ if is("true", 1) || is("yes", 1) || is("on", 2) || text == "1" => Some(true),
+        _ if is("false", 1) || is("no", 1) || is("off", 2) || text == "0" => Some(false),
+        _ => None,
+    }
+}
+
+/// The value of setting `name` as Postgres shows it, if it has one (a placeholder before idgen defines it).
+fn placeholder_value(name: &str) -> Option<String> {
+    let name = CString::new(name).expect("setting names have no NUL");
+    // SAFETY: returns a pointer into the GUC's own storage, or NULL; copied at once.
+    unsafe {
+        let value = pgrx::pg_sys::GetConfigOption(name.as_ptr(), true, false);
+        (!value.is_null()).then(|| std::ffi::CStr::from_ptr(value).to_string_lossy().into_owned())
+    }
 }
 
 fn define_settings() {
@@ -288,11 +339,22 @@ unsafe extern "C-unwind" fn check_service(
 /// options) that a check hook refused, by setting. Postgres then only warns and keeps the value
 /// it had, the default at a backend's start, which is not what was configured: another
 /// address, service or range of machine ids. Claims and renewals refuse while one is here.
-static REFUSED: parking_lot::Mutex<Vec<(&'static str, String, IdgenError)>> = parking_lot::Mutex::new(Vec::new());
+/// Each with the source it came from ([`NOT_APPLIED`] for a value Postgres discarded unchecked).
+static REFUSED: parking_lot::Mutex<Vec<Refused>> = parking_lot::Mutex::new(Vec::new());
+
+struct Refused {
+    setting: &'static str,
+    source: pgrx::pg_sys::GucSource::Type,
+    value: String,
+    why: IdgenError,
+}
+
+/// The source of a configured value that was discarded without a check (see [`register`]).
+const NOT_APPLIED: pgrx::pg_sys::GucSource::Type = pgrx::pg_sys::GucSource::PGC_S_DEFAULT;
 
 /// The refusal of the first configured value a check hook refused, if any (see [`REFUSED`]).
 pub fn configured_value_refused() -> Option<IdgenError> {
-    REFUSED.lock().first().map(|(name, value, why)| messages::configured_value_refused(name, value, why))
+    REFUSED.lock().first().map(|r| messages::configured_value_refused(r.setting, &r.value, &r.why))
 }
 
 /// A string check hook's answer: the value's text passed to `check`; a refusal's DETAIL and
@@ -314,16 +376,21 @@ unsafe fn checked(
     };
     // Configured: a value from a configuration source applied now. ALTER SYSTEM checks its value
     // as a file's (inside its transaction), and refuses it as an error: not configured, nothing written.
+    // (A reload handled while idle in a transaction block is a file's value too; ALTER SYSTEM never
+    // runs in one.)
     let configured = source < pgrx::pg_sys::GucSource::PGC_S_INTERACTIVE
         && !(source == pgrx::pg_sys::GucSource::PGC_S_FILE
-            && unsafe { pgrx::pg_sys::IsTransactionState() }
+            && unsafe { pgrx::pg_sys::IsTransactionState() && !pgrx::pg_sys::IsTransactionBlock() }
             && !REGISTERING.load(Ordering::Relaxed));
     let result = check(&text);
     if configured {
+        // A value from another source (a file's, below a role's) says nothing of this one; a
+        // file's value checked now is what a discarded one left in effect.
         let mut refused = REFUSED.lock();
-        refused.retain(|(setting, _, _)| *setting != name);
+        let file = source == pgrx::pg_sys::GucSource::PGC_S_FILE;
+        refused.retain(|r| r.setting != name || !(r.source == source || (file && r.source == NOT_APPLIED)));
         if let Err(err) = &result {
-            refused.push((name, text.clone(), err.clone()));
+            refused.push(Refused { setting: name, source, value: text.clone(), why: err.clone() });
         }
     }
     match result {

@@ -55,6 +55,16 @@ pub fn unknown_role(function: &str, role: &str) -> IdgenError {
         .hint("Pass the role's name as SELECT rolname FROM pg_roles shows it.")
 }
 
+/// The role acting at the call was dropped while its session went on.
+pub fn acting_role_gone(function: &str, role_oid: u32) -> IdgenError {
+    IdgenError::new(
+        SqlState::InsufficientPrivilege,
+        format!("{function}: the role acting at the call no longer exists"),
+    )
+    .detail(format!("Role {role_oid} was dropped while this session went on; it may act for no service."))
+    .hint("Reconnect as an existing role.")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

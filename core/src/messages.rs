@@ -525,7 +525,7 @@ pub fn configured_value_refused(setting: &str, value: &str, why: &IdgenError) ->
         why.message,
         why.detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default()
     ))
-    .hint(format!("Correct it where it is set (postgresql.conf, ALTER SYSTEM, ALTER DATABASE or ALTER ROLE ... SET, the connection's options), then reload or reconnect. After LOAD 'idgen', ALTER SYSTEM SET {setting} checks the value."))
+    .hint(format!("Correct it where it is set (postgresql.conf, ALTER SYSTEM, ALTER DATABASE or ALTER ROLE ... SET, the connection's options: cluster-wide settings cannot be set there), then reload, or reconnect (a line removed from the file, a role's or database's value, an option). After LOAD 'idgen', ALTER SYSTEM SET {setting} checks the value."))
 }
 
 /// A registry write, which commits in a transaction of its own, asked for in the transaction that

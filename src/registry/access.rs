@@ -39,22 +39,60 @@ pub fn grants_generation() -> u64 {
 pub fn authorize(client: &mut SpiClient, function: &str, kind: HolderKind, role: pg_sys::Oid, service: &str) {
     let database = crate::backend::database_name();
     watch_service_members(client);
-    or_raise(access::may_act_for(function, kind, service, database, || standing(client, role, service)));
+    or_raise(access::may_act_for(function, kind, service, database, || standing(client, function, role, service)));
 }
 
-/// What the registry knows of `role` for `service`.
-fn standing(client: &mut SpiClient, role: pg_sys::Oid, service: &str) -> Caller {
-    let args = [role.into(), service.to_owned().into()];
-    let mut table = client
-        .update(sql::CALLER_STANDING, Some(1), &args)
-        .unwrap_or_else(|e| panic!("idgen: could not look up the calling role: {e}"));
-    let row = table.next().unwrap_or_else(|| panic!("idgen: the calling role {role:?} is not in pg_roles"));
-    let flag = |ordinal| row.get::<bool>(ordinal).ok().flatten().unwrap_or(false);
-    Caller {
-        role: row.get::<String>(1).ok().flatten().unwrap_or_default(),
-        superuser: flag(2),
-        extension_owner: flag(3),
-        member: flag(4),
+/// What the registry knows of `role` for `service`, read with the latest snapshot: in a
+/// REPEATABLE READ transaction (or one that imported an old snapshot) the transaction's own
+/// snapshot would still show a grant revoked since, and the answer is kept until the grants change.
+fn standing(_client: &mut SpiClient, function: &str, role: pg_sys::Oid, service: &str) -> Caller {
+    let sql = std::ffi::CString::new(sql::CALLER_STANDING).expect("statements have no NUL");
+    let service_text = std::ffi::CString::new(service).expect("service names have no NUL");
+    // SAFETY: SPI is connected (the caller holds its client); the plan, the text datum and the
+    // row are read before the plan is freed, in the SPI procedure's memory context.
+    unsafe {
+        let mut types = [pg_sys::OIDOID, pg_sys::TEXTOID];
+        let plan = pg_sys::SPI_prepare(sql.as_ptr(), 2, types.as_mut_ptr());
+        assert!(!plan.is_null(), "idgen: could not plan the look-up of the calling role");
+        let mut values =
+            [pg_sys::Datum::from(role), pg_sys::Datum::from(pg_sys::cstring_to_text(service_text.as_ptr()))];
+        let nulls = [b' ' as std::ffi::c_char; 2];
+        let status = pg_sys::SPI_execute_snapshot(
+            plan,
+            values.as_mut_ptr(),
+            nulls.as_ptr(),
+            pg_sys::GetLatestSnapshot(),
+            std::ptr::null_mut(),
+            true,
+            false,
+            1,
+        );
+        assert_eq!(status, pg_sys::SPI_OK_SELECT as i32, "idgen: could not look up the calling role");
+        if pg_sys::SPI_processed == 0 {
+            pg_sys::SPI_freeplan(plan);
+            // Dropped while its session went on (Postgres lets a session outlive its role).
+            raise(access::acting_role_gone(function, u32::from(role)));
+        }
+        let table = pg_sys::SPI_tuptable;
+        let (tuple, descriptor) = (*(*table).vals, (*table).tupdesc);
+        let flag = |ordinal: i32| {
+            let mut is_null = false;
+            let value = pg_sys::SPI_getbinval(tuple, descriptor, ordinal, &mut is_null);
+            !is_null && value.value() != 0
+        };
+        let name = pg_sys::SPI_getvalue(tuple, descriptor, 1);
+        let caller = Caller {
+            role: if name.is_null() {
+                String::new()
+            } else {
+                std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned()
+            },
+            superuser: flag(2),
+            extension_owner: flag(3),
+            member: flag(4),
+        };
+        pg_sys::SPI_freeplan(plan);
+        caller
     }
 }
 

@@ -111,6 +111,11 @@ pub fn record_refusal(event: Event) {
     if unsafe { !pg_sys::IsUnderPostmaster } {
         return;
     }
+    // A worker could not see an extension created by this transaction (and would wait for its
+    // locks): the refusal is left out, the caller's error is raised all the same.
+    if crate::privilege::installed().is_some_and(|installed| installed.this_transaction) {
+        return;
+    }
     let request = Request::RecordRefusal { event: event.to_json() };
     if let Err(why) = start_and_wait(&request, 0) {
         pgrx::debug1!("idgen: refusal not recorded ({}): {}", why.message, event.to_json());

@@ -339,3 +339,43 @@ fn a_revocation_reaches_a_session_that_lived_across_drop_and_create_extension() 
     let err = next_id_for(&mut alice, "orders").unwrap_err();
     assert_eq!(sqlstate(&err), "42501", "the revocation did not reach her session: {err:?}");
 }
+
+#[test]
+fn a_revocation_reaches_a_repeatable_read_transaction_that_began_before_it() {
+    let db = TestDb::create("revoke_repeatable_read");
+    let mut admin = db.connect();
+    let role = "idgen_t_rr_alice";
+    ensure_login_role(&mut admin, role);
+    admin.batch_execute(&format!("SELECT idgen_grant_service('orders', '{role}')")).unwrap();
+    let mut alice = postgres::Client::connect(&format!("{} user={role}", db.dsn()), postgres::NoTls).unwrap();
+    next_id_for(&mut alice, "orders").unwrap();
+    admin.batch_execute(&format!("CREATE TABLE untouched (x int); GRANT SELECT ON untouched TO {role}")).unwrap();
+    // Her snapshot is taken before the revocation. The revocation reaches her session when it
+    // next takes a lock (here: a table her transaction has not read yet); the grants are then
+    // read as they are now, not as her snapshot shows them, and the answer is not kept.
+    alice.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1").unwrap();
+    admin.batch_execute(&format!("SELECT idgen_revoke_service('orders', '{role}')")).unwrap();
+    alice.batch_execute("SELECT count(*) FROM untouched").unwrap();
+    let err = next_id_for(&mut alice, "orders").unwrap_err();
+    assert_eq!(sqlstate(&err), "42501", "an old snapshot kept the grant: {err:?}");
+    alice.batch_execute("ROLLBACK").unwrap();
+    assert_eq!(sqlstate(&next_id_for(&mut alice, "orders").unwrap_err()), "42501");
+}
+
+#[test]
+fn a_session_whose_role_was_dropped_acts_for_no_service() {
+    let db = TestDb::create("dropped_role");
+    let mut admin = db.connect();
+    let role = "idgen_t_dropped_dave";
+    ensure_login_role(&mut admin, role);
+    admin.batch_execute(&format!("SELECT idgen_grant_service('dsvc', '{role}')")).unwrap();
+    let mut dave = postgres::Client::connect(&format!("{} user={role}", db.dsn()), postgres::NoTls).unwrap();
+    next_id_for(&mut dave, "dsvc").unwrap();
+    admin.batch_execute(&format!("SELECT idgen_revoke_service('dsvc', '{role}'); DROP ROLE {role}")).unwrap();
+    for call in ["SELECT idgen_next_id('dsvc')", "SELECT * FROM idgen_claim('dsvc', '10.0.0.4', 4)"] {
+        let err = dave.batch_execute(call).unwrap_err();
+        let e = db_error(&err);
+        assert_eq!(e.code().code(), "42501", "{call}: {e:?}");
+        assert!(e.message().contains("no longer exists"), "{call}: {e:?}");
+    }
+}

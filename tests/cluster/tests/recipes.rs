@@ -187,6 +187,17 @@ fn the_first_id_needs_the_install_committed() {
         .unwrap_err();
     assert_eq!(sqlstate(&err), "55000", "{err:?}");
     reinstall.batch_execute("ROLLBACK").unwrap();
+    // A refused heartbeat there records its refusal in no worker of its own, which would wait for
+    // this transaction's locks until its lock timeout (10 s), past this statement's.
+    reinstall.batch_execute("SET statement_timeout = '5s'; BEGIN").unwrap();
+    let err = reinstall
+        .batch_execute(
+            "DROP EXTENSION idgen CASCADE; CREATE EXTENSION idgen;
+             SELECT idgen_heartbeat('svc', 0::smallint, '10.0.0.1', 5000, 1)",
+        )
+        .unwrap_err();
+    assert_eq!(sqlstate(&err), "55000", "{err:?}");
+    reinstall.batch_execute("ROLLBACK").unwrap();
 }
 
 #[test]

@@ -311,3 +311,93 @@ fn a_range_refused_in_the_configuration_file_stops_claims_rather_than_handing_ou
     let held: i64 = db.connect().query_one("SELECT count(*) FROM system_nodes", &[]).unwrap().get(0);
     assert_eq!(held, 0, "no id was claimed under the default range");
 }
+
+#[test]
+fn a_cluster_wide_value_in_the_connections_options_stops_claims_rather_than_being_dropped_for_the_default() {
+    // Before idgen is loaded, a connection's options set placeholders; when idgen loads, Postgres
+    // refuses them for cluster-wide settings ("cannot be changed now") and keeps the compiled-in
+    // default, not the file's value: a shard's range, the standby requirement, gone for that
+    // backend. Its claims refuse instead.
+    let db = TestDb::create("settings_options");
+    let role = "idgen_t_options_app";
+    db.connect()
+        .batch_execute(&format!(
+            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN CREATE ROLE {role} LOGIN; END IF; END $$"
+        ))
+        .unwrap();
+    for option in ["idgen.machine_id_range=0-9", "idgen.require_synchronous_standby=on", "idgen.node_host=10.9.9.9"] {
+        let dsn = format!(
+            "{} user={role} options='-c statement_timeout=300s -c {option}'",
+            session_dsn(&base_dsn(), &db.name)
+        );
+        let mut session = postgres::Client::connect(&dsn, postgres::NoTls).unwrap();
+        let err = session.query_one("SELECT idgen_next_id()", &[]).unwrap_err();
+        let e = db_error(&err);
+        assert_eq!(e.code().code(), "22023", "{option}: {e:?}");
+        assert!(e.message().contains("was refused"), "{option}: {e:?}");
+    }
+    let held: i64 = db.connect().query_one("SELECT count(*) FROM system_nodes", &[]).unwrap().get(0);
+    assert_eq!(held, 0);
+}
+
+#[test]
+fn a_refused_role_value_stays_refused_across_a_reload_of_the_files_own_value() {
+    // The file sets idgen.service; a role's value, refused when idgen loads, outranks it. A reload
+    // checks the file's value again, which passes: the role's refusal must stand.
+    let (cluster, _turn) = clock_cluster_turn();
+    let db = TestDb::create_on(&cluster.dsn, "settings_role_over_file");
+    let _file = SystemSettings::set(&cluster.dsn, &[("idgen.service", "main")]);
+    let role = "idgen_t_role_over_file";
+    let mut admin = connect_to(&cluster.dsn, "postgres");
+    admin
+        .batch_execute(&format!(
+            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN CREATE ROLE {role} LOGIN; END IF; END $$;
+             ALTER ROLE {role} IN DATABASE {} SET idgen.service = 'orders '",
+            db.name
+        ))
+        .unwrap();
+    let mut session = postgres::Client::connect(&format!("{} user={role}", db.dsn()), postgres::NoTls).unwrap();
+    let refused = |session: &mut postgres::Client| {
+        let err = session.query_one("SELECT idgen_next_id()", &[]).unwrap_err();
+        assert!(db_error(&err).message().contains("\"idgen.service\" was refused"), "{err:?}");
+    };
+    refused(&mut session);
+    let loaded: String = session.query_one("SELECT pg_conf_load_time()::text", &[]).unwrap().get(0);
+    admin.batch_execute("SELECT pg_reload_conf()").unwrap();
+    wait_for("the session to reload its configuration", PATIENCE, || {
+        session.query_one("SELECT pg_conf_load_time() > $1::text::timestamptz", &[&loaded]).unwrap().get(0)
+    });
+    refused(&mut session);
+    admin.batch_execute(&format!("ALTER ROLE {role} IN DATABASE {} RESET idgen.service", db.name)).unwrap();
+}
+
+#[test]
+fn a_reload_read_inside_an_open_transaction_refuses_a_bad_file_value_too() {
+    // ALTER SYSTEM checks its value as a file's inside its own transaction, and is no configured
+    // value; a reload that a session handles while idle in a transaction block is one.
+    let (cluster, _turn) = clock_cluster_turn();
+    let db = TestDb::create_on(&cluster.dsn, "settings_reload_in_transaction");
+    let names = ["idgen.node_host".to_owned()];
+    let _reset = SystemSettings::adopt(&cluster.dsn, &names);
+    let mut session = db.connect();
+    session.query_one("SELECT idgen_next_id()", &[]).unwrap();
+    session.batch_execute("BEGIN").unwrap();
+    let loaded: String = session.query_one("SELECT pg_conf_load_time()::text", &[]).unwrap().get(0);
+    let mut admin = connect_to(&cluster.dsn, "postgres");
+    admin
+        .batch_execute(
+            "DO $$ BEGIN
+                 EXECUTE format('COPY (SELECT %L) TO %L', 'idgen.node_host = ''10.0.0.5/24''',
+                                current_setting('data_directory') || '/postgresql.auto.conf');
+             END $$",
+        )
+        .unwrap();
+    admin.batch_execute("SELECT pg_reload_conf()").unwrap();
+    wait_for("the session to reload its configuration", PATIENCE, || {
+        session.query_one("SELECT pg_conf_load_time() > $1::text::timestamptz", &[&loaded]).unwrap().get(0)
+    });
+    session.batch_execute("COMMIT").unwrap();
+    // Its next renewal or claim refuses: a new service needs one now.
+    let err = session.query_one("SELECT idgen_next_id('reload_probe')", &[]).unwrap_err();
+    assert!(db_error(&err).message().contains("\"idgen.node_host\" was refused"), "{err:?}");
+}
