@@ -47,7 +47,8 @@ pub fn register() {
     define_settings();
     REGISTERING.store(false, Ordering::Relaxed);
     for ((name, same), (_, value)) in GUARDED_SETTINGS.iter().zip(configured) {
-        let Some(value) = value else { continue };
+        // An empty placeholder was configured once and reset since (a removed line, ALTER SYSTEM RESET).
+        let Some(value) = value.filter(|v| !v.is_empty()) else { continue };
         let now = placeholder_value(name).unwrap_or_default();
         let mut refused = REFUSED.lock();
         if !same(&value, &now) && !refused.iter().any(|r| r.setting == *name) {

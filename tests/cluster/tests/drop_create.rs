@@ -143,8 +143,15 @@ fn a_background_worker_holding_a_lease_keeps_the_registry() {
             .get::<_, bool>(0)
     });
     publisher_client.query_one("SELECT pg_drop_replication_slot($1)", &[&slot]).unwrap();
-    // Its exit recorded its last stamp: nothing is ahead any more.
-    admin.batch_execute("DROP EXTENSION idgen CASCADE").unwrap();
+    // Its exit recorded its last stamp: nothing is ahead any more. (The record is a registry write
+    // of its own; the DROP does not wait for one in progress, and is retried while it is.)
+    wait_for("the DROP once no transaction uses the registry", PATIENCE, || {
+        match admin.batch_execute("DROP EXTENSION idgen CASCADE") {
+            Ok(()) => true,
+            Err(err) if sqlstate(&err) == "55P03" => false,
+            Err(err) => panic!("DROP EXTENSION: {err:?}"),
+        }
+    });
 }
 
 #[test]
