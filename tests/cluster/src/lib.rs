@@ -31,6 +31,15 @@ pub fn connect_to(cluster_dsn: &str, dbname: &str) -> Client {
     })
 }
 
+/// Creates login role `role` unless it exists (roles are the cluster's: a test's outlive it).
+pub fn ensure_login_role(admin: &mut Client, role: &str) {
+    admin
+        .batch_execute(&format!(
+            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN CREATE ROLE {role} LOGIN; END IF; END $$"
+        ))
+        .unwrap();
+}
+
 /// A database of its own for one test, created afresh with idgen installed.
 pub struct TestDb {
     pub name: String,

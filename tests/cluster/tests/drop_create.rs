@@ -191,14 +191,6 @@ fn pg_restore_clean_into_a_live_database_hands_out_no_id_in_use() {
     assert_eq!(recorded, 1);
 }
 
-fn ensure_login_role(admin: &mut Client, role: &str) {
-    admin
-        .batch_execute(&format!(
-            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN CREATE ROLE {role} LOGIN; END IF; END $$"
-        ))
-        .unwrap();
-}
-
 #[test]
 fn only_the_extension_owner_s_drop_is_checked_and_it_never_queues_claims_behind_it() {
     let db = TestDb::create("drop_rights");

@@ -187,14 +187,6 @@ fn privileges_matrix() {
     }
 }
 
-fn ensure_login_role(admin: &mut postgres::Client, role: &str) {
-    admin
-        .batch_execute(&format!(
-            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN CREATE ROLE {role} LOGIN; END IF; END $$"
-        ))
-        .unwrap();
-}
-
 fn next_id_for(client: &mut postgres::Client, service: &str) -> Result<i64, postgres::Error> {
     client.query_one("SELECT idgen_next_id($1)", &[&service]).map(|r| r.get(0))
 }

@@ -102,14 +102,6 @@ fn pid(client: &mut Client) -> i32 {
     client.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0)
 }
 
-fn ensure_login_role(admin: &mut Client, role: &str) {
-    admin
-        .batch_execute(&format!(
-            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN CREATE ROLE {role} LOGIN; END IF; END $$"
-        ))
-        .unwrap();
-}
-
 #[test]
 fn installing_into_a_busy_database_takes_no_outage_and_every_session_mints_at_once() {
     let db = TestDb::empty_on(&base_dsn(), "recipe_busy");

@@ -320,11 +320,7 @@ fn a_cluster_wide_value_in_the_connections_options_stops_claims_rather_than_bein
     // backend. Its claims refuse instead.
     let db = TestDb::create("settings_options");
     let role = "idgen_t_options_app";
-    db.connect()
-        .batch_execute(&format!(
-            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN CREATE ROLE {role} LOGIN; END IF; END $$"
-        ))
-        .unwrap();
+    ensure_login_role(&mut db.connect(), role);
     for option in ["idgen.machine_id_range=0-9", "idgen.require_synchronous_standby=on", "idgen.node_host=10.9.9.9"] {
         let dsn = format!(
             "{} user={role} options='-c statement_timeout=300s -c {option}'",
@@ -349,13 +345,8 @@ fn a_refused_role_value_stays_refused_across_a_reload_of_the_files_own_value() {
     let _file = SystemSettings::set(&cluster.dsn, &[("idgen.service", "main")]);
     let role = "idgen_t_role_over_file";
     let mut admin = connect_to(&cluster.dsn, "postgres");
-    admin
-        .batch_execute(&format!(
-            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN CREATE ROLE {role} LOGIN; END IF; END $$;
-             ALTER ROLE {role} IN DATABASE {} SET idgen.service = 'orders '",
-            db.name
-        ))
-        .unwrap();
+    ensure_login_role(&mut admin, role);
+    admin.batch_execute(&format!("ALTER ROLE {role} IN DATABASE {} SET idgen.service = 'orders '", db.name)).unwrap();
     let mut session = postgres::Client::connect(&format!("{} user={role}", db.dsn()), postgres::NoTls).unwrap();
     let refused = |session: &mut postgres::Client| {
         let err = session.query_one("SELECT idgen_next_id()", &[]).unwrap_err();
