@@ -74,15 +74,12 @@ const GUARDED_SETTINGS: [(&str, SameValue); 3] = [
     ("idgen.require_synchronous_standby", |a, b| parse_bool(a) == parse_bool(b)),
 ];
 
-/// A boolean setting's text as Postgres reads it (on/off, true/false, yes/no, 1/0, and prefixes).
+/// A boolean setting's text as Postgres reads it (its own parse_bool: on/off, true/false, yes/no, 1/0, prefixes).
 fn parse_bool(text: &str) -> Option<bool> {
-    let text = text.trim().to_ascii_lowercase();
-    let is = |word: &str, min: usize| text.len() >= min && word.starts_with(text.as_str());
-    match () {
-        _ if is("true", 1) || is("yes", 1) || is("on", 2) || text == "1" => Some(true),
-        _ if is("false", 1) || is("no", 1) || is("off", 2) || text == "0" => Some(false),
-        _ => None,
-    }
+    let text = CString::new(text).ok()?;
+    let mut value = false;
+    // SAFETY: reads the C string, writes `value`.
+    unsafe { pgrx::pg_sys::parse_bool(text.as_ptr(), &mut value) }.then_some(value)
 }
 
 /// The value of setting `name` as Postgres shows it, if it has one (a placeholder before idgen defines it).
