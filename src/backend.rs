@@ -17,19 +17,19 @@
 //! its window, so that the next connection in its slot need not wait.
 
 use crate::clock::{timestamptz, unix_ms, SystemClock};
-use crate::diagnostics::history::Who;
 use crate::errors::{or_raise, raise};
+use crate::history::Who;
 use crate::privilege::as_extension_owner;
 use crate::registry::access;
 use crate::registry::autonomous::{self, LeaseAnswer, Request};
 use crate::registry::store::{self, BackendCheck};
+use crate::server;
 use crate::settings;
 use idgen_core::generator::{Clock, Stop};
 use idgen_core::input;
 use idgen_core::lease::{Authorized, BackendLeases};
 use idgen_core::watermark::HolderKind;
 use idgen_core::{messages, IdgenError, Layout};
-use once_cell::sync::OnceCell;
 use parking_lot::Mutex;
 use pgrx::datum::TimestampWithTimeZone;
 use pgrx::pg_sys;
@@ -39,7 +39,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// This backend's leases. Only this process locks it.
 static STATE: Mutex<State> = Mutex::new(State { leases: BackendLeases::new(), session_service: None });
-static DATABASE_NAME: OnceCell<String> = OnceCell::new();
 /// Whether the exit hook that records the leases' last stamps is registered.
 static CLOSES_AT_EXIT: AtomicBool = AtomicBool::new(false);
 
@@ -112,8 +111,11 @@ pub fn next_id_of_session_service(function: &str) -> i64 {
     }
     settings::warn_if_contradictory();
     let setting = settings::service_setting();
-    let service =
-        if setting.is_empty() { database_name().to_owned() } else { or_raise(input::service_setting(&setting)) };
+    let service = if setting.is_empty() {
+        server::database_name().to_owned()
+    } else {
+        or_raise(input::service_setting(&setting))
+    };
     {
         let mut state = STATE.lock();
         let index = lease_index(&mut state, &service);
@@ -125,20 +127,10 @@ pub fn next_id_of_session_service(function: &str) -> i64 {
 /// Where the lease of `service` is kept, created on first use; the database's own service needs no grant.
 fn lease_index(state: &mut State, service: &str) -> usize {
     let index = state.leases.index_or_add(service);
-    if service == database_name() {
+    if service == server::database_name() {
         state.leases.at(index).needs_no_grant();
     }
     index
-}
-
-/// The current database's name (read once).
-pub fn database_name() -> &'static str {
-    DATABASE_NAME.get_or_init(|| {
-        // SAFETY: reads the catalog for this backend's own database.
-        let name = unsafe { pg_sys::get_database_name(pg_sys::MyDatabaseId) };
-        assert!(!name.is_null(), "idgen: this backend's database has no name");
-        unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned()
-    })
 }
 
 /// The slow path: authorize the acting role, then renew the held lease or claim one, each
@@ -179,7 +171,7 @@ fn renew(function: &str, service: &str) {
                 })
             });
             match check {
-                BackendCheck::Held { verified_at, lease_until, issued_until } => {
+                BackendCheck::Confirmed { verified_at, lease_until, issued_until } => {
                     let (verified_ms, until_ms, issued_ms) =
                         (unix_ms(verified_at), unix_ms(lease_until), unix_ms(issued_until));
                     let end_ms = until_ms.min(issued_ms);
@@ -209,7 +201,12 @@ fn renew(function: &str, service: &str) {
         _ if !writable => raise(messages::no_lease_read_only(function, service, on_standby)),
         _ => None,
     };
-    let node = or_raise(input::backend_identity(service.to_owned(), &settings::node_host(), server_port(), slot()));
+    let node = or_raise(input::backend_identity(
+        service.to_owned(),
+        &settings::node_host(),
+        server::port(),
+        server::backend_slot(),
+    ));
     let request =
         Request::BackendLease { function: function.to_owned(), node: node.clone(), renew: renewal, settings, who };
     let answer = autonomous::backend_lease(request);
@@ -231,23 +228,6 @@ fn renew(function: &str, service: &str) {
             close_at_exit();
         }
     }
-}
-
-fn server_port() -> i32 {
-    // SAFETY: set at postmaster start, never changed.
-    unsafe { pg_sys::PostPortNumber }
-}
-
-/// This backend's slot on the server: the same number for every connection
-/// that lands in the slot, so reconnects reuse the slot's registry row.
-fn slot() -> i32 {
-    #[cfg(any(feature = "pg13", feature = "pg14", feature = "pg15", feature = "pg16"))]
-    // SAFETY: set once at backend start.
-    let slot = unsafe { pg_sys::MyBackendId };
-    #[cfg(not(any(feature = "pg13", feature = "pg14", feature = "pg15", feature = "pg16")))]
-    // SAFETY: set once at backend start.
-    let slot = unsafe { pg_sys::MyProcNumber };
-    slot
 }
 
 /// Registers, once, the exit hook that records the leases' last stamps.

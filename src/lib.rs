@@ -20,10 +20,14 @@ mod diagnostics;
 mod durability;
 mod earlier_symbols;
 mod errors;
+mod history;
 mod ids;
 mod privilege;
 mod registry;
+mod server;
 mod settings;
+mod spi;
+mod statements;
 
 ::pgrx::pg_module_magic!(name, version);
 
@@ -64,15 +68,12 @@ pub extern "C-unwind" fn _PG_init() {
         return;
     }
     settings::register();
-    registry::api::register_transaction_callback();
+    registry::prepare_guard::register_transaction_callback();
     registry::access::register_invalidation_callbacks();
 }
 
 #[cfg(any(test, feature = "pg_test"))]
-#[pg_schema]
-mod tests {
-    include!("tests.rs");
-}
+mod tests;
 
 /// Required by `cargo pgrx test`.
 #[cfg(test)]

@@ -8,12 +8,12 @@
 //! context, and a pinned search_path. The path is `pg_catalog, pg_temp`: every
 //! statement names idgen's objects in `idgen_private`, a schema of the
 //! extension's owner, and nothing in the schema idgen is installed in, which a
-//! lower role may own, rename or replace (see `registry::sql`). An error inside
+//! lower role may own, rename or replace (see `crate::statements`). An error inside
 //! needs no cleanup here: aborting the (sub)transaction restores the user id
 //! and the setting, as it does for SECURITY DEFINER functions.
 
 use crate::errors::raise;
-use idgen_core::{messages, IdgenError, SqlState};
+use idgen_core::messages;
 use pgrx::pg_sys;
 
 /// The library's version.
@@ -99,15 +99,7 @@ pub fn with_pinned_search_path<R>(f: impl FnOnce() -> R) -> R {
 
 /// The installation, refused when missing or of another version than the library.
 pub fn checked_installation() -> Installed {
-    let installed = installed().unwrap_or_else(|| {
-        raise(
-            IdgenError::new(
-                SqlState::ObjectNotInPrerequisiteState,
-                "idgen: the idgen extension is not installed in this database",
-            )
-            .hint("CREATE EXTENSION idgen;"),
-        )
-    });
+    let installed = installed().unwrap_or_else(|| raise(messages::not_installed()));
     if !SQL_VERSIONS.contains(&installed.version.as_str()) {
         raise(messages::version_mismatch(&installed.version, LIBRARY_VERSION, &SQL_VERSIONS));
     }

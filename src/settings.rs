@@ -30,7 +30,8 @@ pub static MAX_CLOCK_BACKWARD: GucSetting<i32> = GucSetting::<i32>::new(2_000);
 pub static CAPACITY_ALERT: GucSetting<f64> = GucSetting::<f64>::new(0.8);
 pub static MACHINE_ID_RANGE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 pub static REQUIRE_SYNCHRONOUS_STANDBY: GucSetting<bool> = GucSetting::<bool>::new(false);
-pub static HISTORY_RETENTION: GucSetting<i32> = GucSetting::<i32>::new(90 * DAY as i32);
+pub static HISTORY_RETENTION: GucSetting<i32> =
+    GucSetting::<i32>::new(idgen_core::history::HISTORY_RETENTION_DEFAULT_SECS as i32);
 
 /// True while the settings are defined: Postgres then applies the values configured before idgen
 /// was loaded, through the check hooks.

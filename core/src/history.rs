@@ -13,14 +13,19 @@
 //! connection and fill the history with churn. A reuse that ends a release is
 //! recorded, because the row was free in between.
 
+use crate::format::iso_utc;
 use crate::input::node_name;
-use crate::messages::iso_utc;
-use crate::policy::Outcome;
+use crate::policy::{Outcome, DAY};
 use serde::Serialize;
 
-/// A refusal (a claim refused, a heartbeat or release that found its id moved) is recorded at
-/// most once per service, kind and this many seconds: a flood of refused calls records one.
+/// A refusal (a claim refused, a heartbeat or release that found its id moved), and a watermark
+/// reported behind the registry's, is recorded at most once per service, kind and this many
+/// seconds: a flood of refused calls records one.
 pub const REFUSAL_INTERVAL_SECS: i64 = 60;
+
+/// How long `idgen_purge_history()` keeps events unless told otherwise: the default of
+/// `idgen.history_retention` (src/settings.rs), which `idgen_purge_history`'s comment states.
+pub const HISTORY_RETENTION_DEFAULT_SECS: i64 = 90 * DAY;
 
 /// What happened, as `idgen_history.event` names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,6 +80,20 @@ impl EventKind {
 
     pub fn from_label(label: &str) -> Option<EventKind> {
         EventKind::ALL.into_iter().find(|kind| kind.label() == label)
+    }
+
+    /// A claim that failed: what `idgen_metrics.refused_claims` counts. (A heartbeat or release
+    /// that found its id moved is an `OwnershipLost`, counted as `ownership_losses`.)
+    pub fn is_refused_claim(self) -> bool {
+        match self {
+            EventKind::RefusedFull | EventKind::RefusedWatermark | EventKind::RefusedNoStandby => true,
+            EventKind::Claim
+            | EventKind::TakeBack
+            | EventKind::Release
+            | EventKind::SetAside
+            | EventKind::OwnershipLost
+            | EventKind::WatermarkBehind => false,
+        }
     }
 
     /// The event of a successful claim with this outcome.

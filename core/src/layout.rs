@@ -212,6 +212,7 @@ mod tests {
     fn default_time_field_lasts_until_2094() {
         // 2^41 ms is about 69.7 years after 2025-01-01: the field ends in 2094-09.
         let last = Layout::DEFAULT.last_unix_ms();
+        assert_eq!(crate::format::iso_utc(last), "2094-09-07T15:47:35.551Z");
         let year_2094_start = 3_913_142_400_000; // 2094-01-01T00:00:00Z
         let year_2095_start = 3_944_678_400_000; // 2095-01-01T00:00:00Z
         assert!(last > year_2094_start && last < year_2095_start, "last ms {last}");
@@ -289,7 +290,7 @@ mod tests {
             };
             assert_eq!(layout.compose(parts), Ok(id), "{v}");
             assert_eq!(layout.decompose(id), Ok(parts), "{v}");
-            assert_eq!(crate::messages::iso_utc(layout.unix_ms_of(parts.ticks)), v["iso"].as_str().unwrap());
+            assert_eq!(crate::format::iso_utc(layout.unix_ms_of(parts.ticks)), v["iso"].as_str().unwrap());
         }
         for v in doc["invalid"].as_array().unwrap() {
             assert!(layout.ticks_at(v["unix_ms"].as_i64().unwrap()).is_err(), "{v}");

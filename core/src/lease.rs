@@ -31,7 +31,7 @@ pub struct Terms {
 
 /// A lease as the backend holds it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Held {
+pub struct HeldLease {
     pub terms: Terms,
     /// Last time the registry confirmed the lease (claim, renewal or read), Unix ms.
     pub verified_at_unix_ms: i64,
@@ -55,7 +55,7 @@ pub struct BackendLease {
     node: Option<NodeIdentity>,
     /// Created by the first claim; kept across leases so IDs keep growing.
     generator: Option<Generator>,
-    held: Option<Held>,
+    held: Option<HeldLease>,
     /// The clock reading from which no ID is issued before the lease is checked.
     check_due_unix_ms: i64,
     /// Whether using the service takes a grant (every service but the database's own).
@@ -67,7 +67,7 @@ pub struct BackendLease {
 /// When a lease must be checked again: a heartbeat interval after its last
 /// confirmation, and never later than its end or the watermark the registry
 /// holds, so that every ID stays below what the registry knows.
-pub fn check_due(held: &Held, heartbeat_interval_ms: i64) -> i64 {
+pub fn check_due(held: &HeldLease, heartbeat_interval_ms: i64) -> i64 {
     held.verified_at_unix_ms
         .saturating_add(heartbeat_interval_ms)
         .min(held.terms.lease_until_unix_ms)
@@ -91,7 +91,7 @@ impl BackendLease {
         &self.service
     }
 
-    pub fn held(&self) -> Option<&Held> {
+    pub fn held(&self) -> Option<&HeldLease> {
         self.held.as_ref()
     }
 
@@ -147,7 +147,8 @@ impl BackendLease {
             .get_or_insert_with(|| Generator::new(layout, terms.machine_id, terms.not_before_unix_ms, max_backward_ms));
         generator.start_lease(terms.machine_id, terms.not_before_unix_ms);
         generator.set_max_backward_ms(max_backward_ms);
-        let held = Held { terms, verified_at_unix_ms: terms.claimed_at_unix_ms, issued_before: generator.issued() };
+        let held =
+            HeldLease { terms, verified_at_unix_ms: terms.claimed_at_unix_ms, issued_before: generator.issued() };
         self.node = Some(node);
         self.set_held(Some(held), heartbeat_interval_ms);
     }
@@ -167,7 +168,7 @@ impl BackendLease {
             generator.set_max_backward_ms(max_backward_ms);
         }
         let terms = Terms { lease_until_unix_ms, issued_until_unix_ms, ..before.terms };
-        self.set_held(Some(Held { terms, verified_at_unix_ms, ..before }), heartbeat_interval_ms);
+        self.set_held(Some(HeldLease { terms, verified_at_unix_ms, ..before }), heartbeat_interval_ms);
     }
 
     /// The lease is gone (moved, released, or left by this backend): stop issuing from it.
@@ -191,7 +192,7 @@ impl BackendLease {
         self.authorized = authorized;
     }
 
-    fn set_held(&mut self, held: Option<Held>, heartbeat_interval_ms: i64) {
+    fn set_held(&mut self, held: Option<HeldLease>, heartbeat_interval_ms: i64) {
         self.held = held;
         self.check_due_unix_ms = held.as_ref().map_or(i64::MIN, |h| check_due(h, heartbeat_interval_ms));
     }

@@ -11,11 +11,16 @@
 //! - [`history`]: the ownership history's events, and the tenures they show.
 //! - [`guard`]: which private guard row a claim locks instead of an advisory lock.
 //! - [`input`]: validation of the registry functions' arguments.
-//! - [`messages`]: the errors, warnings and alerts people read.
+//! - [`messages`]: the errors, warnings and alerts people read, made of [`facts`] the edge
+//!   reads out of the registry; [`alert`]: what of an alert any listener may hear.
+//! - [`format`]: times and durations written for people.
 //! - [`error`]: errors as values with their SQLSTATE.
 
 pub mod access;
+pub mod alert;
 pub mod error;
+pub mod facts;
+pub mod format;
 pub mod generator;
 pub mod guard;
 pub mod history;

@@ -1,63 +1,15 @@
 //! What idgen tells people: errors, warnings and alerts built from facts read
 //! out of the registry. The edge reads the facts; the words live here.
 
+use crate::alert::Alert;
 use crate::error::{IdgenError, SqlState};
-use crate::input::{node_name, Holding, NodeIdentity};
+use crate::facts::{RowFacts, StillStamping, WatermarkAhead};
+use crate::format::{human_duration, iso_utc};
+use crate::input::{Holding, NodeIdentity};
 use crate::layout::Layout;
-use crate::policy::{human_duration, Outcome};
-use serde::{Deserialize, Serialize};
+use crate::policy::Outcome;
 use serde_json::json;
 use std::ops::RangeInclusive;
-
-/// Channel of the `NOTIFY` alerts.
-pub const ALERT_CHANNEL: &str = "idgen_alert";
-
-/// One registry row as it stands, with times rendered as UTC ISO-8601 text.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RowFacts {
-    pub machine_id: i16,
-    pub host: String,
-    pub port: i32,
-    pub version: i64,
-    pub last_seen: String,
-    /// Seconds since `last_seen`, at the time of reading.
-    pub idle_secs: i64,
-    pub released_at: Option<String>,
-    /// Set when the holder is a database backend.
-    pub backend_slot: Option<i32>,
-}
-
-impl RowFacts {
-    /// How messages name the row's holder.
-    pub fn holder(&self) -> String {
-        node_name(&self.host, self.port, self.backend_slot)
-    }
-
-    fn is_held_by(&self, node: &NodeIdentity) -> bool {
-        self.host == node.host && self.port == node.port && self.backend_slot == node.backend_slot
-    }
-}
-
-/// An event a person should hear about: a WARNING to the client, a LOG line
-/// and a `NOTIFY idgen_alert` with `payload` as JSON.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Alert {
-    pub message: String,
-    pub payload: serde_json::Value,
-}
-
-impl Alert {
-    /// What listeners of `idgen_alert` get: any role can LISTEN, so the holders' addresses,
-    /// ports, slots and versions stay in the server log and the claimant's WARNING.
-    pub fn for_listeners(&self) -> serde_json::Value {
-        let mut payload = self.payload.clone();
-        if let Some(fields) = payload.as_object_mut() {
-            fields.remove("holder");
-            fields.remove("previous_holder");
-        }
-        payload
-    }
-}
 
 /// The registry has no row for this identity at this version: ownership moved.
 pub fn ownership_lost(function: &str, held: &Holding, now: Option<&RowFacts>) -> IdgenError {
@@ -336,36 +288,22 @@ pub fn clock_behind(function: &str, behind_ms: i64, allowed_ms: i64) -> IdgenErr
     .hint("Check the server's time synchronisation (NTP), then retry once the clock has caught up. A new connection is no way around it: its claim waits for the same watermark, or takes another machine id.")
 }
 
-/// A machine id the caller would keep cannot be used yet: an earlier holder
-/// may have stamped up to `bound`, further ahead than the caller may wait.
-pub struct WatermarkAhead {
-    pub machine_id: i16,
-    pub bound_unix_ms: i64,
-    pub now_unix_ms: i64,
-    pub tolerance_ms: i64,
-    /// When the bound is a live holder's lease rather than a watermark: the service node that holds
-    /// the row, last seen then, may still be issuing (an earlier process of the claimant's identity,
-    /// or a second one). `None`: the bound is what was stamped.
-    pub held_since_unix_ms: Option<i64>,
-}
-
-impl WatermarkAhead {
-    fn facts(&self) -> String {
-        if let Some(seen) = self.held_since_unix_ms {
-            return format!(
-                "It is held by this identity, last seen at {}, whose lease lets it issue IDs until {}: it may be an earlier process of this node that has not exited, or another process started with the same address and port.",
-                iso_utc(seen),
-                iso_utc(self.bound_unix_ms)
-            );
-        }
-        format!(
-            "Its watermark, the latest time an earlier holder may have stamped IDs with it, is {}: {} ms ahead of the server clock ({}), longer than a claim may wait ({} ms).",
-            iso_utc(self.bound_unix_ms),
-            self.bound_unix_ms - self.now_unix_ms,
-            iso_utc(self.now_unix_ms),
-            self.tolerance_ms
-        )
+/// The facts of a watermark ahead, for a DETAIL.
+fn watermark_ahead_facts(ahead: &WatermarkAhead) -> String {
+    if let Some(seen) = ahead.held_since_unix_ms {
+        return format!(
+            "It is held by this identity, last seen at {}, whose lease lets it issue IDs until {}: it may be an earlier process of this node that has not exited, or another process started with the same address and port.",
+            iso_utc(seen),
+            iso_utc(ahead.bound_unix_ms)
+        );
     }
+    format!(
+        "Its watermark, the latest time an earlier holder may have stamped IDs with it, is {}: {} ms ahead of the server clock ({}), longer than a claim may wait ({} ms).",
+        iso_utc(ahead.bound_unix_ms),
+        ahead.bound_unix_ms - ahead.now_unix_ms,
+        iso_utc(ahead.now_unix_ms),
+        ahead.tolerance_ms
+    )
 }
 
 /// The caller's own machine id was set aside for its watermark, and another was claimed: a WARNING.
@@ -382,7 +320,7 @@ pub fn moved_past_watermark(function: &str, node: &NodeIdentity, ahead: &Waterma
     )
     .detail(format!(
         "{} {}",
-        ahead.facts(),
+        watermark_ahead_facts(ahead),
         if ahead.held_since_unix_ms.is_some() {
             "It is released: that holder's next heartbeat fails, and the id comes back into use once its lease has ended."
         } else {
@@ -407,7 +345,7 @@ pub fn watermark_ahead(function: &str, node: &NodeIdentity, ahead: &WatermarkAhe
             iso_utc(ahead.bound_unix_ms)
         ),
     )
-    .detail(format!("{} No ID was issued.", ahead.facts()))
+    .detail(format!("{} No ID was issued.", watermark_ahead_facts(ahead)))
     .hint(if ahead.held_since_unix_ms.is_some() {
         "Retry after that time, or stop the other process and let it release its id (idgen_release). Do not delete the row: its holder may be issuing IDs with it."
     } else {
@@ -567,17 +505,6 @@ pub fn in_parallel_worker(function: &str) -> IdgenError {
         .hint("idgen_next_id is PARALLEL UNSAFE: do not wrap it in a function declared PARALLEL SAFE.")
 }
 
-/// Something the registry still guards when someone tries to drop it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StillStamping {
-    pub service: String,
-    pub machine_id: i16,
-    /// Who may be stamping: `10.0.0.5:8080`, `backend slot 3 of 127.0.0.1:5432 (pid 4242)`, or
-    /// `a row deleted by hand`.
-    pub holder: String,
-    pub until_unix_ms: i64,
-}
-
 /// `DROP EXTENSION idgen` (or a DROP that would cascade to it) while holders may still stamp.
 /// `count` machine ids in all; `shown` the first few, latest first.
 pub fn drop_refused(command: &str, count: i64, shown: &[StillStamping]) -> IdgenError {
@@ -659,24 +586,6 @@ fn layout_range_detail(layout: &Layout) -> String {
     format!("IDs can stamp times from {} to {}.", iso_utc(layout.epoch_unix_ms), iso_utc(layout.last_unix_ms()))
 }
 
-/// Unix milliseconds as `2025-01-01T00:00:00.000Z` (proleptic Gregorian, UTC).
-pub fn iso_utc(unix_ms: i64) -> String {
-    let days = unix_ms.div_euclid(86_400_000);
-    let ms_of_day = unix_ms.rem_euclid(86_400_000);
-    // Civil date from days since 1970-01-01 (era-based algorithm, valid for all i64 days in range).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let (h, m, sec, ms) = (ms_of_day / 3_600_000, ms_of_day / 60_000 % 60, ms_of_day / 1_000 % 60, ms_of_day % 1_000);
-    format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{sec:02}.{ms:03}Z")
-}
-
 fn row_json(row: &RowFacts) -> serde_json::Value {
     let mut value = json!({
         "machine_id": row.machine_id,
@@ -705,9 +614,63 @@ fn with_backend_slot(value: &mut serde_json::Value, backend_slot: Option<i32>) {
     }
 }
 
+/// `idgen_explain` found neither a registry row nor events of `machine_id` the caller may read.
+pub fn explain_nothing_known(function: &str, machine_id: i16, service: Option<&str>) -> IdgenError {
+    let within = match service {
+        Some(s) => format!("service \"{s}\""),
+        None => "any service you may read".to_owned(),
+    };
+    IdgenError::new(SqlState::UndefinedObject, format!("{function}: machine id {machine_id} is not known in {within}"))
+        .detail("Neither the registry nor the history has it, or you may not read the service (idgen_visibility).")
+        .hint("Check the ID and the service name; a role sees the services granted to it with idgen_grant_service, pg_monitor sees all.")
+}
+
+/// `idgen_explain` found `holders` tenures of one machine id that overlap at `stamp_ms`.
+pub fn explain_overlapping_tenures(
+    function: &str,
+    service: &str,
+    machine_id: i16,
+    stamp_ms: i64,
+    holders: usize,
+) -> IdgenError {
+    IdgenError::new(
+        SqlState::Warning,
+        format!(
+            "{function}: {holders} holders of machine id {machine_id} of service \"{service}\" may have stamped the same millisecond"
+        ),
+    )
+    .detail(format!("Their tenures overlap at {}: two of them may have made the same ID. That is a bug in idgen, or the registry or its history was changed by hand.", iso_utc(stamp_ms)))
+    .hint("Keep the history (do not purge it), look for duplicate IDs of this service around that time, and report it with the rows below.")
+}
+
+/// What `idgen_explain` adds when only the registry knows a machine id: who holds it now.
+pub fn explain_registry_holder_now(holder: &str, version: i64) -> String {
+    format!(" The registry shows it held by {holder} at version {version} now; whether it held it then is not known.")
+}
+
+/// A first claim of `service` in a REPEATABLE READ transaction: its new guard rows are invisible to it.
+pub fn first_claim_must_retry(function: &str, service: &str) -> IdgenError {
+    IdgenError::new(
+        SqlState::SerializationFailure,
+        format!("{function}: the first claim of service \"{service}\" must be retried"),
+    )
+    .detail("Its claim guards were just created, after this transaction's snapshot was taken, which cannot see them.")
+    .hint("Retry the transaction (the client contract retries 40001).")
+}
+
+/// idgen is called in a database where the extension is not installed.
+pub fn not_installed() -> IdgenError {
+    IdgenError::new(
+        SqlState::ObjectNotInPrerequisiteState,
+        "idgen: the idgen extension is not installed in this database",
+    )
+    .hint("CREATE EXTENSION idgen;")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::input::node_name;
 
     fn node(host: &str, port: i32) -> NodeIdentity {
         NodeIdentity { service: "orders".into(), host: host.into(), port, backend_slot: None }
@@ -842,16 +805,6 @@ mod tests {
     fn ipv6_endpoints_are_bracketed() {
         assert_eq!(node_name("::1", 80, None), "[::1]:80");
         assert_eq!(node_name("10.0.0.1", 80, None), "10.0.0.1:80");
-    }
-
-    #[test]
-    fn iso_dates_match_known_instants() {
-        assert_eq!(iso_utc(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(iso_utc(crate::layout::EPOCH_2025_UNIX_MS), "2025-01-01T00:00:00.000Z");
-        assert_eq!(iso_utc(951_782_400_000), "2000-02-29T00:00:00.000Z");
-        assert_eq!(iso_utc(1_796_000_000_123), "2026-11-30T00:53:20.123Z");
-        assert_eq!(iso_utc(-1), "1969-12-31T23:59:59.999Z");
-        assert_eq!(iso_utc(Layout::DEFAULT.last_unix_ms()), "2094-09-07T15:47:35.551Z");
     }
 
     #[test]

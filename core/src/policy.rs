@@ -4,6 +4,7 @@
 //! [`ClaimPolicy::steps`].
 
 use crate::error::{IdgenError, SqlState};
+use crate::format::human_duration;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -25,6 +26,11 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome, in the order the claim's steps reach them. `idgen_history`'s CHECK
+    /// `idgen_history_outcome_known` lists the same labels (core/tests/sql_restates.rs).
+    pub const ALL: [Outcome; 6] =
+        [Outcome::Reused, Outcome::New, Outcome::Released, Outcome::Idle7d, Outcome::Idle1d, Outcome::Idle1h];
+
     pub fn label(self) -> &'static str {
         match self {
             Outcome::Reused => "reused",
@@ -72,9 +78,7 @@ pub struct ClaimPolicy {
     pub lease_safety_margin_secs: i64,
 }
 
-pub const MINUTE: i64 = 60;
-pub const HOUR: i64 = 60 * MINUTE;
-pub const DAY: i64 = 24 * HOUR;
+pub use crate::format::{DAY, HOUR, MINUTE};
 
 impl ClaimPolicy {
     pub const DEFAULT: ClaimPolicy = ClaimPolicy {
@@ -267,18 +271,6 @@ impl Default for ClaimPolicy {
     }
 }
 
-/// "3d 4h 5m 6s", leaving out zero parts; "0s" for zero. Negative values read as 0s.
-pub fn human_duration(secs: i64) -> String {
-    let secs = secs.max(0);
-    let parts = [(secs / DAY, "d"), (secs % DAY / HOUR, "h"), (secs % HOUR / MINUTE, "m"), (secs % MINUTE, "s")];
-    let text: Vec<String> = parts.iter().filter(|(n, _)| *n > 0).map(|(n, u)| format!("{n}{u}")).collect();
-    if text.is_empty() {
-        "0s".to_owned()
-    } else {
-        text.join(" ")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -329,11 +321,7 @@ mod tests {
 
     #[test]
     fn outcome_labels_are_the_documented_ones() {
-        let labels: Vec<&str> =
-            [Outcome::Reused, Outcome::New, Outcome::Released, Outcome::Idle7d, Outcome::Idle1d, Outcome::Idle1h]
-                .iter()
-                .map(|o| o.label())
-                .collect();
+        let labels: Vec<&str> = Outcome::ALL.iter().map(|o| o.label()).collect();
         assert_eq!(labels, ["reused", "new", "released", "idle_7d", "idle_1d", "idle_1h"]);
     }
 
@@ -373,15 +361,6 @@ mod tests {
             assert!(err.detail.as_deref().unwrap().contains(fragment), "{err}");
             assert!(err.hint.is_some());
         }
-    }
-
-    #[test]
-    fn human_durations_read_naturally() {
-        assert_eq!(human_duration(0), "0s");
-        assert_eq!(human_duration(-5), "0s");
-        assert_eq!(human_duration(59), "59s");
-        assert_eq!(human_duration(3600), "1h");
-        assert_eq!(human_duration(7 * DAY + 2 * HOUR + 3 * MINUTE + 4), "7d 2h 3m 4s");
     }
 
     /// A row whose times were recorded as the default settings grant them.

@@ -22,8 +22,8 @@
 //!   only a backend's own closing record lowers its own window to its last stamp.
 
 use crate::error::{IdgenError, SqlState};
-use crate::messages::iso_utc;
-use crate::policy::{human_duration, ClaimPolicy, DAY};
+use crate::format::{human_duration, iso_utc};
+use crate::policy::{ClaimPolicy, DAY};
 
 /// The shortest window a backend claims or renews. Every write behind a window
 /// commits in a transaction of its own (a few milliseconds), so a window is

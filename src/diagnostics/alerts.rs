@@ -5,10 +5,9 @@
 //! A claim made in a background worker's transaction (a backend's) announces
 //! there, where it commits, and hands the WARNING to the backend that waits.
 
-use idgen_core::messages::{Alert, ALERT_CHANNEL};
+use idgen_core::alert::{Alert, ALERT_CHANNEL};
 use idgen_core::{IdgenError, SqlState};
 use pgrx::pg_sys::panic::ErrorReport;
-use pgrx::prelude::*;
 use pgrx::{PgLogLevel, PgSqlErrorCode};
 
 /// Something a claim tells people besides its result.
@@ -27,7 +26,7 @@ pub fn announce(alert: &Alert, committing: bool) {
         .report(PgLogLevel::LOG);
     if committing {
         let payload = alert.for_listeners().to_string();
-        Spi::run_with_args(crate::registry::sql::NOTIFY_ALERT, &[ALERT_CHANNEL.into(), payload.into()])
+        crate::spi::run_alone(&crate::statements::NOTIFY_ALERT, &[ALERT_CHANNEL.into(), payload.into()])
             .unwrap_or_else(|e| panic!("idgen: could not send NOTIFY {ALERT_CHANNEL}: {e}"));
     }
 }

@@ -7,10 +7,11 @@
 
 use crate::clock::timestamptz;
 use crate::errors::{or_raise, raise, report};
-use crate::registry::sql;
+use crate::spi;
+use crate::statements as sql;
 use idgen_core::history::{self, EventKind, Finding, Holder, Recorded};
 use idgen_core::policy::Outcome;
-use idgen_core::{input, messages, IdgenError, Layout, SqlState};
+use idgen_core::{input, messages, Layout};
 use pgrx::datum::TimestampWithTimeZone;
 use pgrx::prelude::*;
 use pgrx::spi::{Spi, SpiClient, SpiHeapTupleData};
@@ -65,7 +66,7 @@ fn idgen_explain(
         Spi::connect_mut(|client| {
             let services = services_of(client, machine_id, service);
             if services.is_empty() {
-                raise(nothing_known(F, machine_id, service));
+                raise(messages::explain_nothing_known(F, machine_id, service));
             }
             let mut rows: Vec<ExplainRow> = Vec::new();
             for (service, purged) in services {
@@ -76,7 +77,10 @@ fn idgen_explain(
                     None => registry_only(client, &service, machine_id),
                 };
                 if let Some(Finding::Overlap(holders)) = &finding {
-                    report(overlap_warning(F, &service, machine_id, stamp_ms, holders.len()), PgLogLevel::WARNING);
+                    report(
+                        messages::explain_overlapping_tenures(F, &service, machine_id, stamp_ms, holders.len()),
+                        PgLogLevel::WARNING,
+                    );
                 }
                 for e in explained {
                     let t = e.tenure.as_ref();
@@ -105,13 +109,13 @@ fn idgen_explain(
 /// The services to explain the ID in, with whether their history was purged.
 fn services_of(client: &mut SpiClient, machine_id: i16, service: Option<&str>) -> Vec<(String, bool)> {
     let args = [machine_id.into(), service.map(str::to_owned).into()];
-    let table = client.select(sql::SERVICES_OF_MACHINE_ID, None, &args).unwrap_or_else(|e| panic!("idgen: {e}"));
+    let table = spi::ok(spi::read(client, &sql::SERVICES_OF_MACHINE_ID, None, &args));
     table.map(|row| (get(&row, 1).unwrap_or_default(), get(&row, 2).unwrap_or(false))).collect()
 }
 
 fn events_of(client: &mut SpiClient, service: &str, machine_id: i16) -> Vec<Recorded> {
     let args = [service.to_owned().into(), machine_id.into()];
-    let table = client.select(sql::EVENTS_OF_MACHINE_ID, None, &args).unwrap_or_else(|e| panic!("idgen: {e}"));
+    let table = spi::ok(spi::read(client, &sql::EVENTS_OF_MACHINE_ID, None, &args));
     table
         .filter_map(|row| {
             let kind = EventKind::from_label(&get::<String>(&row, 2)?)?;
@@ -147,13 +151,10 @@ fn events_of(client: &mut SpiClient, service: &str, machine_id: i16) -> Vec<Reco
 /// No event: what the registry says now.
 fn registry_only(client: &mut SpiClient, service: &str, machine_id: i16) -> Vec<history::Explained> {
     let args = [service.to_owned().into(), machine_id.into()];
-    let table = client.select(sql::NODE_OF_MACHINE_ID, Some(1), &args).unwrap_or_else(|e| panic!("idgen: {e}"));
+    let table = spi::ok(spi::read(client, &sql::NODE_OF_MACHINE_ID, Some(1), &args));
     let now = table.into_iter().next().and_then(|row| {
         let name = idgen_core::input::node_name(&get::<String>(&row, 1)?, get(&row, 2)?, get(&row, 3));
-        Some(format!(
-            " The registry shows it held by {name} at version {} now; whether it held it then is not known.",
-            get::<i64>(&row, 4)?
-        ))
+        Some(messages::explain_registry_holder_now(&name, get::<i64>(&row, 4)?))
     });
     let finding = Finding::NoHistory;
     let mut rows = history::explained(&finding, service, machine_id, 0);
@@ -163,25 +164,4 @@ fn registry_only(client: &mut SpiClient, service: &str, machine_id: i16) -> Vec<
 
 fn get<T: pgrx::FromDatum + pgrx::IntoDatum>(row: &SpiHeapTupleData, ordinal: usize) -> Option<T> {
     row.get::<T>(ordinal).unwrap_or_else(|e| panic!("idgen_explain: column {ordinal}: {e}"))
-}
-
-fn nothing_known(function: &str, machine_id: i16, service: Option<&str>) -> IdgenError {
-    let within = match service {
-        Some(s) => format!("service \"{s}\""),
-        None => "any service you may read".to_owned(),
-    };
-    IdgenError::new(SqlState::UndefinedObject, format!("{function}: machine id {machine_id} is not known in {within}"))
-        .detail("Neither the registry nor the history has it, or you may not read the service (idgen_visibility).")
-        .hint("Check the ID and the service name; a role sees the services granted to it with idgen_grant_service, pg_monitor sees all.")
-}
-
-fn overlap_warning(function: &str, service: &str, machine_id: i16, stamp_ms: i64, holders: usize) -> IdgenError {
-    IdgenError::new(
-        SqlState::Warning,
-        format!(
-            "{function}: {holders} holders of machine id {machine_id} of service \"{service}\" may have stamped the same millisecond"
-        ),
-    )
-    .detail(format!("Their tenures overlap at {}: two of them may have made the same ID. That is a bug in idgen, or the registry or its history was changed by hand.", messages::iso_utc(stamp_ms)))
-    .hint("Keep the history (do not purge it), look for duplicate IDs of this service around that time, and report it with the rows below.")
 }

@@ -3,6 +3,7 @@
 //! and which live backend sits in a backend row's slot.
 
 use crate::errors::or_raise;
+use crate::server;
 use crate::settings;
 use idgen_core::input::{self, node_name};
 use idgen_core::policy::RowAges;
@@ -117,77 +118,16 @@ fn idgen_slot_holder_pid(
 ) -> Option<i32> {
     let pid = slot_pid_of(&host?.0, port?, backend_slot)?;
     let last_seen: pg_sys::TimestampTz = last_seen?.into();
-    process_start(pid).filter(|started| *started <= last_seen).map(|_| pid)
-}
-
-/// When process `pid` started, from this transaction's snapshot of the backends' status.
-fn process_start(pid: i32) -> Option<pg_sys::TimestampTz> {
-    // SAFETY: the snapshot is built once per transaction and lives until it ends; each entry is
-    // a plain struct copied into it.
-    unsafe {
-        let count = pg_sys::pgstat_fetch_stat_numbackends();
-        (1..=count).find_map(|index| {
-            let entry = local_status(index);
-            (!entry.is_null() && (*entry).backendStatus.st_procpid == pid)
-                .then(|| (*entry).backendStatus.st_proc_start_timestamp)
-        })
-    }
-}
-
-#[cfg(any(feature = "pg13", feature = "pg14", feature = "pg15"))]
-unsafe fn local_status(index: i32) -> *mut pg_sys::LocalPgBackendStatus {
-    pg_sys::pgstat_fetch_stat_local_beentry(index)
-}
-
-#[cfg(not(any(feature = "pg13", feature = "pg14", feature = "pg15")))]
-unsafe fn local_status(index: i32) -> *mut pg_sys::LocalPgBackendStatus {
-    pg_sys::pgstat_get_local_beentry_by_index(index)
+    server::process_start(pid).filter(|started| *started <= last_seen).map(|_| pid)
 }
 
 /// [`idgen_slot_pid`] for a holder's address, port and slot.
 pub fn slot_pid_of(host: &str, port: i32, backend_slot: Option<i32>) -> Option<i32> {
     let slot = backend_slot?;
-    // SAFETY: set at postmaster start.
-    let our_port = unsafe { pg_sys::PostPortNumber };
+    let our_port = server::port();
     let ours = |text: &str| text.split('/').next().unwrap_or_default().trim().parse::<std::net::IpAddr>().ok();
     if port != our_port || ours(host).is_none() || ours(host) != ours(&settings::node_host()) {
         return None;
     }
-    process_in_slot(slot)
-}
-
-/// The pid of the live process in `slot`, if any.
-#[cfg(any(feature = "pg13", feature = "pg14", feature = "pg15", feature = "pg16"))]
-fn process_in_slot(slot: i32) -> Option<i32> {
-    // A PGPROC keeps its backendId after its process exits, so the slot is looked up where
-    // backends register it (sinvaladt.c), which clears it at exit.
-    unsafe extern "C-unwind" {
-        fn BackendIdGetProc(backend_id: std::ffi::c_int) -> *mut pg_sys::PGPROC;
-    }
-    if slot <= 0 {
-        return None;
-    }
-    // SAFETY: exported by the server; takes its own lock and returns NULL for a free slot.
-    let proc = unsafe { BackendIdGetProc(slot) };
-    // SAFETY: a PGPROC in shared memory, alive while its slot is taken.
-    (!proc.is_null()).then(|| unsafe { (*proc).pid }).filter(|pid| *pid != 0)
-}
-
-/// From 17 on a slot is the PGPROC's index (`ProcNumber`); ProcArrayLock
-/// (`MainLWLockArray[4]`) keeps it from changing while it is read.
-#[cfg(not(any(feature = "pg13", feature = "pg14", feature = "pg15", feature = "pg16")))]
-fn process_in_slot(slot: i32) -> Option<i32> {
-    const PROC_ARRAY_LOCK: usize = 4;
-    // SAFETY: ProcGlobal is set up at startup; the entry is read under ProcArrayLock, shared.
-    unsafe {
-        let global = pg_sys::ProcGlobal;
-        if global.is_null() || slot < 0 || slot as u32 >= (*global).allProcCount {
-            return None;
-        }
-        let lock = &raw mut (*pg_sys::MainLWLockArray.add(PROC_ARRAY_LOCK)).lock;
-        pg_sys::LWLockAcquire(lock, pg_sys::LWLockMode::LW_SHARED);
-        let pid = (*(*global).allProcs.add(slot as usize)).pid;
-        pg_sys::LWLockRelease(lock);
-        (pid != 0).then_some(pid)
-    }
+    server::process_in_slot(slot)
 }

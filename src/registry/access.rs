@@ -13,9 +13,10 @@
 //! next statement), so that a revocation takes effect at once, in open sessions
 //! too.
 
-use super::sql;
 use crate::errors::{or_raise, raise};
 use crate::privilege::as_extension_owner;
+use crate::spi;
+use crate::statements as sql;
 use idgen_core::access::{self, Caller};
 use idgen_core::input;
 use idgen_core::watermark::HolderKind;
@@ -37,7 +38,7 @@ pub fn grants_generation() -> u64 {
 /// Refuses (42501) a `role` that may not act for `service`. Runs with the extension owner's
 /// rights (it reads `idgen_service_members`).
 pub fn authorize(client: &mut SpiClient, function: &str, kind: HolderKind, role: pg_sys::Oid, service: &str) {
-    let database = crate::backend::database_name();
+    let database = crate::server::database_name();
     watch_service_members(client);
     or_raise(access::may_act_for(function, kind, service, database, || standing(client, function, role, service)));
 }
@@ -46,54 +47,30 @@ pub fn authorize(client: &mut SpiClient, function: &str, kind: HolderKind, role:
 /// REPEATABLE READ transaction (or one that imported an old snapshot) the transaction's own
 /// snapshot would still show a grant revoked since, and the answer is kept until the grants change.
 fn standing(_client: &mut SpiClient, function: &str, role: pg_sys::Oid, service: &str) -> Caller {
-    let sql = std::ffi::CString::new(sql::CALLER_STANDING).expect("statements have no NUL");
-    let service_text = std::ffi::CString::new(service).expect("service names have no NUL");
-    // SAFETY: SPI is connected (the caller holds its client); the plan, the text datum and the
-    // row are read before the plan is freed, in the SPI procedure's memory context.
-    unsafe {
-        let mut types = [pg_sys::OIDOID, pg_sys::TEXTOID];
-        let plan = pg_sys::SPI_prepare(sql.as_ptr(), 2, types.as_mut_ptr());
-        assert!(!plan.is_null(), "idgen: could not plan the look-up of the calling role");
-        let mut values =
-            [pg_sys::Datum::from(role), pg_sys::Datum::from(pg_sys::cstring_to_text(service_text.as_ptr()))];
-        let nulls = [b' ' as std::ffi::c_char; 2];
-        let status = pg_sys::SPI_execute_snapshot(
-            plan,
-            values.as_mut_ptr(),
-            nulls.as_ptr(),
-            pg_sys::GetLatestSnapshot(),
-            std::ptr::null_mut(),
-            true,
-            false,
-            1,
-        );
-        assert_eq!(status, pg_sys::SPI_OK_SELECT as i32, "idgen: could not look up the calling role");
-        if pg_sys::SPI_processed == 0 {
-            pg_sys::SPI_freeplan(plan);
-            // Dropped while its session went on (Postgres lets a session outlive its role).
-            raise(access::acting_role_gone(function, u32::from(role)));
+    let args = [role.into(), service.into()];
+    let caller = spi::first_row_with_latest_snapshot(&sql::CALLER_STANDING, &args, |tuple, descriptor| {
+        // SAFETY: the row and its descriptor are SPI's, alive while this reads them.
+        unsafe {
+            let flag = |ordinal: i32| {
+                let mut is_null = false;
+                let value = pg_sys::SPI_getbinval(tuple, descriptor, ordinal, &mut is_null);
+                !is_null && value.value() != 0
+            };
+            let name = pg_sys::SPI_getvalue(tuple, descriptor, 1);
+            Caller {
+                role: if name.is_null() {
+                    String::new()
+                } else {
+                    std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned()
+                },
+                superuser: flag(2),
+                extension_owner: flag(3),
+                member: flag(4),
+            }
         }
-        let table = pg_sys::SPI_tuptable;
-        let (tuple, descriptor) = (*(*table).vals, (*table).tupdesc);
-        let flag = |ordinal: i32| {
-            let mut is_null = false;
-            let value = pg_sys::SPI_getbinval(tuple, descriptor, ordinal, &mut is_null);
-            !is_null && value.value() != 0
-        };
-        let name = pg_sys::SPI_getvalue(tuple, descriptor, 1);
-        let caller = Caller {
-            role: if name.is_null() {
-                String::new()
-            } else {
-                std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned()
-            },
-            superuser: flag(2),
-            extension_owner: flag(3),
-            member: flag(4),
-        };
-        pg_sys::SPI_freeplan(plan);
-        caller
-    }
+    });
+    // None: dropped while its session went on (Postgres lets a session outlive its role).
+    caller.unwrap_or_else(|| raise(access::acting_role_gone(function, u32::from(role))))
 }
 
 /// The role acting now: the one idgen checks and records. Read before switching to the
@@ -114,8 +91,7 @@ fn watch_service_members(client: &mut SpiClient) {
     if SERVICE_MEMBERS.load(Ordering::Relaxed) != 0 {
         return;
     }
-    let oid = client
-        .update(sql::SERVICE_MEMBERS_OID, Some(1), &[])
+    let oid = spi::run(client, &sql::SERVICE_MEMBERS_OID, Some(1), &[])
         .ok()
         .and_then(|mut rows| rows.next().and_then(|row| row.get::<pg_sys::Oid>(1).ok().flatten()));
     if let Some(oid) = oid {
@@ -172,8 +148,7 @@ pub fn announce_grants_changed(relid: pg_sys::Oid) {
 }
 
 fn role_oid(client: &mut SpiClient, function: &str, role: &str) -> pg_sys::Oid {
-    let found = client
-        .update(sql::ROLE_BY_NAME, Some(1), &[role.to_owned().into()])
+    let found = spi::run(client, &sql::ROLE_BY_NAME, Some(1), &[role.into()])
         .map(|mut table| table.next().and_then(|row| row.get::<pg_sys::Oid>(1).ok().flatten()))
         .unwrap_or_else(|e| panic!("idgen: could not look up role {role:?}: {e}"));
     found.unwrap_or_else(|| raise(access::unknown_role(function, role)))
@@ -185,12 +160,11 @@ fn idgen_grant_service(service: Option<&str>, role: Option<&str>) -> bool {
     const F: &str = "idgen_grant_service";
     let service = or_raise(input::service_name(F, service));
     let role = or_raise(input::role_name(F, role));
-    super::api::wrote_in_transaction(F);
+    super::prepare_guard::wrote_in_transaction(F);
     as_extension_owner(|| {
         Spi::connect_mut(|client| {
             let oid = role_oid(client, F, &role);
-            client
-                .update(sql::GRANT_SERVICE, None, &[service.into(), oid.into()])
+            spi::run(client, &sql::GRANT_SERVICE, None, &[service.into(), oid.into()])
                 .map(|mut table| table.next().is_some())
                 .unwrap_or_else(|e| panic!("idgen: could not record the grant: {e}"))
         })
@@ -203,12 +177,11 @@ fn idgen_revoke_service(service: Option<&str>, role: Option<&str>) -> bool {
     const F: &str = "idgen_revoke_service";
     let service = or_raise(input::service_name(F, service));
     let role = or_raise(input::role_name(F, role));
-    super::api::wrote_in_transaction(F);
+    super::prepare_guard::wrote_in_transaction(F);
     as_extension_owner(|| {
         Spi::connect_mut(|client| {
             let oid = role_oid(client, F, &role);
-            client
-                .update(sql::REVOKE_SERVICE, None, &[service.into(), oid.into()])
+            spi::run(client, &sql::REVOKE_SERVICE, None, &[service.into(), oid.into()])
                 .map(|mut table| table.next().is_some())
                 .unwrap_or_else(|e| panic!("idgen: could not revoke the grant: {e}"))
         })

@@ -11,26 +11,26 @@
 //! transaction keeps a node's row, a guard or a lock on the registry.
 
 use super::access;
+use super::autonomous;
 use super::claim::{claim, Refused};
+use super::prepare_guard;
 use super::store;
 use crate::clock::{timestamptz, unix_ms, SystemClock};
 use crate::diagnostics::alerts;
-use crate::diagnostics::history::{self, Who};
 use crate::durability;
 use crate::errors::{or_raise, raise, report};
+use crate::history::{self, Who};
 use crate::privilege::as_extension_owner;
 use crate::settings::{self, claim_policy};
+use idgen_core::format::iso_utc;
 use idgen_core::generator::Clock;
 use idgen_core::history::EventKind;
-use idgen_core::messages::iso_utc;
 use idgen_core::watermark::HolderKind;
-use idgen_core::{input, messages, watermark, IdgenError, Layout, SqlState};
-use parking_lot::Mutex;
+use idgen_core::{input, messages, watermark, Layout};
 use pgrx::datum::{Inet, TimestampWithTimeZone};
 use pgrx::prelude::*;
 use pgrx::spi::{Spi, SpiClient};
 use pgrx::{pg_sys, PgLogLevel};
-use std::ffi::c_void;
 
 /// Refuses before any work when the registry cannot be written here, with a
 /// clearer message than the UPDATE's own.
@@ -45,7 +45,7 @@ fn ensure_registry_writable(function: &str) {
 /// Refuses (42501) `role` (the one acting at the call, taken before switching to the extension
 /// owner) if it may not act for `service`: what it may see of other nodes (the DETAILs of
 /// fencing and releases) is its own service's.
-fn may_act_for(client: &mut SpiClient, function: &str, role: pg_sys::Oid, service: &str) {
+fn authorize_service_caller(client: &mut SpiClient, function: &str, role: pg_sys::Oid, service: &str) {
     access::authorize(client, function, HolderKind::Service, role, service);
 }
 
@@ -73,14 +73,14 @@ fn idgen_claim(
     let who = Who::now(role);
     let granted = as_extension_owner(|| {
         Spi::connect_mut(|client| {
-            may_act_for(client, F, role, &node.service);
+            authorize_service_caller(client, F, role, &node.service);
             ensure_guards(client, F, &node.service);
-            wrote_in_transaction(F);
+            prepare_guard::wrote_in_transaction(F);
             claim(client, F, &node, &settings, &who).map_err(|refused| {
                 let Refused { error, event, notices } = refused;
                 alerts::deliver(&notices, false);
                 if let Some(event) = event {
-                    history::record_refusal(client, event);
+                    autonomous::record_refusal(client, event);
                 }
                 error
             })
@@ -103,11 +103,7 @@ fn ensure_guards(client: &mut SpiClient, function: &str, service: &str) {
     super::autonomous::create_guards(function, service);
     // SAFETY: reads backend-local transaction state.
     if unsafe { pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 } {
-        raise(
-            IdgenError::new(SqlState::SerializationFailure, format!("{function}: the first claim of service \"{service}\" must be retried"))
-                .detail("Its claim guards were just created, after this transaction's snapshot was taken, which cannot see them.")
-                .hint("Retry the transaction (the client contract retries 40001)."),
-        );
+        raise(messages::first_claim_must_retry(function, service));
     }
 }
 
@@ -184,9 +180,9 @@ fn node_heartbeat(
     let who = Who::now(role);
     let renewed = as_extension_owner(|| {
         Spi::connect_mut(|client| {
-            may_act_for(client, F, role, &held.node.service);
+            authorize_service_caller(client, F, role, &held.node.service);
             let reported = reported_watermark(F, held.machine_id, issued_until);
-            wrote_in_transaction(F);
+            prepare_guard::wrote_in_transaction(F);
             durability::make_commit_durable();
             let lease_secs = policy.lease_secs();
             match store::heartbeat(client, &held, lease_secs, policy.takeover_idle_1h_secs, reported) {
@@ -197,7 +193,7 @@ fn node_heartbeat(
                 None => {
                     let now = store::current_row(client, &held.node.service, held.machine_id);
                     let error = messages::ownership_lost(F, &held, now.as_ref());
-                    history::record_refusal(client, history::lost_event(&held, &error, &who));
+                    autonomous::record_refusal(client, history::lost_event(&held, &error, &who));
                     Err(error)
                 }
             }
@@ -224,11 +220,11 @@ fn node_release(
     let who = Who::now(role);
     as_extension_owner(|| {
         Spi::connect_mut(|client| {
-            may_act_for(client, F, role, &held.node.service);
+            authorize_service_caller(client, F, role, &held.node.service);
             let reported = reported_watermark(F, held.machine_id, issued_until);
             // Even a release of an id not held writes (it locks the table to look, and may record
             // the refusal): no prepared transaction may keep that.
-            wrote_in_transaction(F);
+            prepare_guard::wrote_in_transaction(F);
             durability::make_commit_durable();
             if let Some(released) = store::release(client, &held, policy.lease_safety_margin_secs, reported) {
                 report_behind(client, F, &held, &who, reported, released.watermark_before);
@@ -248,46 +244,4 @@ fn node_release(
             false
         })
     })
-}
-
-/// The registry functions that wrote in the open transaction (a PREPARE would strand their locks).
-static WROTE: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
-
-/// Notes that `function` wrote the registry in the open transaction.
-pub fn wrote_in_transaction(function: &'static str) {
-    let mut wrote = WROTE.lock();
-    if !wrote.contains(&function) {
-        wrote.push(function);
-    }
-}
-
-/// Hooks the PREPARE refusal to transaction ends; called from `_PG_init`.
-pub fn register_transaction_callback() {
-    // SAFETY: registers a plain function for the life of the backend.
-    unsafe { pg_sys::RegisterXactCallback(Some(on_xact_event), std::ptr::null_mut()) };
-}
-
-#[pg_guard]
-unsafe extern "C-unwind" fn on_xact_event(event: pg_sys::XactEvent::Type, _arg: *mut c_void) {
-    use pg_sys::XactEvent::*;
-    match event {
-        XACT_EVENT_PRE_PREPARE => {
-            // Copied out, so that the lock is released before raising.
-            let wrote: Vec<String> = WROTE.lock().iter().map(|f| (*f).to_owned()).collect();
-            if !wrote.is_empty() {
-                WROTE.lock().clear();
-                raise(messages::prepare_after_registry_write(&wrote));
-            }
-        }
-        XACT_EVENT_COMMIT
-        | XACT_EVENT_PARALLEL_COMMIT
-        | XACT_EVENT_ABORT
-        | XACT_EVENT_PARALLEL_ABORT
-        | XACT_EVENT_PREPARE => {
-            if let Some(mut wrote) = WROTE.try_lock() {
-                wrote.clear();
-            }
-        }
-        _ => {}
-    }
 }

@@ -7,7 +7,7 @@
 //!   (the IDs may well reach committed rows: a value kept by an ORM after
 //!   `ROLLBACK TO SAVEPOINT`, an array returned by a caught exception block);
 //! - a refusal is recorded although its error rolls the caller back
-//!   (rate-limited: see `diagnostics::history`);
+//!   (rate-limited: see `crate::history`);
 //! - a service's claim guards are created, committed, before any claim locks them.
 //!
 //! The request and the answer travel as JSON in a dynamic shared memory segment.
@@ -17,14 +17,15 @@
 //! a worker left running by an interrupted wait is waited for before the next.
 
 use super::claim::{self, Refused};
-use super::store::{self, BackendCheck, ClaimTimes};
-use crate::clock::unix_ms;
+use super::store::{self, BackendCheck, ClaimTerms};
+use crate::clock::{unix_ms, SystemClock};
 use crate::diagnostics::alerts::{self, Notice};
-use crate::diagnostics::history::{self, Who};
 use crate::durability;
 use crate::errors::CarriedError;
+use crate::history::{self, Who};
 use crate::privilege::as_extension_owner;
 use crate::settings::ClaimSettings;
+use idgen_core::generator::Clock;
 use idgen_core::history::Event;
 use idgen_core::input::{Holding, NodeIdentity};
 use idgen_core::lease::Terms;
@@ -102,11 +103,15 @@ pub fn create_guards(function: &str, service: &str) {
     run(function, &Request::CreateGuards { service: service.to_owned() });
 }
 
-/// Records refusal `event` in a transaction of its own (rate-limited there too). It never waits
+/// Records refusal `event` in a transaction of its own, if it is due (`history::refusal_due`;
+/// rate-limited in the worker's write too). It never waits
 /// for a worker slot: a refusal that finds none is left out (the caller's error is raised either
 /// way, and is in the server log), so that a flood of refusals never keeps the slots from the
 /// server's other work.
-pub fn record_refusal(event: Event) {
+pub fn record_refusal(client: &mut SpiClient, mut event: Event) {
+    if !history::refusal_due(client, &event) {
+        return;
+    }
     // SAFETY: set at process start, never changed.
     if unsafe { !pg_sys::IsUnderPostmaster } {
         return;
@@ -116,6 +121,7 @@ pub fn record_refusal(event: Event) {
     if crate::privilege::installed().is_some_and(|installed| installed.this_transaction) {
         return;
     }
+    event.at.get_or_insert_with(|| idgen_core::format::iso_utc(SystemClock.now_unix_ms()));
     let request = Request::RecordRefusal { event: event.to_json() };
     if let Err(why) = start_and_wait(&request, 0) {
         pgrx::debug1!("idgen: refusal not recorded ({}): {}", why.message, event.to_json());
@@ -316,11 +322,9 @@ fn serve(request: Request) -> Answer {
                 as_extension_owner(|| {
                     Spi::connect_mut(|client| {
                         durability::make_commit_durable();
-                        let args = [event.clone().into(), (history::REFUSAL_INTERVAL_SECS as f64).into()];
-                        client.update(super::sql::INSERT_REFUSAL, None, &args).map(|_| ())
+                        history::write_refusal(client, &event);
                     })
-                })
-                .unwrap_or_else(|e| panic!("idgen: could not record a refusal: {e}"));
+                });
                 ((), true)
             });
             Answer { result: done.map(|()| None), warnings: Vec::new() }
@@ -420,9 +424,9 @@ fn lease_step(
     let mut notices = Vec::new();
     let mut record_after = Vec::new();
     if let Some(renewal) = renew {
-        let times = ClaimTimes::of(HolderKind::Backend, settings, renewal.window_ms);
+        let times = ClaimTerms::of(HolderKind::Backend, settings, renewal.window_ms);
         match store::renew_backend_lease(client, &renewal.held, &times, renewal.epoch, renewal.window_ms) {
-            BackendCheck::Held { verified_at, lease_until, issued_until } => {
+            BackendCheck::Confirmed { verified_at, lease_until, issued_until } => {
                 let answer = LeaseAnswer::Renewed {
                     verified_at_unix_ms: unix_ms(verified_at),
                     lease_until_unix_ms: unix_ms(lease_until),

@@ -7,16 +7,18 @@
 //! caller what to say (`Notice`s) and, when refused, what to record: where the
 //! claim ran decides how those are delivered.
 
-use super::store::{self, ClaimTimes, OwnRow, Victims, Won};
+use super::store::{self, ClaimTerms, ClaimedRow, OwnRow, TakeOverFrom};
 use crate::clock::{unix_ms, SystemClock};
 use crate::diagnostics::alerts::Notice;
-use crate::diagnostics::history::{self, Who};
 use crate::durability;
+use crate::history::{self, Who};
 use crate::settings::ClaimSettings;
+use idgen_core::facts::{RowFacts, WatermarkAhead};
+use idgen_core::format::iso_utc;
 use idgen_core::generator::Clock;
 use idgen_core::history::{Event, EventKind};
 use idgen_core::input::NodeIdentity;
-use idgen_core::messages::{self, iso_utc, RowFacts, WatermarkAhead};
+use idgen_core::messages;
 use idgen_core::watermark::{self, HolderKind};
 use idgen_core::{ClaimStep, IdgenError, Outcome};
 use pgrx::datum::TimestampWithTimeZone;
@@ -58,14 +60,14 @@ pub struct Refused {
 struct Context<'a> {
     function: &'a str,
     node: &'a NodeIdentity,
-    times: ClaimTimes,
+    times: ClaimTerms,
     settings: &'a ClaimSettings,
     who: &'a Who,
 }
 
-/// What a claim step won.
-struct Gained {
-    won: Won,
+/// The machine id a claim step got: its row, how it got it, and from whom.
+struct ClaimedId {
+    row: ClaimedRow,
     outcome: Outcome,
     /// The holder a take-back took the id from.
     previous: Option<RowFacts>,
@@ -89,7 +91,7 @@ pub fn claim(
     let kind = if node.backend_slot.is_some() { HolderKind::Backend } else { HolderKind::Service };
     let policy = &settings.policy;
     let range = settings.machine_id_range();
-    let times = ClaimTimes::of(kind, settings, watermark::claim_window_ms(kind, policy));
+    let times = ClaimTerms::of(kind, settings, watermark::claim_window_ms(kind, policy));
     let cx = Context { function, node, times, settings, who };
     let mut notices = Vec::new();
     durability::make_commit_durable();
@@ -103,8 +105,8 @@ pub fn claim(
     // can precede the reuse of a held row (the identity holds at most one, system_nodes_node_identity,
     // and it is reused only in the range and not too far ahead), so that is tried first, alone: such
     // a claim is then this statement and the epoch's read above. Anything else takes the steps below.
-    let reused = store::reuse_own_held_row(client, node, &times).map(|won| Gained {
-        won,
+    let reused = store::reuse_own_held_row(client, node, &times).map(|row| ClaimedId {
+        row,
         outcome: Outcome::Reused,
         previous: None,
         was_released: false,
@@ -128,10 +130,10 @@ pub fn claim(
             }),
         ),
     };
-    let mut gained = reused;
+    let mut claimed = reused;
     let mut guarded = false;
     for step in policy.steps() {
-        if gained.is_some() {
+        if claimed.is_some() {
             break;
         }
         // A node's own row serialises its claims exactly (row lock); every other step gives a
@@ -146,19 +148,19 @@ pub fn claim(
             return Err(Refused { error: messages::identity_busy(function, node, None), event: None, notices });
         }
         match run_step(client, &cx, step, &mut notices) {
-            Ok(step_gained) => gained = step_gained,
+            Ok(step_claimed) => claimed = step_claimed,
             Err(busy) => return Err(Refused { error: busy, event: None, notices }),
         }
     }
-    if let Some(gained) = gained {
-        let won = &gained.won;
+    if let Some(claimed_id) = claimed {
+        let row = &claimed_id.row;
         if let Some((from, left_at)) = outside {
-            notices.push(Notice::Warning(messages::moved_into_range(function, node, from, &range, won.machine_id)));
+            notices.push(Notice::Warning(messages::moved_into_range(function, node, from, &range, row.machine_id)));
             let why = format!("outside idgen.machine_id_range ({}-{})", range.start(), range.end());
             record_set_aside(client, &cx, from, unix_ms(left_at), why);
         }
         if let Some(ahead) = &moved {
-            notices.push(Notice::Warning(messages::moved_past_watermark(function, node, ahead, won.machine_id)));
+            notices.push(Notice::Warning(messages::moved_past_watermark(function, node, ahead, row.machine_id)));
             let why = if ahead.held_since_unix_ms.is_some() {
                 "it was still held: its holder may be issuing until its lease ends"
             } else {
@@ -167,22 +169,22 @@ pub fn claim(
             .to_owned();
             record_set_aside(client, &cx, ahead.machine_id, ahead.bound_unix_ms, why);
         }
-        let claimed_at_ms = unix_ms(won.claimed_at);
-        let not_before_unix_ms = watermark::not_before(claimed_at_ms, won.bound.map(unix_ms));
-        record_gain(client, &cx, &gained, not_before_unix_ms);
+        let claimed_at_ms = unix_ms(row.claimed_at);
+        let not_before_unix_ms = watermark::not_before(claimed_at_ms, row.bound.map(unix_ms));
+        record_gain(client, &cx, &claimed_id, not_before_unix_ms);
         // Only claims that take a free id make the service fuller (a take-back from an idle
         // holder leaves it as full as it was, and the 1-hour tier alerts on its own).
-        if matches!(gained.outcome, Outcome::New | Outcome::Released) || gained.was_released {
-            alert_if_nearly_full(client, &cx, won, &mut notices);
+        if matches!(claimed_id.outcome, Outcome::New | Outcome::Released) || claimed_id.was_released {
+            alert_if_nearly_full(client, &cx, row, &mut notices);
         }
         let claim = Claim {
-            machine_id: won.machine_id,
-            version: won.version,
-            outcome: gained.outcome,
-            lease_until: won.lease_until,
-            claimed_at: won.claimed_at,
+            machine_id: row.machine_id,
+            version: row.version,
+            outcome: claimed_id.outcome,
+            lease_until: row.lease_until,
+            claimed_at: row.claimed_at,
             not_before_unix_ms,
-            issued_until: won.issued_until,
+            issued_until: row.issued_until,
             registry_epoch: epoch,
         };
         return Ok(Granted { claim, notices });
@@ -227,37 +229,37 @@ fn record_set_aside(client: &mut SpiClient, cx: &Context, machine_id: i16, water
 }
 
 /// Records an ownership change. A reuse of a held row is not one (see `idgen_core::history`).
-fn record_gain(client: &mut SpiClient, cx: &Context, gained: &Gained, not_before_unix_ms: i64) {
-    if gained.outcome == Outcome::Reused && !gained.was_released {
+fn record_gain(client: &mut SpiClient, cx: &Context, claimed_id: &ClaimedId, not_before_unix_ms: i64) {
+    if claimed_id.outcome == Outcome::Reused && !claimed_id.was_released {
         return;
     }
-    let won = &gained.won;
-    let mut event = history::event(EventKind::of_claim(gained.outcome), cx.node, cx.who);
-    event.machine_id = Some(won.machine_id);
-    event.version = Some(won.version);
-    event.outcome = Some(gained.outcome.label());
+    let row = &claimed_id.row;
+    let mut event = history::event(EventKind::of_claim(claimed_id.outcome), cx.node, cx.who);
+    event.machine_id = Some(row.machine_id);
+    event.version = Some(row.version);
+    event.outcome = Some(claimed_id.outcome.label());
     event.not_before = Some(iso_utc(not_before_unix_ms));
-    if let Some(previous) = &gained.previous {
+    if let Some(previous) = &claimed_id.previous {
         event.previous_host = Some(previous.host.clone());
         event.previous_port = Some(previous.port);
         event.previous_backend_slot = previous.backend_slot;
         event.previous_version = Some(previous.version);
         event.previous_idle_seconds = Some(previous.idle_secs);
         event.previous_bound =
-            won.bound.filter(|b| !b.is_infinity() && !b.is_neg_infinity()).map(|bound| iso_utc(unix_ms(bound)));
+            row.bound.filter(|b| !b.is_infinity() && !b.is_neg_infinity()).map(|bound| iso_utc(unix_ms(bound)));
     }
     history::record(client, &event);
 }
 
 /// Alerts when the claim left the service more than `idgen.capacity_alert` full.
-fn alert_if_nearly_full(client: &mut SpiClient, cx: &Context, won: &Won, notices: &mut Vec<Notice>) {
+fn alert_if_nearly_full(client: &mut SpiClient, cx: &Context, row: &ClaimedRow, notices: &mut Vec<Notice>) {
     let capacity = i64::from(cx.times.last_machine_id) - i64::from(cx.times.first_machine_id) + 1;
     let threshold = cx.settings.capacity_alert;
     let cooldown = cx.settings.policy.release_cooldown_secs;
     let in_use = store::count_in_use(client, &cx.node.service, cooldown, &cx.times);
     if in_use as f64 / capacity as f64 > threshold {
         let alert =
-            messages::capacity_alert(cx.function, cx.node, won.machine_id, won.version, in_use, capacity, threshold);
+            messages::capacity_alert(cx.function, cx.node, row.machine_id, row.version, in_use, capacity, threshold);
         notices.push(Notice::Alert(alert));
     }
 }
@@ -267,13 +269,13 @@ fn run_step(
     cx: &Context,
     step: ClaimStep,
     notices: &mut Vec<Notice>,
-) -> Result<Option<Gained>, IdgenError> {
+) -> Result<Option<ClaimedId>, IdgenError> {
     let (node, times) = (cx.node, &cx.times);
-    let gained = |won, outcome, previous| Gained { won, outcome, previous, was_released: false };
+    let claimed = |row, outcome, previous| ClaimedId { row, outcome, previous, was_released: false };
     Ok(match step {
         ClaimStep::ReuseOwnRow => match store::reuse_own_row(client, node, times) {
-            OwnRow::Won { won, was_released } => {
-                Some(Gained { won, outcome: Outcome::Reused, previous: None, was_released })
+            OwnRow::Claimed { row, was_released } => {
+                Some(ClaimedId { row, outcome: Outcome::Reused, previous: None, was_released })
             }
             OwnRow::Busy(machine_id) => return Err(messages::identity_busy(cx.function, node, Some(machine_id))),
             OwnRow::Absent => None,
@@ -284,26 +286,26 @@ fn run_step(
             candidates
                 .into_iter()
                 .find_map(|machine_id| store::insert_unregistered(client, node, machine_id, times))
-                .map(|won| gained(won, Outcome::New, None))
+                .map(|row| claimed(row, Outcome::New, None))
         }
         ClaimStep::ReleasedPastCooldown { cooldown_secs } => {
-            store::take_over(client, node, Victims::Released { cooldown_secs }, times)
-                .map(|(won, previous)| gained(won, Outcome::Released, Some(previous)))
+            store::take_over(client, node, TakeOverFrom::Released { cooldown_secs }, times)
+                .map(|(row, previous)| claimed(row, Outcome::Released, Some(previous)))
         }
         ClaimStep::IdleTakeover { outcome, min_idle_secs, cooldown_secs, alert } => {
-            let victims = Victims::Idle { min_idle_secs, cooldown_secs };
-            store::take_over(client, node, victims, times).map(|(won, previous)| {
+            let from = TakeOverFrom::Idle { min_idle_secs, cooldown_secs };
+            store::take_over(client, node, from, times).map(|(row, previous)| {
                 if alert {
                     notices.push(Notice::Alert(messages::takeover_alert(
                         cx.function,
                         outcome,
                         node,
-                        won.machine_id,
-                        won.version,
+                        row.machine_id,
+                        row.version,
                         &previous,
                     )));
                 }
-                gained(won, outcome, Some(previous))
+                claimed(row, outcome, Some(previous))
             })
         }
     })

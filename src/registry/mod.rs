@@ -3,9 +3,9 @@
 //! - `access`: which role may act for which service, idgen_grant_service / idgen_revoke_service,
 //!   and how sessions learn that grants changed.
 //! - `claim`: runs the core's claim policy (the tier order lives in `idgen_core::policy`).
-//! - `sql`: every statement run with the extension owner's rights, and the rule they follow.
-//! - `store`: runs those statements with their parameters.
+//! - `store`: runs the registry's statements (`crate::statements`) with their parameters.
 //! - `api`: the SQL functions `idgen_claim`, `idgen_heartbeat`, `idgen_release`.
+//! - `prepare_guard`: refuses a PREPARE TRANSACTION after a registry write (0A000).
 //! - `autonomous`: registry writes that commit on their own, in a background worker.
 //! - `triggers`: tombstones of rows removed by hand, restored rows, grants changed, the drop guard.
 
@@ -13,6 +13,6 @@ pub mod access;
 pub mod api;
 pub mod autonomous;
 pub mod claim;
-pub mod sql;
+pub mod prepare_guard;
 pub mod store;
 pub mod triggers;

@@ -7,15 +7,13 @@
 //! [`REFUSAL_INTERVAL_SECS`]: a flood of refused calls starts next to nothing
 //! and writes next to nothing.
 
-use crate::clock::SystemClock;
 use crate::errors::or_raise;
-use crate::registry::autonomous;
-use crate::registry::sql;
-use idgen_core::generator::Clock;
+use crate::spi;
+use crate::statements as sql;
 use idgen_core::history::{Event, EventKind};
 use idgen_core::input::{self, Holding, NodeIdentity};
 use idgen_core::IdgenError;
-use pgrx::datum::Interval;
+use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 use serde::{Deserialize, Serialize};
@@ -65,7 +63,7 @@ pub fn told_text(error: &IdgenError) -> String {
 
 /// Records `event` in the current transaction (which runs with the extension owner's rights).
 pub fn record(client: &mut SpiClient, event: &Event) {
-    insert(client, sql::INSERT_EVENT, &[event.to_json().into()]);
+    insert(client, &sql::INSERT_EVENT, &[event.to_json().into()]);
 }
 
 /// Records refusal `event` in the current transaction, unless one of its kind was recorded for
@@ -73,20 +71,29 @@ pub fn record(client: &mut SpiClient, event: &Event) {
 /// transaction that returns normally (a refused release).
 pub fn record_refusal_here(client: &mut SpiClient, event: &Event) {
     if take_refusal_turn(client) {
-        insert(client, sql::INSERT_REFUSAL, &[event.to_json().into(), (REFUSAL_INTERVAL_SECS as f64).into()]);
+        insert(client, &sql::INSERT_REFUSAL, &[event.to_json().into(), refusal_interval()]);
     }
+}
+
+/// Writes refusal `event` (as JSON) unless one of its kind was recorded for its service within
+/// the interval: the write of the worker that [`refusal_due`] led to.
+pub fn write_refusal(client: &mut SpiClient, event: &str) {
+    spi::ok(spi::run(client, &sql::INSERT_REFUSAL, None, &[event.into(), refusal_interval()]));
+}
+
+fn refusal_interval() -> DatumWithOid<'static> {
+    Interval::from_micros(REFUSAL_INTERVAL_SECS * 1_000_000).into()
 }
 
 /// The turn to record a refusal, held until this transaction ends: taken first, so that the check
 /// for one recorded recently, made after it, sees every refusal committed before (at most one is
 /// recorded per service, kind and interval, however many sessions are refused at once).
 fn take_refusal_turn(client: &mut SpiClient) -> bool {
-    first_bool(client, sql::TAKE_REFUSAL_TURN, &[])
+    first_bool(client, &sql::TAKE_REFUSAL_TURN, &[])
 }
 
-fn first_bool(client: &mut SpiClient, statement: &str, args: &[pgrx::datum::DatumWithOid]) -> bool {
-    client
-        .update(statement, Some(1), args)
+fn first_bool(client: &mut SpiClient, statement: &sql::Statement, args: &[DatumWithOid]) -> bool {
+    spi::run(client, statement, Some(1), args)
         .ok()
         .and_then(|mut rows| rows.next().and_then(|row| row.get::<bool>(1).ok().flatten()))
         .unwrap_or(false)
@@ -96,33 +103,28 @@ fn first_bool(client: &mut SpiClient, statement: &str, args: &[pgrx::datum::Datu
 /// been taken (the numbering went back: a restore over a live database resets it to the dump's):
 /// the numbering moves past the last event, and the insert runs once more (a refusal recorded
 /// recently is then left out again, as it should be).
-fn insert(client: &mut SpiClient, statement: &str, args: &[pgrx::datum::DatumWithOid]) {
+fn insert(client: &mut SpiClient, statement: &sql::Statement, args: &[DatumWithOid]) {
     let inserted = |client: &mut SpiClient| {
-        client
-            .update(statement, None, args)
+        spi::run(client, statement, None, args)
             .map(|rows| !rows.is_empty())
             .unwrap_or_else(|e| panic!("idgen: could not record a history event: {e}"))
     };
     if !inserted(client) {
-        client
-            .update(sql::RESYNC_EVENT_IDS, None, &[])
+        spi::run(client, &sql::RESYNC_EVENT_IDS, None, &[])
             .unwrap_or_else(|e| panic!("idgen: could not renumber the history: {e}"));
         inserted(client);
     }
 }
 
-/// Records refusal `event` whatever becomes of the caller's transaction (an error is on its
-/// way), unless one of its kind was recorded for its service within the interval: only then,
-/// and only if no other session is doing so at the moment, does it start the background
-/// worker that writes it. A refusal is thus recorded once a minute per service and kind, at
-/// most one worker runs for refusals at a time, and a refused call never waits for one.
-pub fn record_refusal(client: &mut SpiClient, mut event: Event) {
-    let args = [event.service.clone().into(), event.event.into(), (REFUSAL_INTERVAL_SECS as f64).into()];
-    if !take_refusal_turn(client) || first_bool(client, sql::REFUSAL_RECORDED_RECENTLY, &args) {
-        return;
-    }
-    event.at.get_or_insert_with(|| idgen_core::messages::iso_utc(SystemClock.now_unix_ms()));
-    autonomous::record_refusal(event);
+/// Whether refusal `event` is to be recorded whatever becomes of the caller's transaction (an
+/// error is on its way): only when none of its kind was recorded for its service within the
+/// interval, and no other session is recording one at the moment. The caller then hands it to
+/// a background worker (`registry::autonomous::record_refusal`). A refusal is thus recorded
+/// once a minute per service and kind, at most one worker runs for refusals at a time, and a
+/// refused call never waits for one.
+pub fn refusal_due(client: &mut SpiClient, event: &Event) -> bool {
+    let args = [event.service.clone().into(), event.event.into(), refusal_interval()];
+    take_refusal_turn(client) && !first_bool(client, &sql::REFUSAL_RECORDED_RECENTLY, &args)
 }
 
 fn role_name(role: pg_sys::Oid) -> Option<String> {

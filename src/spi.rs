@@ -1,0 +1,130 @@
+//! The only code that runs SQL: the statements of `crate::statements`, never a text of its own.
+//! Every call's arguments are checked against the statement's parameter list (their number and
+//! the type each is bound as), so a statement and its callers cannot drift apart unnoticed: a
+//! mismatch is a bug in idgen, reported as one before anything runs.
+
+use crate::statements::Statement;
+use pgrx::datum::DatumWithOid;
+use pgrx::pg_sys;
+use pgrx::spi::{SpiClient, SpiHeapTupleData, SpiResult, SpiTupleTable};
+
+/// Runs `statement` with `args`, at most `limit` rows (SPI's read-write execution).
+pub fn run<'conn>(
+    client: &mut SpiClient<'conn>,
+    statement: &Statement,
+    limit: Option<i64>,
+    args: &[DatumWithOid],
+) -> SpiResult<SpiTupleTable<'conn>> {
+    check_arguments(statement, args);
+    client.update(statement.text, limit, args)
+}
+
+/// Runs read-only `statement` as its caller sees the database (SPI's read-only execution).
+pub fn read<'conn>(
+    client: &SpiClient<'conn>,
+    statement: &Statement,
+    limit: Option<i64>,
+    args: &[DatumWithOid],
+) -> SpiResult<SpiTupleTable<'conn>> {
+    check_arguments(statement, args);
+    client.select(statement.text, limit, args)
+}
+
+/// Runs `statement` in a connection of its own (for callers that hold no SPI client).
+pub fn run_alone(statement: &Statement, args: &[DatumWithOid]) -> SpiResult<()> {
+    pgrx::spi::Spi::connect_mut(|client| run(client, statement, None, args).map(|_| ()))
+}
+
+/// Runs read-only `statement` with the latest snapshot rather than the transaction's (which, in
+/// REPEATABLE READ or with an imported snapshot, may be old), and reads its first row with `read`;
+/// none when it returns no row. SPI must be connected.
+pub fn first_row_with_latest_snapshot<R>(
+    statement: &Statement,
+    args: &[DatumWithOid],
+    read: impl FnOnce(*mut pg_sys::HeapTupleData, pg_sys::TupleDesc) -> R,
+) -> Option<R> {
+    check_arguments(statement, args);
+    let text = std::ffi::CString::new(statement.text).expect("statements have no NUL");
+    let mut types: Vec<pg_sys::Oid> = args.iter().map(DatumWithOid::oid).collect();
+    let mut values: Vec<pg_sys::Datum> =
+        args.iter().map(|arg| arg.datum().map_or(pg_sys::Datum::from(0), |d| d.sans_lifetime())).collect();
+    let nulls: Vec<std::ffi::c_char> =
+        args.iter().map(|arg| if arg.datum().is_some() { b' ' } else { b'n' } as std::ffi::c_char).collect();
+    // SAFETY: SPI is connected (the caller holds its client); the plan and the row are used
+    // before the plan is freed, in the SPI procedure's memory context.
+    unsafe {
+        let plan = pg_sys::SPI_prepare(text.as_ptr(), types.len() as i32, types.as_mut_ptr());
+        assert!(!plan.is_null(), "idgen: could not plan {}", statement.name);
+        let status = pg_sys::SPI_execute_snapshot(
+            plan,
+            values.as_mut_ptr(),
+            nulls.as_ptr(),
+            pg_sys::GetLatestSnapshot(),
+            std::ptr::null_mut(),
+            true,
+            false,
+            1,
+        );
+        assert_eq!(status, pg_sys::SPI_OK_SELECT as i32, "idgen: {} failed", statement.name);
+        let row = (pg_sys::SPI_processed > 0).then(|| {
+            let table = pg_sys::SPI_tuptable;
+            read(*(*table).vals, (*table).tupdesc)
+        });
+        pg_sys::SPI_freeplan(plan);
+        row
+    }
+}
+
+/// The first row of a result.
+pub fn first_row(table: SpiResult<SpiTupleTable>) -> Option<SpiHeapTupleData> {
+    ok(table).next()
+}
+
+/// Column 1 of the first row of a result, if both are there.
+pub fn first_value<T: pgrx::FromDatum + pgrx::IntoDatum>(table: SpiResult<SpiTupleTable>) -> Option<T> {
+    first_row(table).and_then(|row| ok(row.get::<T>(1)))
+}
+
+/// SPI reports SQL errors by raising them; an `Err` here is a bug in idgen's own statements.
+pub fn ok<T>(result: SpiResult<T>) -> T {
+    result.unwrap_or_else(|e| panic!("idgen: a statement failed: {e}"))
+}
+
+fn check_arguments(statement: &Statement, args: &[DatumWithOid]) {
+    assert_eq!(
+        args.len(),
+        statement.params.len(),
+        "idgen: {} takes {} parameters, given {}",
+        statement.name,
+        statement.params.len(),
+        args.len()
+    );
+    for (i, (param, arg)) in statement.params.iter().zip(args).enumerate() {
+        assert_eq!(
+            arg.oid(),
+            type_oid(param.sql_type),
+            "idgen: {} ${} ({}) is {}, given type oid {}",
+            statement.name,
+            i + 1,
+            param.name,
+            param.sql_type,
+            u32::from(arg.oid())
+        );
+    }
+}
+
+/// The type oid of a parameter type as `crate::statements` spells it.
+fn type_oid(sql_type: &str) -> pg_sys::Oid {
+    match sql_type {
+        "text" => pg_sys::TEXTOID,
+        "inet" => pg_sys::INETOID,
+        "smallint" => pg_sys::INT2OID,
+        "integer" => pg_sys::INT4OID,
+        "bigint" => pg_sys::INT8OID,
+        "float8" => pg_sys::FLOAT8OID,
+        "interval" => pg_sys::INTERVALOID,
+        "timestamptz" => pg_sys::TIMESTAMPTZOID,
+        "oid" => pg_sys::OIDOID,
+        other => panic!("idgen: a statement declares a parameter of unknown type {other}"),
+    }
+}

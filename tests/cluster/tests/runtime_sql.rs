@@ -1,0 +1,171 @@
+//! The SQL idgen runs, as a reviewer reads it: every statement is written once, whole, in
+//! src/statements.rs; its rendering is checked in (docs/runtime_statements.sql); each statement
+//! takes exactly the parameters it lists; and no other code under src/ runs SQL of its own.
+//! (Pure checks: no database needed.)
+
+use std::path::{Path, PathBuf};
+
+#[path = "../../../src/statements.rs"]
+#[allow(dead_code)]
+mod statements;
+
+fn repository() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+const RENDERING: &str = "docs/runtime_statements.sql";
+
+#[test]
+fn the_checked_in_rendering_shows_every_statement_as_it_runs() {
+    let path = repository().join(RENDERING);
+    let rendered = statements::render();
+    if std::env::var_os("IDGEN_BLESS").is_some() {
+        std::fs::write(&path, &rendered).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+    }
+    let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+    if checked_in != rendered {
+        let first = checked_in.lines().zip(rendered.lines()).position(|(a, b)| a != b);
+        panic!(
+            "{RENDERING} is not the rendering of src/statements.rs (first difference at line {}): \
+             run scripts/render_statements.sh and review the diff",
+            first.map_or_else(|| "the end".to_owned(), |i| (i + 1).to_string())
+        );
+    }
+    for statement in statements::ALL {
+        assert!(rendered.contains(&statement.trimmed()), "{} is missing from the rendering", statement.name);
+    }
+}
+
+/// The numbers of the `$n` placeholders of `text` (outside quoted literals), in order of appearance.
+fn placeholders(text: &str) -> Vec<usize> {
+    let (mut found, mut in_quote, mut chars) = (Vec::new(), false, text.chars().peekable());
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => in_quote = !in_quote,
+            '$' if !in_quote => {
+                let mut digits = String::new();
+                while let Some(d) = chars.peek().filter(|d| d.is_ascii_digit()) {
+                    digits.push(*d);
+                    chars.next();
+                }
+                if let Ok(n) = digits.parse() {
+                    found.push(n);
+                }
+            }
+            _ => {}
+        }
+    }
+    found
+}
+
+#[test]
+fn each_statement_takes_exactly_the_parameters_it_lists() {
+    assert_eq!(placeholders("SELECT $1, '$9', $10 WHERE x = $2"), vec![1, 10, 2], "the scanner itself");
+    let mut problems = Vec::new();
+    for statement in statements::ALL {
+        let used = placeholders(statement.text);
+        for n in 1..=statement.params.len() {
+            if !used.contains(&n) {
+                problems.push(format!(
+                    "{}: ${n} ({}) is listed but unused",
+                    statement.name,
+                    statement.params[n - 1].name
+                ));
+            }
+        }
+        for n in used.iter().filter(|n| **n == 0 || **n > statement.params.len()) {
+            problems.push(format!("{}: ${n} is used but not listed", statement.name));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn statement_names_are_unique_and_every_parameter_type_is_one_the_runner_binds() {
+    let mut names: Vec<&str> = statements::ALL.iter().map(|s| s.name).collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), statements::ALL.len(), "two statements share a name");
+    // src/spi.rs checks each argument's type oid against the type declared: every declared type
+    // must be one it knows (an unknown one would fail only when the statement first runs).
+    let runner = std::fs::read_to_string(repository().join("src/spi.rs")).expect("src/spi.rs");
+    for statement in statements::ALL {
+        for param in statement.params {
+            assert!(
+                runner.contains(&format!("\"{}\" => pg_sys::", param.sql_type)),
+                "{}: parameter {} is of type {}, which src/spi.rs does not bind",
+                statement.name,
+                param.name,
+                param.sql_type
+            );
+        }
+    }
+}
+
+/// Every `.rs` file under `dir`, as paths relative to it.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(path) = pending.pop() {
+        if path.is_dir() {
+            pending.extend(std::fs::read_dir(&path).unwrap().map(|entry| entry.unwrap().path()));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            found.push(path.strip_prefix(dir).unwrap().to_path_buf());
+        }
+    }
+    found.sort();
+    found
+}
+
+/// What in `source` looks like SQL of its own: a string literal that starts with an SQL
+/// command word, or a call that runs SQL text (which only src/spi.rs may make).
+fn sql_of_its_own(source: &str) -> Vec<String> {
+    const COMMANDS: [&str; 22] = [
+        "SELECT", "INSERT", "UPDATE", "DELETE", "WITH", "MERGE", "LOCK", "TRUNCATE", "GRANT", "REVOKE", "CREATE",
+        "ALTER", "DROP", "SET", "RESET", "NOTIFY", "LISTEN", "COPY", "CALL", "DO", "PREPARE", "EXECUTE",
+    ];
+    const RUNS_SQL: [&str; 10] = [
+        ".update(",
+        ".select(",
+        "Spi::run",
+        "Spi::get_",
+        "Spi::explain",
+        "SPI_exec",
+        "SPI_prepare",
+        "SPI_cursor",
+        "SPI_execute",
+        "run_with_args",
+    ];
+    let mut found: Vec<String> = RUNS_SQL.iter().filter(|call| source.contains(*call)).map(|c| c.to_string()).collect();
+    for (i, _) in source.match_indices('"') {
+        let rest = source[i + 1..].trim_start_matches([' ', '\n']);
+        for command in COMMANDS {
+            if rest.starts_with(command) && rest[command.len()..].starts_with([' ', '\n', ';']) {
+                found.push(format!("a string starting {command}"));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn no_code_under_src_runs_sql_of_its_own() {
+    assert!(!sql_of_its_own(r#"let q = "SELECT 1";"#).is_empty(), "the scanner misses a literal");
+    assert!(!sql_of_its_own("client.update(text, None, &[])").is_empty(), "the scanner misses a call");
+    assert!(sql_of_its_own(r#"format!("{function}: could not SELECT")"#).is_empty(), "the scanner sees prose");
+    let src = repository().join("src");
+    let files = rust_files(&src);
+    let mut problems = Vec::new();
+    for file in &files {
+        let name = file.to_string_lossy();
+        // The statements themselves; the one runner; the #[pg_test]s, which run only in the test
+        // build (their SQL is a client's, as a user would type it).
+        if ["statements.rs", "spi.rs", "tests.rs"].contains(&name.as_ref()) {
+            continue;
+        }
+        let source = std::fs::read_to_string(src.join(file)).unwrap();
+        problems.extend(sql_of_its_own(&source).into_iter().map(|what| format!("src/{name}: {what}")));
+    }
+    assert!(files.len() >= 25, "only {} source files found under {}", files.len(), src.display());
+    assert!(problems.is_empty(), "SQL outside src/statements.rs (move it there):\n{}", problems.join("\n"));
+}
