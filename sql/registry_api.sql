@@ -1,4 +1,5 @@
--- Comments and privileges of the registry functions (created by pgrx from src/registry/api.rs).
+-- Comments and privileges of the registry functions (created by pgrx from src/registry/api.rs;
+-- idgen_grant_service and idgen_revoke_service from src/registry/access.rs).
 
 COMMENT ON FUNCTION idgen_claim(text, inet, integer) IS
     'Claim a Snowflake machine id for a service node at boot. Returns (machine_id, version, outcome, lease_until, not_before); outcome is reused, new, released, idle_7d, idle_1d or idle_1h. Stamp no ID at or before not_before (earlier holders may have used that time); heartbeat before lease_until. Call it in a transaction of its own.';

@@ -1,0 +1,253 @@
+//! The SQL and the Rust agree where the text cannot show it (core/tests/sql_restates.rs compares
+//! the texts): what the settings default to, the lease the views get from idgen_policy(), and
+//! the lease and take-back time idgen_nodes shows for a row that records none (the view's
+//! COALESCE and `idgen_private.holder_bound` in sql/registry.sql), against `ClaimPolicy` in
+//! core/src/policy.rs, by the settings the cluster runs by.
+
+use idgen_cluster_tests::*;
+use idgen_core::history::HISTORY_RETENTION_DEFAULT_SECS;
+use idgen_core::policy::{ClaimPolicy, NodeState, RowAges};
+use postgres::Client;
+
+/// The settings of the `ClaimPolicy` fields, with their values in it.
+fn policy_settings(p: &ClaimPolicy) -> [(&'static str, i64); 6] {
+    [
+        ("idgen.takeover_idle_7d", p.takeover_idle_7d_secs),
+        ("idgen.takeover_idle_1d", p.takeover_idle_1d_secs),
+        ("idgen.takeover_idle_1h", p.takeover_idle_1h_secs),
+        ("idgen.release_cooldown", p.release_cooldown_secs),
+        ("idgen.heartbeat_interval", p.heartbeat_interval_secs),
+        ("idgen.lease_safety_margin", p.lease_safety_margin_secs),
+    ]
+}
+
+/// A setting's value in `column` of pg_settings (`setting` or `boot_val`), in seconds.
+fn setting_secs(client: &mut Client, name: &str, column: &str) -> i64 {
+    client.batch_execute("LOAD 'idgen'").unwrap();
+    let row = client
+        .query_one(&format!("SELECT {column}::bigint, unit FROM pg_settings WHERE name = $1"), &[&name])
+        .unwrap_or_else(|e| panic!("{name} is not a setting: {e}"));
+    assert_eq!(row.get::<_, Option<String>>(1).as_deref(), Some("s"), "{name} is set in seconds");
+    row.get(0)
+}
+
+/// The policy the cluster runs by now, as the claim reads it.
+fn policy_now(client: &mut Client) -> ClaimPolicy {
+    let mut read = |name| setting_secs(client, name, "setting");
+    ClaimPolicy {
+        takeover_idle_7d_secs: read("idgen.takeover_idle_7d"),
+        takeover_idle_1d_secs: read("idgen.takeover_idle_1d"),
+        takeover_idle_1h_secs: read("idgen.takeover_idle_1h"),
+        release_cooldown_secs: read("idgen.release_cooldown"),
+        heartbeat_interval_secs: read("idgen.heartbeat_interval"),
+        lease_safety_margin_secs: read("idgen.lease_safety_margin"),
+    }
+}
+
+#[test]
+fn the_settings_default_to_claim_policy_default_and_the_history_retention_default() {
+    let db = TestDb::create("one_source_defaults");
+    let mut client = db.connect();
+    let mut defaults = policy_settings(&ClaimPolicy::DEFAULT).to_vec();
+    defaults.push(("idgen.history_retention", HISTORY_RETENTION_DEFAULT_SECS));
+    for (name, rust) in defaults {
+        let sql = setting_secs(&mut client, name, "boot_val");
+        assert_eq!(
+            sql, rust,
+            "{name} defaults to {sql} s (src/settings.rs, as pg_settings.boot_val shows it), and \
+             core/src/policy.rs' ClaimPolicy::DEFAULT (or core/src/history.rs' HISTORY_RETENTION_DEFAULT_SECS) \
+             has {rust} s"
+        );
+    }
+}
+
+#[test]
+fn idgen_policy_gives_the_views_the_lease_claim_policy_computes() {
+    let db = TestDb::create("one_source_policy");
+    let mut client = db.connect();
+    let policy = policy_now(&mut client);
+    let row = client
+        .query_one(
+            "SELECT extract(epoch FROM lease)::bigint, extract(epoch FROM takeover_idle_1h)::bigint,
+                    extract(epoch FROM takeover_idle_1d)::bigint, extract(epoch FROM takeover_idle_7d)::bigint,
+                    extract(epoch FROM release_cooldown)::bigint, extract(epoch FROM heartbeat_interval)::bigint,
+                    extract(epoch FROM lease_safety_margin)::bigint
+               FROM idgen_policy()",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(
+        row.get::<_, i64>(0),
+        policy.lease_secs(),
+        "idgen_policy().lease, which the views of sql/diagnostics.sql use, is not ClaimPolicy::lease_secs() \
+         (core/src/policy.rs: idgen.takeover_idle_1h minus idgen.lease_safety_margin) of the settings {policy:?}"
+    );
+    let columns = [
+        ("takeover_idle_1h", policy.takeover_idle_1h_secs),
+        ("takeover_idle_1d", policy.takeover_idle_1d_secs),
+        ("takeover_idle_7d", policy.takeover_idle_7d_secs),
+        ("release_cooldown", policy.release_cooldown_secs),
+        ("heartbeat_interval", policy.heartbeat_interval_secs),
+        ("lease_safety_margin", policy.lease_safety_margin_secs),
+    ];
+    for (i, (column, rust)) in columns.into_iter().enumerate() {
+        assert_eq!(row.get::<_, i64>(i + 1), rust, "idgen_policy().{column} is not the setting the claim reads");
+    }
+}
+
+#[test]
+fn a_row_that_records_no_lease_is_shown_with_the_lease_and_take_back_time_claim_policy_gives_it() {
+    let db = TestDb::create("one_source_unrecorded");
+    let mut client = db.connect();
+    let policy = policy_now(&mut client);
+    let (lease, takeover) = (policy.lease_secs(), policy.takeover_idle_1h_secs);
+    assert!(
+        lease >= 120 && takeover - lease >= 120,
+        "this test needs a lease of minutes and a margin of minutes (the defaults): {policy:?}"
+    );
+    // Silent for: inside the lease, past it but not takeable yet, and past the 1-hour tier.
+    let idle = [lease - 60, (lease + takeover) / 2, takeover + 60];
+    for (machine_id, secs) in idle.iter().enumerate() {
+        // Written by hand: no lease_until, no takeover_at, no watermark (issued_until -infinity).
+        client
+            .execute(
+                "INSERT INTO system_nodes (service, machine_id, host, port, version, last_seen)
+                 VALUES ('unrecorded', $1, '192.0.2.1', $2, 1, now() - make_interval(secs => $3))",
+                &[&(machine_id as i16), &(1000 + machine_id as i32), &(*secs as f64)],
+            )
+            .unwrap();
+    }
+    let rows = client
+        .query(
+            "SELECT machine_id, state, extract(epoch FROM now() - last_seen)::float8,
+                    extract(epoch FROM lease_until - last_seen)::bigint, lease_until > now(),
+                    extract(epoch FROM bound - last_seen)::bigint, bound <= now()
+               FROM idgen_nodes WHERE service = 'unrecorded' ORDER BY machine_id",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(rows.len(), idle.len());
+    for row in rows {
+        let machine_id: i16 = row.get(0);
+        let state: String = row.get(1);
+        let ages =
+            RowAges { idle_secs: row.get(2), released_secs: None, lease_left_secs: None, takeover_left_secs: None };
+        let rust = policy.node_state(ages);
+        let place = format!("machine id {machine_id}, silent {:.0} s, state {state}", ages.idle_secs);
+        assert_eq!(state, rust.label(), "{place}: idgen_node_state and ClaimPolicy::node_state differ");
+        // The view's lease_until: COALESCE(n.lease_until, n.last_seen + p.lease) in sql/diagnostics.sql.
+        assert_eq!(
+            row.get::<_, i64>(3),
+            lease,
+            "{place}: idgen_nodes.lease_until of a row that records none is not last_seen plus \
+             ClaimPolicy::lease_secs() (core/src/policy.rs), which ClaimPolicy::node_state stands in with"
+        );
+        assert_eq!(
+            row.get::<_, bool>(4),
+            rust == NodeState::Live,
+            "{place}: idgen_nodes.lease_until and ClaimPolicy::node_state disagree on whether the lease runs"
+        );
+        // The bound: idgen_private.holder_bound(n, lease, takeover_age) in sql/registry.sql.
+        assert_eq!(
+            row.get::<_, i64>(5),
+            takeover,
+            "{place}: idgen_private.holder_bound (sql/registry.sql) of a row that records no terms is not \
+             last_seen plus idgen.takeover_idle_1h, the age at which ClaimPolicy::node_state makes it takeable"
+        );
+        let takeable = matches!(rust, NodeState::Idle1h | NodeState::Idle1d | NodeState::Idle7d);
+        assert_eq!(
+            row.get::<_, bool>(6),
+            takeable,
+            "{place}: idgen_nodes.bound (idgen_private.holder_bound, sql/registry.sql) and \
+             ClaimPolicy::node_state disagree on whether a claim may take the id back"
+        );
+    }
+}
+
+/// The statements the library runs (src/statements.rs).
+#[path = "../../../src/statements.rs"]
+#[allow(dead_code)]
+mod statements;
+
+/// `statement`'s text with its parameters replaced by SQL literals, one per parameter in order.
+fn with_literals(statement: &statements::Statement, literals: &[&str]) -> String {
+    assert_eq!(
+        literals.len(),
+        statement.params.len(),
+        "{} takes {} parameters",
+        statement.name,
+        statement.params.len()
+    );
+    // From the last: `$1` is a prefix of `$10`.
+    (1..=literals.len())
+        .rev()
+        .fold(statement.text.to_owned(), |text, n| text.replace(&format!("${n}"), literals[n - 1]))
+}
+
+#[test]
+fn a_claim_counts_in_use_what_idgen_capacity_counts_in_use() {
+    // The capacity alert of a claim counts with COUNT_IN_USE (src/statements.rs); idgen_capacity
+    // counts the rows whose idgen_node_state is not `released`. Rows in every state: held and
+    // fresh, held past its lease, idle for each tier, released and cooling down, released past
+    // the cooldown.
+    let db = TestDb::create("one_source_in_use");
+    let mut client = db.connect();
+    let policy = policy_now(&mut client);
+    let (lease, cooldown) = (policy.lease_secs(), policy.release_cooldown_secs);
+    let held_idle = [
+        0,
+        lease + 1,
+        policy.takeover_idle_1h_secs + 1,
+        policy.takeover_idle_1d_secs + 1,
+        policy.takeover_idle_7d_secs + 1,
+    ];
+    let released_ago = [cooldown / 2, cooldown + 1];
+    for (i, secs) in held_idle.iter().enumerate() {
+        client.query_one("SELECT idgen_claim('in_use', '192.0.2.1', $1)", &[&(2000 + i as i32)]).unwrap();
+        client
+            .execute(
+                "UPDATE system_nodes SET last_seen = now() - make_interval(secs => $2),
+                        lease_until = now() - make_interval(secs => $2) + make_interval(secs => $3),
+                        takeover_at = now() - make_interval(secs => $2) + make_interval(secs => $4)
+                  WHERE service = 'in_use' AND port = $1",
+                &[&(2000 + i as i32), &(*secs as f64), &(lease as f64), &(policy.takeover_idle_1h_secs as f64)],
+            )
+            .unwrap();
+    }
+    for (i, secs) in released_ago.iter().enumerate() {
+        let port = 3000 + i as i32;
+        let row = client
+            .query_one("SELECT machine_id, version FROM idgen_claim('in_use', '192.0.2.2', $1)", &[&port])
+            .unwrap();
+        let (machine_id, version): (i16, i64) = (row.get(0), row.get(1));
+        client
+            .query_one("SELECT idgen_release('in_use', $1, '192.0.2.2', $2, $3)", &[&machine_id, &port, &version])
+            .unwrap();
+        client
+            .execute(
+                "UPDATE system_nodes SET released_at = now() - make_interval(secs => $2)
+                  WHERE service = 'in_use' AND machine_id = $1",
+                &[&machine_id, &(*secs as f64)],
+            )
+            .unwrap();
+    }
+    let states: Vec<String> = client
+        .query("SELECT DISTINCT state FROM idgen_nodes WHERE service = 'in_use' ORDER BY 1", &[])
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert!(states.len() >= 6, "the rows do not reach every state: {states:?}");
+    let capacity: i64 =
+        client.query_one("SELECT in_use FROM idgen_capacity WHERE service = 'in_use'", &[]).unwrap().get(0);
+    let cooldown_literal = format!("'{cooldown} seconds'::interval");
+    let claim_counts =
+        with_literals(&statements::COUNT_IN_USE, &["'in_use'", &cooldown_literal, "0::smallint", "1023::smallint"]);
+    let claim: i64 = client.query_one(claim_counts.as_str(), &[]).unwrap().get(0);
+    assert_eq!(
+        claim, capacity,
+        "COUNT_IN_USE (src/statements.rs, the claim's capacity alert) counts {claim} in use, idgen_capacity.in_use \
+         (idgen_node_state, sql/diagnostics.sql) {capacity}, of rows in the states {states:?}"
+    );
+    assert_eq!(capacity, held_idle.len() as i64 + 1, "in use: every held row and the one cooling down");
+}
