@@ -3,11 +3,12 @@
 # UPDATE of the same shape, with pgbench on the scratch cluster. The machine
 # is shared and noisy: read the ratios, which compare runs made side by side.
 # Usage: bash scripts/bench.sh [seconds per run, default 10] [clients, default 1]
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/provision.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/clusters.sh"
 SECONDS_PER_RUN=${1:-10}
 CLIENTS=${2:-1}
 
-setup
+provision
 install_extension >/dev/null
 start_scratch_cluster
 

@@ -4,10 +4,11 @@
 # against a plain count of the registry. The machine is shared and noisy: read the ratios,
 # which compare runs made side by side.
 # Usage: bash scripts/bench_diagnostics.sh [seconds per run, default 5]
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/provision.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/clusters.sh"
 SECONDS_PER_RUN=${1:-5}
 
-setup
+provision
 install_extension >/dev/null
 start_scratch_cluster
 

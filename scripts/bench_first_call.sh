@@ -12,10 +12,11 @@
 #   IDGEN_PG=18 bash scripts/bench_first_call.sh
 #
 # Writes the markdown table to stdout and to target/bench/first-call-pg<version>.md.
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/provision.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/clusters.sh"
 APT_PACKAGES+=(valgrind)
 
-setup
+provision
 use_pg "${IDGEN_PG:-15}"
 install_extension >/dev/null
 

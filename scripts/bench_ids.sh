@@ -8,12 +8,13 @@
 #     single-user backend: a backend's claim commits in a background worker, which only a running
 #     server can start. The worker's instructions are its own process's, not the backend's.)
 # Usage: bash scripts/bench_ids.sh [N, default 10000000] [RUNS, default 3]
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/provision.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/clusters.sh"
 ROWS=${1:-10000000}
 RUNS=${2:-3}
 FUNCTIONS=("random()" "nextval('bench_seq')" "idgen_next_id()" "idgen_next_id('bench')")
 
-setup
+provision
 command -v valgrind >/dev/null || { say "installing valgrind"; as_root apt-get install -y -qq valgrind >/dev/null; }
 install_extension >/dev/null
 start_scratch_cluster
@@ -62,6 +63,7 @@ instructions() {
     out="$cg_dir/out/cg.$pid"
     # The backend writes its counts as it exits, after psql has gone: wait for them (10 minutes at most).
     for _ in $(seq 1200); do as_pg grep -qE '^(summary|totals):' "$out" 2>/dev/null && break; sleep 0.5; done
+    # shellcheck disable=SC2016 # an awk program: its $2 is awk's
     as_pg awk '/^(summary|totals):/ {print $2; exit}' "$out" | grep . || die "no callgrind counts for backend $pid ($out)"
 }
 # Per row: the difference between 300,000 and 100,000 rows, so start-up and the claims cancel out.
@@ -80,6 +82,7 @@ cat <<TABLE
 TABLE
 base=${FUNCTIONS[0]} seq=${FUNCTIONS[1]}
 for f in 1 "${FUNCTIONS[@]}"; do
+    # shellcheck disable=SC2016 # the backticks are Markdown
     printf '| `%s` | %s | %s | %s | %s | %s | %s | %s |\n' "$f" "${wall[$f]}" \
         "$(ratio "${wall[$f]}" "${wall[$base]}")" "$(ratio "${wall[$f]}" "${wall[$seq]}")" \
         "${per_row[$f]}" "$(ratio "${per_row[$f]}" "${per_row[$base]}")" \

@@ -11,12 +11,13 @@
 #   IDGEN_PG=18 bash scripts/bench_keys.sh      # on PostgreSQL 18 (native uuidv7())
 #
 # Writes the markdown tables to stdout and to target/bench/keys-pg<version>.md.
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/provision.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/clusters.sh"
 ROUNDS=${1:-3}
 SECONDS_PER_RUN=${2:-5}
 ROWS=${3:-1000000}
 
-setup
+provision
 use_pg "${IDGEN_PG:-15}"
 install_extension >/dev/null
 start_scratch_cluster
@@ -66,7 +67,7 @@ results=$work/results   # lines: measure key value
 ms_of() { psql_db -c '\timing on' -c "$1" | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p' | tail -n 1; }
 
 say "generation cost and bulk insert, $ROUNDS interleaved rounds"
-for round in $(seq 1 "$ROUNDS"); do
+for _ in $(seq 1 "$ROUNDS"); do
     for k in "${KEYS[@]}" random; do
         echo "gen $k $(ms_of "SELECT count($(generator_of "$k")) FROM generate_series(1, $ROWS)")" >> "$results"
     done
@@ -97,11 +98,11 @@ pgbench_run() { # key clients extra-flags... ; prints "tps avg_ms p99_ms"
     echo "$tps $avg $p99"
 }
 is_root && chmod 777 "$work"
-for round in $(seq 1 "$ROUNDS"); do
+for _ in $(seq 1 "$ROUNDS"); do
     for c in 1 4 16; do
         for k in "${KEYS[@]}"; do
             read -r tps avg p99 < <(pgbench_run "$k" "$c")
-            echo "tps$c $k $tps" >> "$results"; echo "avg$c $k $avg" >> "$results"; echo "p99$c $k $p99" >> "$results"
+            printf '%s\n' "tps$c $k $tps" "avg$c $k $avg" "p99$c $k $p99" >> "$results"
         done
     done
     for k in "${KEYS[@]}"; do
@@ -131,7 +132,7 @@ ts_index_mb=$(psql_db -c "SELECT round(pg_relation_size('ranged_created_at') / 1
 say "a new connection per transaction, idgen in shared_preload_libraries, $ROUNDS interleaved rounds"
 trap 'scratch_preload off || true; rm -rf "$work"' EXIT
 scratch_preload on
-for round in $(seq 1 "$ROUNDS"); do
+for _ in $(seq 1 "$ROUNDS"); do
     for k in idgen bigserial; do
         read -r tps avg p99 < <(pgbench_run "$k" 4 -C)
         echo "churn_preloaded $k $tps" >> "$results"

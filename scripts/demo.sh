@@ -3,9 +3,10 @@
 # scratch PostgreSQL 15 on 127.0.0.1:28815 (data under target/scratch), runs a
 # short demo and prints the psql line to connect. Safe to run again.
 # IDGEN_PG=18 demos on PostgreSQL 18 instead (127.0.0.1:28915, target/scratch18).
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/provision.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/clusters.sh"
 
-setup
+provision
 use_pg "${IDGEN_PG:-15}"
 install_extension
 start_scratch_cluster
@@ -19,10 +20,12 @@ CREATE EXTENSION idgen;
 \echo '-- two nodes of the "orders" service boot and claim machine ids'
 SELECT * FROM idgen_claim('orders', '10.0.0.5', 8080);
 SELECT * FROM idgen_claim('orders', '10.0.0.6', 8080);
-\echo '-- the first restarts on the same address: same machine id, next version'
+\echo '-- the first shuts down gracefully: it gives its id back with the last timestamp it stamped'
+SELECT idgen_release('orders', 0::smallint, '10.0.0.5', 8080, 1, clock_timestamp()) AS released;
+\echo '-- restarted on the same address after that release: same machine id, next version, after its watermark'
 SELECT * FROM idgen_claim('orders', '10.0.0.5', 8080);
 \echo '-- it heartbeats with its version and its watermark (its own clock); the registry renews its lease'
-SELECT idgen_heartbeat('orders', 0::smallint, '10.0.0.5', 8080, 2, clock_timestamp()) AS lease_until;
+SELECT idgen_heartbeat('orders', 0::smallint, '10.0.0.5', 8080, 3, clock_timestamp()) AS lease_until;
 \echo '-- the orders service runs as its own role, which may act for orders and nothing else'
 DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'orders_svc') THEN CREATE ROLE orders_svc LOGIN; END IF; END $$;
 SELECT idgen_grant_service('orders', 'orders_svc') AS granted;

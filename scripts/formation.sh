@@ -100,7 +100,7 @@ sync|async)
 state) monitor_ctl show state --pgdata "$dir/monitor" ;;
 stop)
     for m in "${members[@]}"; do
-        [ -d "$dir/$m" ] && as_member "$m" pg_autoctl stop --pgdata "$dir/$m" --immediate >/dev/null 2>&1 || true
+        if [ -d "$dir/$m" ]; then as_member "$m" pg_autoctl stop --pgdata "$dir/$m" --immediate >/dev/null 2>&1 || true; fi
     done
     for i in $(seq 1 50); do
         left=$(for m in "${members[@]}"; do pids_of "$m"; done)

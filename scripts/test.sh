@@ -1,88 +1,319 @@
 #!/usr/bin/env bash
-# Runs every test, on PostgreSQL 15 and on PostgreSQL 18: the pure core's unit
-# tests, the #[pg_test]s (cargo pgrx test), pg_regress against the scratch
-# cluster, and the client-driven suites in tests/cluster and client/tests
-# (against the scratch cluster, the clock-step cluster, pgbouncer in front of
-# the scratch cluster, and on 15 a pg_auto_failover formation). Installs and
-# starts what it needs. Safe to run again.
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-cd "$ROOT"
+# Runs idgen's tests and reports their counts, read from the test runners' own summaries.
+#
+#   bash scripts/test.sh [STAGE] [PG]          PG may also come from IDGEN_TEST_PG
+#
+# With no STAGE (or `all`), everything, as CI runs it: the pure core's unit tests, then on
+# PostgreSQL 15 and then 18 the #[pg_test]s, pg_regress twice and the client-driven suites.
+# STAGE runs one stage alone:
+#   core      the pure core's unit tests (cargo test -p idgen-core; no PostgreSQL)
+#   pg_test   the #[pg_test]s, in a temporary PostgreSQL (cargo pgrx test)
+#   regress   pg_regress against the scratch cluster, twice (the second time with idgen in
+#             shared_preload_libraries)
+#   cluster   every client-driven suite (tests/cluster and client/tests) against the scratch
+#             cluster, the clock-step cluster, pgbouncer in front of the scratch cluster and, on
+#             15 only, a pg_auto_failover formation (the failover suite is skipped on 18)
+#   SUITE     one of those suites: a test target of tests/cluster/tests (clock_steps, pooler,
+#             failover, ...), or `client` for the idgen-client crate's tests
+# PG is 15, 18 or both (`both`, or "15 18"). Default: both for the full run, 15 for one stage.
+#
+# Each stage installs and starts only what it needs (scripts/provision.sh, scripts/clusters.sh)
+# and leaves the scratch and clock-step clusters running (the pooler and the formation are
+# stopped when the run ends, however it ends). Ports and directories: see scripts/common.sh
+# (IDGEN_PORT, ..., IDGEN_WORK_DIR). Each stage's output is kept in <work dir>/test-logs/.
+# Ends with a table of each stage's passed, failed and ignored tests and, for the full run, the
+# line `idgen: N passed, 0 failed (PostgreSQL 15 and 18)`; exits non-zero at the first failure.
+source "$(dirname "${BASH_SOURCE[0]}")/provision.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/clusters.sh"
+cd "$ROOT" || exit 1
 
-setup
-TEST_LOG=$(mktemp)
-# The failover formation and the pooler never outlive the run, whatever ends it.
-trap 'rm -f "$TEST_LOG"; stop_formation; stop_pooler' EXIT
-# Runs a test stage, keeping its output to count the passed tests at the end.
-stage() { "$@" 2>&1 | tee -a "$TEST_LOG"; }
-schedule=$(cd tests/pg_regress/sql && ls *.sql | sed 's/\.sql$//')
-regress_passed=0
+# ---- what to run
 
-say "unit tests of the pure core (cargo test -p idgen-core)"
-stage cargo test -p idgen-core
+SUITES=(client)
+for f in tests/cluster/tests/*.rs; do n=${f##*/}; SUITES+=("${n%.rs}"); done
+SCHEDULE=()
+for f in tests/pg_regress/sql/*.sql; do n=${f##*/}; SCHEDULE+=("${n%.sql}"); done
 
-# pg_regress against the scratch cluster of the current version; $1 says how it runs.
-run_pg_regress() {
-    say "pg_regress against the PostgreSQL $PG_MAJOR scratch cluster ${1:-}"
-    local regress_dir pg_regress_bin
-    regress_dir=$(pg_work_dir "regress$PG_MAJOR")
-    as_pg rm -rf "$regress_dir/sql" "$regress_dir/expected" "$regress_dir/results"
-    cp -r tests/pg_regress/sql tests/pg_regress/expected "$regress_dir/"
-    is_root && chown -R postgres: "$regress_dir"
-    pg_regress_bin="$(dirname "$("$PG_CONFIG" --pgxs)")/../test/regress/pg_regress"
-    # shellcheck disable=SC2086 # the schedule is a list of names
-    if ! as_pg "$pg_regress_bin" --bindir="$PG_BIN" --host=127.0.0.1 --port="$SCRATCH_PORT" --user=postgres \
-            --inputdir="$regress_dir" --outputdir="$regress_dir" --dbname=idgen_regress $schedule; then
-        cat "$regress_dir/regression.diffs" >&2 || true
-        die "pg_regress failed on PostgreSQL $PG_MAJOR ${1:-} (diffs above; results in $regress_dir/results)"
+usage() { header_help "$0"; printf '\nSuites: %s\n' "${SUITES[*]}"; }
+usage_error() { printf 'error: %s (see: bash scripts/test.sh --help)\n' "$1" >&2; exit 2; }
+
+# Sets STAGE and PGS (the majors, in order) from the arguments, or exits with the usage.
+parse_args() {
+    STAGE=${1:-all}
+    case $STAGE in
+    -h | --help | help) usage; exit 0 ;;
+    all | core | pg_test | regress | cluster) ;;
+    *) [[ " ${SUITES[*]} " == *" $STAGE "* ]] || usage_error "unknown stage or suite: $STAGE" ;;
+    esac
+    [ $# -le 2 ] || usage_error "too many arguments"
+    PGS=${2:-${IDGEN_TEST_PG:-}}
+    if [ -z "$PGS" ]; then if [ "$STAGE" = all ]; then PGS="15 18"; else PGS=15; fi; fi
+    [ "$PGS" != both ] || PGS="15 18"
+    local pg
+    for pg in $PGS; do [[ $pg == 15 || $pg == 18 ]] || usage_error "PostgreSQL 15, 18 or both, not $pg"; done
+    # shellcheck disable=SC2046 # a list of file names without spaces
+    if [[ " ${SUITES[*]} " == *" $STAGE "* && " $PGS " == *" 18 "* ]] &&
+            [[ $(suite_needs $(suite_files "$STAGE")) == *formation* ]]; then
+        usage_error "the $STAGE suite needs pg_auto_failover, which Debian ships for PostgreSQL 15 only"
     fi
-    regress_passed=$((regress_passed + $(wc -w <<<"$schedule")))
 }
 
-# Every suite that needs a server, against PostgreSQL $1.
-suites_on() {
-    use_pg "$1"
+# ---- counting, from each stage's own output
+
+LOG_DIR=$WORK_DIR/test-logs
+RESULTS=()   # one "stage major passed failed ignored" per stage run
+DONE=
+
+# The log of stage $1 on PostgreSQL $2 ("-": none).
+stage_log() { if [ "$2" = - ]; then echo "$LOG_DIR/$1.log"; else echo "$LOG_DIR/$1-$2.log"; fi; }
+
+# Runs $2... with its output shown and appended to log $1; returns the command's status.
+logged() { local log=$1; shift; "$@" 2>&1 | tee -a "$log"; }
+
+# "passed failed ignored", summed over the libtest summaries in log $1, e.g.
+# `test result: ok. 12 passed; 0 failed; 1 ignored; 0 measured; 3 filtered out; finished in 0.20s`.
+libtest_counts() {
+    sed 's/\x1b\[[0-9;]*m//g' "$1" | awk '/^test result: / {
+        for (i = 1; i < NF; i++) {
+            if ($(i + 1) ~ /^passed;?$/) p += $i
+            if ($(i + 1) ~ /^failed;?$/) f += $i
+            if ($(i + 1) ~ /^ignored;?$/) g += $i
+        }
+    } END { print p + 0, f + 0, g + 0 }'
+}
+
+# "passed failed ignored summaries", summed over pg_regress's summaries in log $1: PostgreSQL 15
+# prints " All 3 tests passed. " (or " 1 of 3 tests failed. ", or with failures ignored), 16 and
+# later "# All 3 tests passed." (or "# 1 of 3 tests failed.").
+regress_counts() {
+    awk '{ sub(/^# /, ""); sub(/^ +/, ""); split($0, w, " ") }
+        /^All [0-9]+ tests passed\./ { p += w[2]; n++ }
+        /^[0-9]+ of [0-9]+ tests passed, [0-9]+ failed test\(s\) ignored\./ { p += w[1]; g += w[6]; n++ }
+        /^[0-9]+ of [0-9]+ tests failed, [0-9]+ of these failures ignored\./ { p += w[3] - w[1]; f += w[1] - w[6]; g += w[6]; n++ }
+        /^[0-9]+ of [0-9]+ tests failed\./ { p += w[3] - w[1]; f += w[1]; n++ }
+        END { print p + 0, f + 0, g + 0, n + 0 }' "$1"
+}
+
+# Records stage $1 on PostgreSQL $2 ("-": none) with counts $3 $4 $5; ends the run if it failed
+# (its command's status $6, or a failed test).
+record() {
+    RESULTS+=("$1 $2 $3 $4 $5")
+    if [ "$6" != 0 ] || [ "$4" != 0 ]; then
+        die "stage $1 failed$([ "$2" = - ] || echo " on PostgreSQL $2") (its output: $(stage_log "$1" "$2"))"
+    fi
+}
+
+# Runs the cargo command $3... as stage $1 on PostgreSQL $2, and records its libtest counts.
+cargo_stage() {
+    local stage=$1 pg=$2 status=0 passed failed ignored log
+    shift 2
+    log=$(stage_log "$stage" "$pg")
+    : > "$log"
+    logged "$log" "$@" || status=$?
+    read -r passed failed ignored < <(libtest_counts "$log")
+    record "$stage" "$pg" "$passed" "$failed" "$ignored" "$status"
+}
+
+# The table of every stage run, then the total line.
+report() {
+    local row stage pg p f i tp=0 tf=0 ti=0 majors=()
+    printf '\n%-14s %-10s %7s %7s %8s\n' stage PostgreSQL passed failed ignored
+    for row in "${RESULTS[@]}"; do
+        read -r stage pg p f i <<<"$row"
+        printf '%-14s %-10s %7d %7d %8d\n' "$stage" "$pg" "$p" "$f" "$i"
+        tp=$((tp + p)) tf=$((tf + f)) ti=$((ti + i))
+        [ "$pg" = - ] || [[ " ${majors[*]} " == *" $pg "* ]] || majors+=("$pg")
+    done
+    printf '%-14s %-10s %7d %7d %8d\n' total "" "$tp" "$tf" "$ti"
+    local versions="no PostgreSQL"
+    case ${#majors[@]} in
+    1) versions="PostgreSQL ${majors[0]}" ;;
+    2) versions="PostgreSQL ${majors[0]} and ${majors[1]}" ;;
+    esac
+    if [ -n "$DONE" ]; then echo "idgen: $tp passed, $tf failed ($versions)"
+    else echo "idgen: FAILED, after $tp passed, $tf failed ($versions; logs in $LOG_DIR)"; fi
+}
+
+# ---- the stages
+
+stage_core() {
+    say "unit tests of the pure core (cargo test -p idgen-core)"
+    cargo_stage core - cargo test -p idgen-core
+}
+
+INSTALLED=   # the PostgreSQL this run installed the release build into (and nothing since)
+SCRATCH_UP=  # the PostgreSQL whose scratch cluster this run (re)started after that install
+
+stage_pg_test() {
     say "#[pg_test]s in a temporary PostgreSQL $PG_MAJOR (cargo pgrx test)"
-    local pgrx_test_dir
-    pgrx_test_dir=$(pg_work_dir "pgrx-test-data$PG_MAJOR")
+    local dir
+    dir=$(pg_work_dir "pgrx-test-data$PG_MAJOR")
     # pgrx wants to create the data directory itself.
-    as_pg rm -rf "$pgrx_test_dir/data"
-    stage cargo pgrx test "pg$PG_MAJOR" --runas "$PG_OS_USER" --pgdata "$pgrx_test_dir/data" \
+    as_pg rm -rf "$dir/data"
+    cargo_stage pg_test "$PG_MAJOR" cargo pgrx test "pg$PG_MAJOR" --runas "$PG_OS_USER" --pgdata "$dir/data" \
         --no-default-features --features "pg$PG_MAJOR"
+    # It installed its test build.
+    INSTALLED=
+}
 
-    # cargo pgrx test installed its test build; install the release build, then restart to load it.
+# The release build in PostgreSQL $PG_MAJOR, and its scratch cluster restarted to load it.
+ensure_release_installed() {
+    [ "$INSTALLED" = "$PG_MAJOR" ] && return 0
     install_extension
-    # The 0.1.0 to 0.4.0 install scripts, so that tests/cluster/tests/upgrade.rs can start from them.
-    local extension_dir
-    extension_dir="$("$PG_CONFIG" --sharedir)/extension/"
-    if [ -w "$extension_dir" ]; then install -m 644 tests/upgrade/idgen--0.[1234].0.sql "$extension_dir"
-    else as_root install -m 644 tests/upgrade/idgen--0.[1234].0.sql "$extension_dir"; fi
+    install_upgrade_scripts
+    INSTALLED=$PG_MAJOR SCRATCH_UP=
+}
+ensure_scratch_cluster() {
+    [ "$SCRATCH_UP" = "$PG_MAJOR" ] && return 0
     start_scratch_cluster
-    start_clock_cluster
+    SCRATCH_UP=$PG_MAJOR
+}
 
-    run_pg_regress
-    # The README suggests preloading idgen for connection churn: the cases pass that way too.
-    scratch_preload on
-    run_pg_regress "with idgen in shared_preload_libraries"
-    scratch_preload off
+stage_regress() {
+    ensure_release_installed
+    ensure_scratch_cluster
+    local log passed failed ignored runs
+    log=$(stage_log regress "$PG_MAJOR")
+    : > "$log"
+    REGRESS_STATUS=0
+    run_pg_regress "$log"
+    if [ "$REGRESS_STATUS" = 0 ]; then
+        # The README suggests preloading idgen for connection churn: the cases pass that way too.
+        scratch_preload on
+        run_pg_regress "$log" "with idgen in shared_preload_libraries"
+        scratch_preload off
+    fi
+    read -r passed failed ignored runs < <(regress_counts "$log")
+    if [ "$REGRESS_STATUS" = 0 ] && [ "$runs" != 2 ]; then
+        say "pg_regress printed $runs summaries, not 2"
+        REGRESS_STATUS=1
+    fi
+    record regress "$PG_MAJOR" "$passed" "$failed" "$ignored" "$REGRESS_STATUS"
+}
 
-    # The failover test needs pg_auto_failover, which Debian ships for PostgreSQL 15 only.
-    local skip=()
-    if [ "$PG_MAJOR" = 15 ]; then start_formation; else skip=(-- --skip no_id_twice_across); fi
-    # pgbouncer in transaction mode for tests/cluster/tests/pooler.rs, after the scratch cluster's last restart.
-    start_pooler
-    say "client-driven suites against PostgreSQL $PG_MAJOR (tests/cluster, client/tests)"
-    PATH="$PG_BIN:$PATH" IDGEN_TEST_DSN=$SCRATCH_DSN IDGEN_CLOCK_DSN=$CLOCK_DSN IDGEN_CLOCK_FILE=$CLOCK_FILE \
-        IDGEN_CLOCK_RESTART=$CLOCK_RESTART IDGEN_HA_DIR=$HA_DIR IDGEN_HA_PORT=$HA_PORT IDGEN_HA_DSN=${HA_DSN:-} \
-        IDGEN_POOLER_DSN=$POOLER_DSN stage cargo test -p idgen-cluster-tests -p idgen-client "${skip[@]}"
+# pg_regress against the scratch cluster, its output appended to log $1; $2 says how the cluster
+# runs. A failure shows the diffs and sets REGRESS_STATUS.
+run_pg_regress() {
+    local log=$1 how=${2:-} dir bin
+    say "pg_regress against the PostgreSQL $PG_MAJOR scratch cluster${how:+ $how}"
+    dir=$(pg_work_dir "regress$PG_MAJOR")
+    as_pg rm -rf "$dir/sql" "$dir/expected" "$dir/results"
+    cp -r tests/pg_regress/sql tests/pg_regress/expected "$dir/"
+    if is_root; then chown -R postgres: "$dir"; fi
+    bin="$(dirname "$("$PG_CONFIG" --pgxs)")/../test/regress/pg_regress"
+    if ! logged "$log" as_pg "$bin" --bindir="$PG_BIN" --host=127.0.0.1 --port="$SCRATCH_PORT" --user=postgres \
+            --inputdir="$dir" --outputdir="$dir" --dbname=idgen_regress "${SCHEDULE[@]}"; then
+        cat "$dir/regression.diffs" >&2 || true
+        say "pg_regress failed on PostgreSQL $PG_MAJOR${how:+ $how} (diffs above; results in $dir/results)"
+        REGRESS_STATUS=1
+    fi
+}
+
+# What the suites in files $@ need besides the scratch cluster, as words: clock (the clock-step
+# cluster), pooler, formation. Read from what they use, so that a new suite needs no entry here.
+suite_needs() {
+    local needs=""
+    if grep -qE 'clock_cluster|ClockCluster' "$@"; then needs+=" clock"; fi
+    if grep -q IDGEN_POOLER_DSN "$@"; then needs+=" pooler"; fi
+    if grep -q 'IDGEN_HA_' "$@"; then needs+=" formation"; fi
+    echo "$needs"
+}
+
+# Packages for the servers in $1 (suite_needs' words), beside what building needs.
+provision_suites() {
+    local packages=(procps)
+    is_root || packages+=(sudo)
+    [[ $1 != *clock* ]] || packages+=(faketime gcc)
+    [[ $1 != *pooler* ]] || packages+=(pgbouncer)
+    [[ $1 != *formation* ]] || packages+=(postgresql-15-auto-failover)
+    ensure_packages "${packages[@]}"
+}
+
+# Client-driven suites as stage $1 on PostgreSQL $PG_MAJOR, with the servers in $2 (suite_needs'
+# words); the rest is cargo test's arguments.
+run_suites() {
+    local stage=$1 needs=$2
+    shift 2
+    ensure_release_installed
+    ensure_scratch_cluster
+    # The suites read their servers from these (tests/cluster/src/lib.rs and the suites).
+    local vars=(PATH="$PG_BIN:$PATH" IDGEN_TEST_DSN="$SCRATCH_DSN")
+    if [[ $needs == *clock* ]]; then
+        start_clock_cluster
+        vars+=(IDGEN_CLOCK_DSN="$CLOCK_DSN" IDGEN_CLOCK_FILE="$CLOCK_FILE" IDGEN_CLOCK_RESTART="$CLOCK_RESTART")
+    fi
+    if [[ $needs == *formation* ]]; then
+        start_formation
+        vars+=(IDGEN_HA_DIR="$HA_DIR" IDGEN_HA_PORT="$HA_PORT" IDGEN_HA_DSN="$HA_DSN")
+    fi
+    # After the scratch cluster's last restart.
+    if [[ $needs == *pooler* ]]; then
+        start_pooler
+        vars+=(IDGEN_POOLER_DSN="$POOLER_DSN")
+    fi
+    say "client-driven suites ($stage) against PostgreSQL $PG_MAJOR"
+    cargo_stage "$stage" "$PG_MAJOR" env "${vars[@]}" cargo test "$@"
     stop_formation
     stop_pooler
 }
 
-suites_on 15
-suites_on 18
-# The scratch cluster `scripts/demo.sh` and the benchmarks use is PostgreSQL 15's.
-use_pg 15
+# Every client-driven suite. The failover test needs pg_auto_failover, which Debian ships for 15 only.
+stage_cluster() {
+    local needs="clock pooler formation" skip=()
+    if [ "$PG_MAJOR" != 15 ]; then needs="clock pooler" skip=(-- --skip no_id_twice_across); fi
+    provision_suites "$needs"
+    run_suites cluster "$needs" -p idgen-cluster-tests -p idgen-client "${skip[@]}"
+}
 
-cargo_passed=$(sed 's/\x1b\[[0-9;]*m//g' "$TEST_LOG" | grep -oE 'test result: ok\. [0-9]+ passed' | awk '{n += $4} END {print n + 0}')
-say "all tests passed"
-echo "idgen: $((cargo_passed + regress_passed)) passed, 0 failed (PostgreSQL 15 and 18)"
+# The source files of suite $1: `client`'s, or a test target's of tests/cluster/tests.
+suite_files() { if [ "$1" = client ]; then echo client/tests/*.rs; else echo "tests/cluster/tests/$1.rs"; fi; }
+
+# One suite, $1.
+stage_suite() {
+    local target=(-p idgen-cluster-tests --test "$1") needs
+    if [ "$1" = client ]; then target=(-p idgen-client); fi
+    # shellcheck disable=SC2046 # a list of file names without spaces
+    needs=$(suite_needs $(suite_files "$1"))
+    provision_suites "$needs"
+    run_suites "$1" "$needs" "${target[@]}"
+}
+
+# ---- the run
+
+on_exit() {
+    stop_formation || true
+    stop_pooler || true
+    if [ -z "$DONE" ] && [ ${#RESULTS[@]} -gt 0 ]; then report; fi
+}
+
+main() {
+    parse_args "$@"
+    mkdir -p "$LOG_DIR"
+    rm -f "$LOG_DIR"/*.log
+    trap on_exit EXIT
+    local pg
+    # What every stage needs; the suites add their servers' packages (provision_suites).
+    case $STAGE in
+    all) provision ;;
+    core) provision_core ;;
+    *) provision_pgrx ;;
+    esac
+    if [ "$STAGE" = all ] || [ "$STAGE" = core ]; then stage_core; fi
+    if [ "$STAGE" != core ]; then
+        for pg in $PGS; do
+            use_pg "$pg"
+            case $STAGE in
+            all) stage_pg_test; stage_regress; stage_cluster ;;
+            pg_test) stage_pg_test ;;
+            regress) stage_regress ;;
+            cluster) stage_cluster ;;
+            *) stage_suite "$STAGE" ;;
+            esac
+        done
+    fi
+    DONE=1
+    say "all tests passed"
+    report
+}
+
+main "$@"

@@ -1,5 +1,5 @@
 /*
- * Preloaded before libfaketime into the clock-step cluster (scripts/common.sh).
+ * Preloaded before libfaketime into the clock-step cluster (scripts/clusters.sh).
  *
  * libfaketime marks the calling thread "do not fake" while it waits inside its own select(),
  * and clears the mark when the call returns. PostgreSQL 15's postmaster waits in select() and

@@ -354,7 +354,7 @@ pub fn backend_rows(client: &mut Client, service: &str) -> i64 {
 }
 
 /// The scratch cluster whose wall clock tests may move: libfaketime is preloaded
-/// into it and re-reads a file on every clock reading (see scripts/common.sh).
+/// into it and re-reads a file on every clock reading (see scripts/clusters.sh).
 /// Tests of one binary that change the clock-step cluster (its clock, its cluster-wide settings,
 /// a restart) take turns; binaries run one after another.
 static CLOCK_TURN: Mutex<()> = Mutex::new(());

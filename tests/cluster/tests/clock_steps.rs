@@ -1,5 +1,5 @@
 //! Real clock steps under a running server (libfaketime preloaded into the
-//! clock-step cluster, see scripts/common.sh): every ID is issued once, or the
+//! clock-step cluster, see scripts/clusters.sh): every ID is issued once, or the
 //! call is refused with a documented error; never an ID twice.
 //!
 //! Each scenario mints into one table whose primary key defaults to

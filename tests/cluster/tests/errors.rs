@@ -1,6 +1,6 @@
 //! Errors are part of the API: no Rust backtrace reaches a client, whatever RUST_BACKTRACE the
 //! server was started with. The clock-step cluster runs with RUST_BACKTRACE=1
-//! (scripts/common.sh); an error PostgreSQL raises inside idgen's Rust code (here a lock timeout
+//! (scripts/clusters.sh); an error PostgreSQL raises inside idgen's Rust code (here a lock timeout
 //! in a heartbeat's write) is where pgrx would append one to the DETAIL.
 
 use idgen_cluster_tests::*;
@@ -21,7 +21,7 @@ fn no_backtrace_reaches_a_client_from_a_server_started_with_rust_backtrace() {
         .get(0);
     assert!(
         environment.split(|b| *b == 0).any(|var| var == b"RUST_BACKTRACE=1"),
-        "the clock-step cluster must run with RUST_BACKTRACE=1 (scripts/common.sh)"
+        "the clock-step cluster must run with RUST_BACKTRACE=1 (scripts/clusters.sh)"
     );
     let c = claim(&mut admin, "svc", "10.0.0.1", 1).unwrap();
     // Another session holds the node's row; the heartbeat's UPDATE times out inside idgen.

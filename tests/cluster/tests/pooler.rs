@@ -1,5 +1,5 @@
 //! idgen behind PgBouncer in transaction mode, the pooler the README recommends for
-//! connection-per-request applications (scripts/common.sh's `start_pooler`, `IDGEN_POOLER_DSN`):
+//! connection-per-request applications (scripts/clusters.sh's `start_pooler`, `IDGEN_POOLER_DSN`):
 //! clients share the pool's server backends, and with them each backend's lease and settings.
 //! PgBouncer 1.18 keeps no prepared statement across transactions, so every statement through it
 //! goes by the simple protocol; checks on the cluster itself go direct, with parameters.
@@ -14,7 +14,7 @@ fn pooler_dsn() -> String {
     std::env::var("IDGEN_POOLER_DSN").unwrap_or_else(|_| {
         panic!(
             "IDGEN_POOLER_DSN is not set: run the pooler suite through scripts/test.sh, which starts pgbouncer \
-             in front of the scratch cluster (scripts/common.sh, start_pooler)"
+             in front of the scratch cluster (scripts/clusters.sh, start_pooler)"
         )
     })
 }
@@ -82,14 +82,14 @@ fn pooled_test_db(name: &str) -> TestDb {
     db
 }
 
-/// The database the pooler gives a pool of one server connection per user (scripts/common.sh), so that
+/// The database the pooler gives a pool of one server connection per user (scripts/clusters.sh), so that
 /// one user's consecutive clients share a backend. Tests use it as different users: pools of their own.
 fn one_backend_db() -> &'static TestDb {
     static DB: OnceLock<TestDb> = OnceLock::new();
     DB.get_or_init(|| {
         let db = pooled_test_db("pooler_one_backend");
         value(&mut pooled(&db.name, "postgres"), "SELECT 1");
-        assert_eq!(pool_size(&db.name), 1, "the pooler must give {} a pool of one (scripts/common.sh)", db.name);
+        assert_eq!(pool_size(&db.name), 1, "the pooler must give {} a pool of one (scripts/clusters.sh)", db.name);
         db
     })
 }
@@ -193,7 +193,7 @@ fn short_client_connections_share_the_pools_backends_and_their_machine_ids() {
     // The pooler lists a database once a client has used it.
     value(&mut pooled(&db.name, "postgres"), "SELECT 1");
     let pool = pool_size(&db.name);
-    assert!(pool > 1, "the suite needs a pool of several backends for {} (scripts/common.sh)", db.name);
+    assert!(pool > 1, "the suite needs a pool of several backends for {} (scripts/clusters.sh)", db.name);
     fn insert(client: &mut Client, number: usize) {
         rows(
             client,

@@ -789,3 +789,17 @@ fn the_quick_start_runs_through_psql_as_written_and_prints_what_the_readme_shows
     }
     admin.batch_execute(&format!("DROP DATABASE {database} WITH (FORCE)")).unwrap();
 }
+
+#[test]
+fn the_demo_of_the_main_job_runs_through_psql_as_written() {
+    // scripts/demo.sh feeds this heredoc to psql with ON_ERROR_STOP: a statement that fails stops
+    // the main job (a heartbeat at a version the re-claim did not give once did).
+    let demo = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/demo.sh")).unwrap();
+    let start = demo.find("<<'SQL'\n").expect("scripts/demo.sh has its SQL heredoc") + "<<'SQL'\n".len();
+    let script = &demo[start..start + demo[start..].find("\nSQL\n").expect("the heredoc ends")];
+    // (Its role orders_svc is created only if missing: a second run, or another test's, is fine.)
+    let db = TestDb::empty_on(&base_dsn(), "demo");
+    let (status, stdout, stderr) = run_psql(&session_dsn(&base_dsn(), &db.name), script);
+    assert!(status.success(), "the demo failed:\n{stderr}\n{stdout}");
+    assert!(stdout.contains("book") && stdout.contains("(0 rows)"), "the demo mints and ends healthy:\n{stdout}");
+}
