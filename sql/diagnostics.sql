@@ -170,7 +170,7 @@ COMMENT ON VIEW idgen_events IS
 COMMENT ON COLUMN idgen_events.at IS 'When it happened.';
 COMMENT ON COLUMN idgen_events.event IS 'claim, take_back, release, set_aside, ownership_lost, refused_full, refused_watermark, refused_no_standby or watermark_behind.';
 COMMENT ON COLUMN idgen_events.service IS 'The service.';
-COMMENT ON COLUMN idgen_events.machine_id IS 'The machine id; NULL for refused_full.';
+COMMENT ON COLUMN idgen_events.machine_id IS 'The machine id; NULL for refused_full and refused_no_standby.';
 COMMENT ON COLUMN idgen_events.version IS 'Ownership epoch after the event (or the one a loser held).';
 COMMENT ON COLUMN idgen_events.outcome IS 'Claims and take-backs: new, reused, released, idle_7d, idle_1d, idle_1h.';
 COMMENT ON COLUMN idgen_events.holder IS 'The node: host:port, or backend slot N of host:port.';

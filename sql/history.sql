@@ -47,7 +47,7 @@ COMMENT ON COLUMN idgen_private.idgen_history.at IS 'When it happened (server cl
 COMMENT ON COLUMN idgen_private.idgen_history.event IS
     'claim (a new id, or a node''s own released id back), take_back (from a released or idle holder; outcome names the tier), release, set_aside (a node''s own id left because its bound was too far ahead, or it is outside idgen.machine_id_range), ownership_lost (a holder learnt it lost the id), refused_full, refused_watermark, refused_no_standby (idgen.require_synchronous_standby), watermark_behind (a node reported a watermark behind the registry''s: its clock is behind). Losses, refusals and watermarks behind: at most one of each kind per service and minute.';
 COMMENT ON COLUMN idgen_private.idgen_history.service IS 'The service.';
-COMMENT ON COLUMN idgen_private.idgen_history.machine_id IS 'The machine id concerned; NULL for a claim refused because the service is full.';
+COMMENT ON COLUMN idgen_private.idgen_history.machine_id IS 'The machine id concerned; NULL for a claim refused because the service is full or no synchronous standby streams (refused_full, refused_no_standby).';
 COMMENT ON COLUMN idgen_private.idgen_history.version IS 'Ownership epoch after the event (claims, take-backs, releases) or the one the holder had (losses).';
 COMMENT ON COLUMN idgen_private.idgen_history.outcome IS 'For claims and take-backs: new, reused, released, idle_7d, idle_1d or idle_1h.';
 COMMENT ON COLUMN idgen_private.idgen_history.host IS 'The node''s address (for a backend: idgen.node_host).';

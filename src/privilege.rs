@@ -19,11 +19,14 @@ use pgrx::pg_sys;
 /// The library's version.
 pub const LIBRARY_VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// The versions of the SQL objects this library runs against: its own, and the one before it,
+/// The versions of the SQL objects this library runs against: its own, and the ones before it
 /// whose tables, views and C functions it uses unchanged (so a server whose package was
-/// upgraded goes on minting until `ALTER EXTENSION idgen UPDATE`). Against the older one it
-/// records no `watermark_behind` events (their kind is new). Any other version is refused.
-pub const SQL_VERSIONS: [&str; 2] = [LIBRARY_VERSION, "0.4.0"];
+/// upgraded goes on minting until `ALTER EXTENSION idgen UPDATE`); 0.5.1 changed only comments.
+/// Any other version is refused.
+pub const SQL_VERSIONS: [&str; 3] = [LIBRARY_VERSION, "0.5.0", "0.4.0"];
+
+/// The SQL version whose history has no `watermark_behind` event (the kind came with 0.5.0).
+const WITHOUT_WATERMARK_BEHIND: &str = "0.4.0";
 
 /// The installed extension, as `pg_extension` has it.
 pub struct Installed {
@@ -122,9 +125,9 @@ pub fn ensure_sql_version() {
     }
 }
 
-/// Whether the installed SQL objects are this library's own version (not the one before it).
-pub fn installed_sql_is_current() -> bool {
-    checked_installation().version == LIBRARY_VERSION
+/// Whether the installed history records `watermark_behind` events.
+pub fn installed_history_records_watermark_behind() -> bool {
+    checked_installation().version != WITHOUT_WATERMARK_BEHIND
 }
 
 /// The extension's owner, schema and version. Read from `pg_extension` through its name index rather

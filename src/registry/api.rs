@@ -150,7 +150,7 @@ fn report_behind(
     else {
         return;
     };
-    if crate::privilege::installed_sql_is_current() {
+    if crate::privilege::installed_history_records_watermark_behind() {
         let mut event = history::event(EventKind::WatermarkBehind, &held.node, who);
         event.machine_id = Some(held.machine_id);
         event.version = Some(held.version);

@@ -1,11 +1,21 @@
-//! `ALTER EXTENSION idgen UPDATE` from 0.1.0, 0.2.0 and 0.3.0 (their install scripts
-//! are in tests/upgrade; scripts/test.sh installs them): the registry keeps its rows,
+//! `ALTER EXTENSION idgen UPDATE` from earlier versions (their install scripts are in
+//! tests/upgrade; scripts/clusters.sh installs them): the registry keeps its rows,
 //! gains watermarks from what 0.1.0 guaranteed and leases from today's settings, keeps
 //! the grants DBAs gave, and ends up exactly like a fresh install. Until the update,
 //! this library refuses to work against the older objects, and says what to run.
 
 use idgen_cluster_tests::*;
 use postgres::Client;
+
+/// The version `ALTER EXTENSION idgen UPDATE` reaches: the library's (Cargo.toml).
+const LATEST: &str = "0.5.1";
+
+#[test]
+fn the_latest_version_here_is_the_librarys() {
+    let manifest = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.toml")).unwrap();
+    let version = manifest.lines().find_map(|line| line.strip_prefix("version = ")).expect("a version line");
+    assert_eq!(version.trim_matches('"'), LATEST, "Cargo.toml's version is not LATEST of this file");
+}
 
 /// Everything a DBA could see of the extension's objects, one line each, sorted.
 const FINGERPRINT: &str = "
@@ -97,7 +107,7 @@ fn an_update_keeps_rows_and_grants_and_gives_every_row_a_watermark() {
 
     let version: String =
         client.query_one("SELECT extversion FROM pg_extension WHERE extname = 'idgen'", &[]).unwrap().get(0);
-    assert_eq!(version, "0.5.0");
+    assert_eq!(version, LATEST);
     let after: Vec<(String, i16, i64)> = client
         .query("SELECT service, machine_id, version::bigint FROM system_nodes ORDER BY 1, 2", &[])
         .unwrap()
@@ -253,10 +263,11 @@ fn calls_of_every_function(client: &mut Client) -> Vec<String> {
 #[test]
 fn every_function_of_an_older_installation_answers_clearly_and_none_crashes() {
     // Between installing a new build and ALTER EXTENSION UPDATE, the new library serves the old
-    // version's functions, whatever their signatures were. 0.4.0's keep working (this library
-    // runs against its objects); older ones refuse with 55000 and the hint. Never a crash, an
-    // internal error (XX000) or a missing relation (42P01).
-    for version in ["0.1.0", "0.2.0", "0.3.0", "0.4.0"] {
+    // version's functions, whatever their signatures were. 0.4.0's and 0.5.0's keep working (this
+    // library runs against their objects); older ones refuse with 55000 and the hint. Never a
+    // crash, an internal error (XX000) or a missing relation (42P01).
+    for version in ["0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0"] {
+        let runs_against = ["0.4.0", "0.5.0"].contains(&version);
         let db = TestDb::empty_on(&base_dsn(), &format!("upgrade_calls_{}", version.replace('.', "_")));
         let mut client = db.connect();
         client.batch_execute(&format!("CREATE EXTENSION idgen VERSION '{version}'")).unwrap();
@@ -292,15 +303,15 @@ fn every_function_of_an_older_installation_answers_clearly_and_none_crashes() {
         let mints = ["SELECT idgen_next_id()", "SELECT idgen_next_id('svc')"];
         for sql in mints.iter().chain(["SELECT idgen_claim('svc', '10.0.0.1'::inet, 1)"].iter()) {
             let result = db.connect().batch_execute(sql);
-            if version == "0.4.0" {
+            if runs_against {
                 result.unwrap_or_else(|e| panic!("{version} {sql}: {e:?}"));
             } else {
                 let err = result.expect_err(sql);
                 assert_eq!(sqlstate(&err), "55000", "{version} {sql}: {err:?}");
             }
         }
-        if version == "0.4.0" {
-            assert!(refused.is_empty(), "0.4.0 keeps working until the update: {refused:?}");
+        if runs_against {
+            assert!(refused.is_empty(), "{version} keeps working until the update: {refused:?}");
         } else {
             assert!(refused.len() >= 3, "{version}: the registry's functions refuse: {refused:?}");
         }
@@ -370,5 +381,5 @@ fn an_update_fails_at_once_while_a_reader_uses_the_registry_and_blocks_no_claim(
     drop(minter);
     let version: String =
         admin.query_one("SELECT extversion FROM pg_extension WHERE extname = 'idgen'", &[]).unwrap().get(0);
-    assert_eq!(version, "0.5.0");
+    assert_eq!(version, LATEST);
 }
