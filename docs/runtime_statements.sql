@@ -590,7 +590,7 @@ SELECT pg_catalog.pg_notify($1, $2);
 
 -- CALLER_STANDING
 -- Who a role is, for a service: its name, superuser, extension owner, member of the service.
--- Run with the latest snapshot (`spi::latest_snapshot_row`).
+-- Run with the latest snapshot (`spi::first_row_with_latest_snapshot`).
 --   $1 role oid
 --   $2 service text
 SELECT r.rolname::text, r.rolsuper, r.oid OPERATOR(pg_catalog.=) e.extowner, EXISTS (

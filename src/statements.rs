@@ -596,7 +596,7 @@ statements! {
     "#;
 
     /// Who a role is, for a service: its name, superuser, extension owner, member of the service.
-    /// Run with the latest snapshot (`spi::latest_snapshot_row`).
+    /// Run with the latest snapshot (`spi::first_row_with_latest_snapshot`).
     CALLER_STANDING(role: oid, service: text) = r#"
         SELECT r.rolname::text, r.rolsuper, r.oid OPERATOR(pg_catalog.=) e.extowner, EXISTS (
             SELECT
