@@ -274,6 +274,22 @@ pub fn db_error(err: &postgres::Error) -> &DbError {
     err.as_db_error().unwrap_or_else(|| panic!("not a server error: {err}"))
 }
 
+/// Runs `sql`, a DROP of the registry (or a batch that starts with one, outside a transaction), as
+/// a DBA does after its HINT: again while it fails at once with 55P03 because another transaction
+/// uses the registry for a moment (autovacuum analysing idgen's claim guards after their first
+/// claim, say), for up to [`PATIENCE`]; then its outcome, whatever it is.
+pub fn drop_registry(client: &mut Client, sql: &str) -> Result<(), postgres::Error> {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        match client.batch_execute(sql) {
+            Err(err) if sqlstate(&err) == "55P03" && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
 /// Fills every machine id 0..=1023 of `service` that has no row with a fresh,
 /// busy holder at 192.0.2.x, so that only take-back tiers remain.
 pub fn fill_registry(client: &mut Client, service: &str) {

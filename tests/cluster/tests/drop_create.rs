@@ -13,7 +13,7 @@ fn next_id(client: &mut Client) -> Result<i64, postgres::Error> {
 }
 
 fn drop_extension(client: &mut Client) -> Result<(), postgres::Error> {
-    client.batch_execute("DROP EXTENSION idgen")
+    drop_registry(client, "DROP EXTENSION idgen")
 }
 
 fn pid(client: &mut Client) -> i32 {
@@ -27,7 +27,7 @@ fn the_dropping_session_counts_and_nothing_it_minted_is_handed_out_again() {
     own.batch_execute("CREATE TABLE kept (id bigint PRIMARY KEY)").unwrap();
     own.batch_execute("INSERT INTO kept SELECT idgen_next_id() FROM generate_series(1, 50000)").unwrap();
     // Alone in the database, the session drops and creates the registry under its own lease...
-    own.batch_execute("DROP EXTENSION idgen; CREATE EXTENSION idgen").unwrap();
+    drop_registry(&mut own, "DROP EXTENSION idgen; CREATE EXTENSION idgen").unwrap();
     // ...then it and a new session mint at the same time into one primary key.
     let dsn = db.dsn();
     let other = spawn_named("the new session", move || {
@@ -80,7 +80,7 @@ fn a_service_lease_keeps_the_registry_for_its_whole_length() {
     let c = claim(&mut admin, "svc", "10.0.0.1", 1).unwrap();
     // The node reported nothing yet, but may stamp for its whole lease (55 minutes).
     for drop in ["DROP EXTENSION idgen", "DROP EXTENSION idgen CASCADE", "DROP SCHEMA public CASCADE"] {
-        let err = admin.batch_execute(drop).unwrap_err();
+        let err = drop_registry(&mut admin, drop).unwrap_err();
         assert_eq!(sqlstate(&err), "55006", "{drop}: {err:?}");
         let detail = db_error(&err).detail().unwrap().to_owned();
         assert!(detail.contains("service \"svc\" machine id 0 (10.0.0.1:1)"), "{detail}");
@@ -317,5 +317,5 @@ fn a_drop_or_truncate_reading_an_old_snapshot_is_refused() {
     assert_eq!(sqlstate(&err), "0A000", "{err:?}");
     admin.batch_execute("RESET default_transaction_isolation").unwrap();
     admin.batch_execute("TRUNCATE system_nodes").unwrap();
-    admin.batch_execute("DROP EXTENSION idgen").unwrap();
+    drop_extension(&mut admin).unwrap();
 }

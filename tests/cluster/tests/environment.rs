@@ -30,7 +30,7 @@ fn a_read_only_transaction_is_refused_with_25006() {
 fn idgen_works_when_installed_in_a_schema_of_its_own() {
     let db = TestDb::create("own_schema");
     let mut client = db.connect();
-    client.batch_execute("DROP EXTENSION idgen; CREATE SCHEMA ids; CREATE EXTENSION idgen SCHEMA ids").unwrap();
+    drop_registry(&mut client, "DROP EXTENSION idgen; CREATE SCHEMA ids; CREATE EXTENSION idgen SCHEMA ids").unwrap();
     let row = client.query_one("SELECT machine_id, outcome FROM ids.idgen_claim('svc', '10.0.0.1', 1)", &[]).unwrap();
     assert_eq!((row.get::<_, i16>(0), row.get::<_, String>(1)), (0, "new".to_owned()));
     client.batch_execute("SELECT ids.idgen_heartbeat('svc', 0::smallint, '10.0.0.1', 1, 1)").unwrap();

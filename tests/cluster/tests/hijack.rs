@@ -413,7 +413,7 @@ fn call_everything(attacker: &mut Client, admin: &mut Client, observer: &mut Cli
         ))
         .unwrap();
     read_diagnostics(admin, ext);
-    let refused = admin.batch_execute("DROP EXTENSION idgen").unwrap_err();
+    let refused = drop_registry(admin, "DROP EXTENSION idgen").unwrap_err();
     assert_eq!(sqlstate(&refused), "55006", "{refused:?}");
     admin.query_one(&format!("SELECT {ext}.idgen_purge_history('1 microsecond')"), &[]).unwrap();
 }

@@ -321,11 +321,11 @@ fn a_revocation_reaches_a_session_that_lived_across_drop_and_create_extension() 
     next_id_for(&mut alice, "orders").unwrap();
     // Once her window has passed, the extension may be dropped; the new one has new tables.
     wait_past_backend_watermark(&mut alice, "orders");
-    admin
-        .batch_execute(&format!(
-            "DROP EXTENSION idgen; CREATE EXTENSION idgen; SELECT idgen_grant_service('orders', '{role}')"
-        ))
-        .unwrap();
+    drop_registry(
+        &mut admin,
+        &format!("DROP EXTENSION idgen; CREATE EXTENSION idgen; SELECT idgen_grant_service('orders', '{role}')"),
+    )
+    .unwrap();
     next_id_for(&mut alice, "orders").unwrap();
     admin.batch_execute(&format!("SELECT idgen_revoke_service('orders', '{role}')")).unwrap();
     let err = next_id_for(&mut alice, "orders").unwrap_err();
