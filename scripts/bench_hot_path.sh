@@ -7,8 +7,9 @@
 #  - inserts: ROWS rows into a table whose key defaults to idgen_next_id(), against a bigserial
 #    table in the same round.
 # It reports the median ratio (idgen's time / the baseline's) of each library, and the two
-# libraries' ratio of ratios (1.00: the same). Both revisions must have the same SQL version:
-# only the library is swapped (a new backend loads the file installed when it starts).
+# libraries' ratio of ratios (1.00: the same). Only the library is swapped (a new backend loads
+# the file installed when it starts): the database has BASE_REV's SQL version, which this
+# checkout's library must run against (privilege::SQL_VERSIONS; tests/upgrade has its script).
 # Usage: bash scripts/bench_hot_path.sh [BASE_REV, default HEAD] [ROWS, default 2000000] [ROUNDS, default 5]
 source "$(dirname "${BASH_SOURCE[0]}")/provision.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/clusters.sh"
@@ -19,10 +20,8 @@ DB=idgen_bench_hot_path
 
 provision
 cd "$ROOT"
-base_version=$(git show "$BASE_REV:idgen.control" | sed -n "s/^default_version = '\(.*\)'/\1/p")
-this_version=$(sed -n "s/^default_version = '\(.*\)'/\1/p" idgen.control)
-[ "$base_version" = "$this_version" ] ||
-    die "$BASE_REV has SQL version $base_version, this checkout $this_version: compare libraries of one SQL version"
+base_version=$(git show "$BASE_REV:Cargo.toml" | sed -n 's/^version = "\(.*\)"/\1/p' | head -1)
+[ -n "$base_version" ] || die "no version in $BASE_REV's Cargo.toml"
 
 work=$(pg_work_dir bench-hot-path)
 say "building $BASE_REV's library (release) in $work"
@@ -31,6 +30,7 @@ trap 'git -C "$ROOT" worktree remove --force "$work/base" 2>/dev/null || true' E
 (cd "$work/base" && CARGO_TARGET_DIR="$work/target" cargo build -q --release --no-default-features --features pg15)
 cp "$work/target/release/libidgen.so" "$work/base.so"
 install_extension >/dev/null
+install_upgrade_scripts
 library="$("$PG_CONFIG" --pkglibdir)/idgen.so"
 cp "$library" "$work/this.so"
 start_scratch_cluster
@@ -48,7 +48,7 @@ median() { sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a / b}'; }
 
 scratch_psql postgres -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB"
-scratch_psql "$DB" -c "CREATE EXTENSION idgen" -c "CREATE SEQUENCE s" \
+scratch_psql "$DB" -c "CREATE EXTENSION idgen VERSION '$base_version'" -c "CREATE SEQUENCE s" \
     -c "CREATE TABLE t_idgen (id bigint PRIMARY KEY DEFAULT idgen_next_id())" \
     -c "CREATE TABLE t_serial (id bigserial PRIMARY KEY)"
 
