@@ -169,3 +169,47 @@ fn no_code_under_src_runs_sql_of_its_own() {
     assert!(files.len() >= 25, "only {} source files found under {}", files.len(), src.display());
     assert!(problems.is_empty(), "SQL outside src/statements.rs (move it there):\n{}", problems.join("\n"));
 }
+
+/// The placeholder of `statement`'s parameter `name`.
+fn placeholder(statement: &statements::Statement, name: &str) -> String {
+    let at = statement.params.iter().position(|p| p.name == name);
+    format!("${}", at.unwrap_or_else(|| panic!("{} takes no parameter {name}", statement.name)) + 1)
+}
+
+#[test]
+fn every_grant_is_written_one_way() {
+    // A grant is written whole in each statement that makes one (claims, heartbeats, renewals):
+    // seen at the write, its lease running `lease` from it, no take-back before `takeback_age`
+    // from it. This test holds those copies to that one rule.
+    let mut grants = 0;
+    for statement in statements::ALL {
+        let text = statement.trimmed();
+        if !text.contains("lease_until =") && !text.contains("lease_until, takeover_at") {
+            continue;
+        }
+        grants += 1;
+        let (lease, takeback) = (placeholder(statement, "lease"), placeholder(statement, "takeback_age"));
+        if text.contains("INSERT INTO idgen_private.nodes") {
+            // The insert's values, in its column order: last_seen, lease_until, takeover_at.
+            let written = format!("t.now,\n        t.now OPERATOR(pg_catalog.+) {lease},\n        t.now OPERATOR(pg_catalog.+) {takeback},");
+            assert!(text.contains(&written), "{} grants otherwise than `{written}`:\n{text}", statement.name);
+            continue;
+        }
+        for written in [
+            "last_seen = t.now,".to_owned(),
+            format!("lease_until = t.now OPERATOR(pg_catalog.+) {lease},"),
+            format!("takeover_at = t.now OPERATOR(pg_catalog.+) {takeback},"),
+        ] {
+            assert!(text.contains(&written), "{} grants otherwise than `{written}`:\n{text}", statement.name);
+        }
+        assert!(
+            text.contains("(SELECT pg_catalog.clock_timestamp() AS now) t"),
+            "{}: t.now is the write's moment",
+            statement.name
+        );
+    }
+    assert_eq!(
+        grants, 7,
+        "the statements that grant: the two take-overs, the two reuses, the insert, the heartbeat, the renewal"
+    );
+}
