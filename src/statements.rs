@@ -4,7 +4,8 @@
 //! else; it checks every call's arguments against the list. The rendering of every statement is
 //! checked in as `docs/runtime_statements.sql` (`scripts/render_statements.sh` writes it again;
 //! tests/cluster/tests/runtime_sql.rs compares), so a diff shows each real change of SQL.
-//! Shared rules live in SQL functions of `idgen_private` (`holder_bound`), not in shared text.
+//! Shared rules live in SQL functions of `idgen_private` (`holder_bound`), not in shared text; the
+//! one rule written out in several statements, the grant, is held to one form by runtime_sql.rs.
 //!
 //! **The rule for SQL run with the owner's rights.** Since PostgreSQL 15 the
 //! schema idgen is installed in (`public` by default) belongs to the database
