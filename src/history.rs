@@ -71,18 +71,14 @@ pub fn record(client: &mut SpiClient, event: &Event) {
 /// transaction that returns normally (a refused release).
 pub fn record_refusal_here(client: &mut SpiClient, event: &Event) {
     if take_refusal_turn(client) {
-        insert(client, &sql::INSERT_REFUSAL, &[event.to_json().into(), refusal_interval()]);
+        insert(client, &sql::INSERT_REFUSAL, &[event.to_json().into(), spi::seconds(REFUSAL_INTERVAL_SECS)]);
     }
 }
 
 /// Writes refusal `event` (as JSON) unless one of its kind was recorded for its service within
 /// the interval: the write of the worker that [`refusal_due`] led to.
 pub fn write_refusal(client: &mut SpiClient, event: &str) {
-    spi::ok(spi::run(client, &sql::INSERT_REFUSAL, None, &[event.into(), refusal_interval()]));
-}
-
-fn refusal_interval() -> DatumWithOid<'static> {
-    Interval::from_micros(REFUSAL_INTERVAL_SECS * 1_000_000).into()
+    spi::ok(spi::run(client, &sql::INSERT_REFUSAL, None, &[event.into(), spi::seconds(REFUSAL_INTERVAL_SECS)]));
 }
 
 /// The turn to record a refusal, held until this transaction ends: taken first, so that the check
@@ -123,7 +119,7 @@ fn insert(client: &mut SpiClient, statement: &sql::Statement, args: &[DatumWithO
 /// once a minute per service and kind, at most one worker runs for refusals at a time, and a
 /// refused call never waits for one.
 pub fn refusal_due(client: &mut SpiClient, event: &Event) -> bool {
-    let args = [event.service.clone().into(), event.event.into(), refusal_interval()];
+    let args = [event.service.clone().into(), event.event.into(), spi::seconds(REFUSAL_INTERVAL_SECS)];
     take_refusal_turn(client) && !first_bool(client, &sql::REFUSAL_RECORDED_RECENTLY, &args)
 }
 

@@ -4,7 +4,7 @@
 //! mismatch is a bug in idgen, reported as one before anything runs.
 
 use crate::statements::Statement;
-use pgrx::datum::DatumWithOid;
+use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::pg_sys;
 use pgrx::spi::{SpiClient, SpiHeapTupleData, SpiResult, SpiTupleTable};
 
@@ -73,6 +73,16 @@ pub fn first_row_with_latest_snapshot<R>(
         pg_sys::SPI_freeplan(plan);
         row
     }
+}
+
+/// A duration of `n` seconds, as the statements take durations (`interval`).
+pub fn seconds(n: i64) -> DatumWithOid<'static> {
+    Interval::from_micros(n.saturating_mul(1_000_000)).into()
+}
+
+/// A duration of `n` milliseconds.
+pub fn milliseconds(n: i64) -> DatumWithOid<'static> {
+    Interval::from_micros(n.saturating_mul(1_000)).into()
 }
 
 /// The first row of a result.

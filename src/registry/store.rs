@@ -26,13 +26,13 @@
 //! its AFTER STATEMENT triggers fire (the grants' table relies on one).
 
 use crate::settings::ClaimSettings;
-use crate::spi::{first_row, first_value, ok as spi, run};
+use crate::spi::{first_row, first_value, milliseconds as millis, ok as spi, run, seconds as secs};
 use crate::statements as sql;
 use idgen_core::facts::RowFacts;
 use idgen_core::guard;
 use idgen_core::input::{Holding, NodeIdentity};
 use idgen_core::watermark::{self, HolderKind};
-use pgrx::datum::{DatumWithOid, Inet, Interval, TimestampWithTimeZone};
+use pgrx::datum::{DatumWithOid, Inet, TimestampWithTimeZone};
 use pgrx::spi::{SpiClient, SpiHeapTupleData};
 
 /// The row a claim got, as it wrote it.
@@ -519,14 +519,4 @@ fn text(value: &str) -> DatumWithOid<'static> {
 
 fn inet(host: &str) -> DatumWithOid<'static> {
     Inet(host.to_owned()).into()
-}
-
-/// A duration of `n` seconds, as the statements take durations.
-fn secs(n: i64) -> DatumWithOid<'static> {
-    Interval::from_micros(n.saturating_mul(1_000_000)).into()
-}
-
-/// A duration of `n` milliseconds.
-fn millis(n: i64) -> DatumWithOid<'static> {
-    Interval::from_micros(n.saturating_mul(1_000)).into()
 }

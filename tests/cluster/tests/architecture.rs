@@ -3,21 +3,15 @@
 //! (A pure check: no database needed.)
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Each module of the crate rooted at `src` (named `a::b`, the root `lib`), with the modules its
 /// source names through `crate::` or `super::` paths.
 fn dependencies(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let mut sources = BTreeMap::new();
-    let mut pending: Vec<PathBuf> = vec![src.to_path_buf()];
-    while let Some(path) = pending.pop() {
-        if path.is_dir() {
-            pending.extend(std::fs::read_dir(&path).unwrap().map(|entry| entry.unwrap().path()));
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            let relative = path.strip_prefix(src).unwrap().with_extension("");
-            let name = relative.to_string_lossy().replace("/mod", "").replace('/', "::");
-            sources.insert(name, std::fs::read_to_string(&path).unwrap());
-        }
+    for relative in idgen_cluster_tests::rust_files(src) {
+        let name = relative.with_extension("").to_string_lossy().replace("/mod", "").replace('/', "::");
+        sources.insert(name, std::fs::read_to_string(src.join(&relative)).unwrap());
     }
     let modules: BTreeSet<String> = sources.keys().cloned().collect();
     sources

@@ -3,6 +3,7 @@
 //! takes exactly the parameters it lists; and no other code under src/ runs SQL of its own.
 //! (Pure checks: no database needed.)
 
+use idgen_cluster_tests::rust_files;
 use std::path::{Path, PathBuf};
 
 #[path = "../../../src/statements.rs"]
@@ -100,21 +101,6 @@ fn statement_names_are_unique_and_every_parameter_type_is_one_the_runner_binds()
             );
         }
     }
-}
-
-/// Every `.rs` file under `dir`, as paths relative to it.
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(path) = pending.pop() {
-        if path.is_dir() {
-            pending.extend(std::fs::read_dir(&path).unwrap().map(|entry| entry.unwrap().path()));
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            found.push(path.strip_prefix(dir).unwrap().to_path_buf());
-        }
-    }
-    found.sort();
-    found
 }
 
 /// What in `source` looks like SQL of its own: a string literal that starts with an SQL
