@@ -21,6 +21,8 @@
 # and leaves the scratch and clock-step clusters running (the pooler and the formation are
 # stopped when the run ends, however it ends). Ports and directories: see scripts/common.sh
 # (IDGEN_PORT, ..., IDGEN_WORK_DIR). Each stage's output is kept in <work dir>/test-logs/.
+# IDGEN_KEEP_INSTALLED=1 skips building and installing the extension (it tests what is installed:
+# for a second checkout that changes no SQL and shares the PostgreSQL of another).
 # Ends with a table of each stage's passed, failed and ignored tests and, for the full run, the
 # line `idgen: N passed, 0 failed (PostgreSQL 15 and 18)`; exits non-zero at the first failure.
 source "$(dirname "${BASH_SOURCE[0]}")/provision.sh"
@@ -159,6 +161,11 @@ stage_pg_test() {
 # The release build in PostgreSQL $PG_MAJOR, and its scratch cluster restarted to load it.
 ensure_release_installed() {
     [ "$INSTALLED" = "$PG_MAJOR" ] && return 0
+    if [ "${IDGEN_KEEP_INSTALLED:-}" = 1 ]; then
+        say "IDGEN_KEEP_INSTALLED=1: testing the idgen already installed in PostgreSQL $PG_MAJOR"
+        INSTALLED=$PG_MAJOR
+        return 0
+    fi
     install_extension
     install_upgrade_scripts
     INSTALLED=$PG_MAJOR SCRATCH_UP=
