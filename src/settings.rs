@@ -26,7 +26,8 @@ pub static LEASE_SAFETY_MARGIN: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT
 
 pub static SERVICE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 pub static NODE_HOST: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"127.0.0.1"));
-pub static MAX_CLOCK_BACKWARD: GucSetting<i32> = GucSetting::<i32>::new(2_000);
+pub static MAX_CLOCK_BACKWARD: GucSetting<i32> =
+    GucSetting::<i32>::new(idgen_core::generator::MAX_CLOCK_BACKWARD_DEFAULT_MS as i32);
 pub static CAPACITY_ALERT: GucSetting<f64> = GucSetting::<f64>::new(0.8);
 pub static MACHINE_ID_RANGE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 pub static REQUIRE_SYNCHRONOUS_STANDBY: GucSetting<bool> = GucSetting::<bool>::new(false);

@@ -3,7 +3,9 @@
 //!
 //! Rules (each answers a way Snowflake generators have issued duplicates):
 //! - IDs only grow: a clock that steps back is waited out up to a limit, and
-//!   refused beyond it. Future time is never borrowed.
+//!   refused beyond it. Future time is never borrowed. Every holder keeps this
+//!   one rule (backends: `idgen.max_clock_backward`; services: the client's
+//!   `max_clock_backward`), with the same default, and counts both outcomes.
 //! - 2^sequence_bits IDs per tick; when they run out, wait for the next tick.
 //! - A lease's first ID is stamped strictly after its `not_before`: after the
 //!   claim and after every timestamp an earlier holder of the machine id may
@@ -19,6 +21,22 @@ pub trait Clock {
     /// Returns at about `unix_ms` (possibly earlier: the generator reads the
     /// clock again). A real clock checks for query cancel while it waits.
     fn wait_until(&mut self, unix_ms: i64);
+}
+
+/// How far a clock may step back before a generator refuses instead of waiting, unless its
+/// holder is configured otherwise: the default of `idgen.max_clock_backward` and of the client's.
+pub const MAX_CLOCK_BACKWARD_DEFAULT_MS: i64 = 2_000;
+
+/// What a generator met on its clock, counted over its life: the holder reports them (a service
+/// with its heartbeat), so that the person on call sees every holder's clock in one place.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClockEvents {
+    /// Calls that found the clock behind the last ID and waited until it was back.
+    pub backward_waits: u64,
+    /// Calls refused because the clock was further behind than allowed.
+    pub backward_refusals: u64,
+    /// Calls that found their tick's sequence used up and waited for the next tick.
+    pub sequence_exhaustions: u64,
 }
 
 /// Why no ID was issued.
@@ -42,16 +60,28 @@ pub struct Generator {
     last_ticks: i64,
     /// Sequence of the last ID issued in `last_ticks`; `max_sequence` at a floor.
     last_sequence: u32,
+    /// `last_ticks` is a lease's floor, not an issued ID's tick: a clock behind it or a wait
+    /// past it is the lease's start, not a step back or an exhausted sequence.
+    at_floor: bool,
     max_backward_ms: i64,
     issued: u64,
+    events: ClockEvents,
 }
 
 impl Generator {
     /// A generator for `machine_id` whose first ID is stamped after `not_before_unix_ms`.
     pub fn new(layout: Layout, machine_id: u16, not_before_unix_ms: i64, max_backward_ms: i64) -> Generator {
         assert!(machine_id <= layout.max_machine_id(), "machine id {machine_id} outside the layout");
-        let mut generator =
-            Generator { layout, machine_id, last_ticks: i64::MIN, last_sequence: 0, max_backward_ms, issued: 0 };
+        let mut generator = Generator {
+            layout,
+            machine_id,
+            last_ticks: i64::MIN,
+            last_sequence: 0,
+            at_floor: true,
+            max_backward_ms,
+            issued: 0,
+            events: ClockEvents::default(),
+        };
         generator.start_lease(machine_id, not_before_unix_ms);
         generator
     }
@@ -64,6 +94,7 @@ impl Generator {
         assert!(machine_id <= self.layout.max_machine_id(), "machine id {machine_id} outside the layout");
         let claim_ticks = self.layout.ticks_floor(not_before_unix_ms);
         self.machine_id = machine_id;
+        self.at_floor = true;
         self.last_ticks = self.last_ticks.max(claim_ticks);
         // Marks the floor tick as used up: the next ID needs a later tick.
         self.last_sequence = self.layout.max_sequence();
@@ -76,6 +107,11 @@ impl Generator {
     /// IDs issued over this generator's life.
     pub fn issued(&self) -> u64 {
         self.issued
+    }
+
+    /// What it met on its clock over its life.
+    pub fn clock_events(&self) -> ClockEvents {
+        self.events
     }
 
     /// Unix millisecond at which the tick of the last issued ID began (or the floor's).
@@ -93,9 +129,11 @@ impl Generator {
             }
             self.last_ticks = ticks;
             self.last_sequence = 0;
+            self.at_floor = false;
         } else if ticks == self.last_ticks {
             if self.last_sequence >= self.layout.max_sequence() {
-                return Attempt::WaitUntil(self.layout.unix_ms_of(ticks + 1));
+                let why = if self.at_floor { Wait::NotBefore } else { Wait::SequenceExhausted };
+                return Attempt::Wait { until_unix_ms: self.layout.unix_ms_of(ticks + 1), why };
             }
             self.last_sequence += 1;
         } else {
@@ -106,7 +144,8 @@ impl Generator {
             }
             let resume_tick =
                 if self.last_sequence >= self.layout.max_sequence() { self.last_ticks + 1 } else { self.last_ticks };
-            return Attempt::WaitUntil(self.layout.unix_ms_of(resume_tick));
+            let why = if self.at_floor { Wait::NotBefore } else { Wait::ClockStepBack };
+            return Attempt::Wait { until_unix_ms: self.layout.unix_ms_of(resume_tick), why };
         }
         self.issued += 1;
         Attempt::Issued(self.layout.pack(IdParts {
@@ -118,28 +157,60 @@ impl Generator {
 
     /// The next ID, reading `clock` once per attempt. Stops with
     /// [`Stop::LeaseCheckDue`] when the reading reaches `lease_check_due_unix_ms`.
+    /// Counts, once per call, a step back it waited out, a sequence it found used up, and a
+    /// step back it refused.
     #[inline]
     pub fn next_id(&mut self, clock: &mut impl Clock, lease_check_due_unix_ms: i64) -> Result<i64, Stop> {
-        loop {
+        let (mut stepped_back, mut exhausted) = (false, false);
+        let result = loop {
             let now = clock.now_unix_ms();
             if now >= lease_check_due_unix_ms {
-                return Err(Stop::LeaseCheckDue);
+                break Err(Stop::LeaseCheckDue);
             }
             match self.try_issue(now) {
-                Attempt::Issued(id) => return Ok(id),
-                Attempt::WaitUntil(unix_ms) => clock.wait_until(unix_ms),
-                Attempt::Refused(stop) => return Err(stop),
+                Attempt::Issued(id) => break Ok(id),
+                Attempt::Wait { until_unix_ms, why } => {
+                    stepped_back |= why == Wait::ClockStepBack;
+                    exhausted |= why == Wait::SequenceExhausted;
+                    clock.wait_until(until_unix_ms)
+                }
+                Attempt::Refused(stop) => break Err(stop),
             }
+        };
+        if stepped_back || exhausted || matches!(result, Err(Stop::ClockBehind { .. })) {
+            self.count(stepped_back, exhausted, &result);
         }
+        result
     }
+
+    #[cold]
+    fn count(&mut self, stepped_back: bool, exhausted: bool, result: &Result<i64, Stop>) {
+        self.events.backward_waits += u64::from(stepped_back);
+        self.events.sequence_exhaustions += u64::from(exhausted);
+        self.events.backward_refusals += u64::from(matches!(result, Err(Stop::ClockBehind { .. })));
+    }
+}
+
+/// Why a generator waits before it can issue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// The lease's floor (`not_before`, or the last ID of an earlier lease) is not behind it yet.
+    NotBefore,
+    /// The clock stepped back behind the last ID, by no more than allowed.
+    ClockStepBack,
+    /// The tick's sequence is used up.
+    SequenceExhausted,
 }
 
 /// The outcome of one [`Generator::try_issue`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Attempt {
     Issued(i64),
-    /// Nothing can be issued before this Unix millisecond.
-    WaitUntil(i64),
+    /// Nothing can be issued before `until_unix_ms`.
+    Wait {
+        until_unix_ms: i64,
+        why: Wait,
+    },
     Refused(Stop),
 }
 
@@ -211,6 +282,8 @@ mod tests {
         let mut clock = FakeClock::at(T0 - 5);
         let id = g.next_id(&mut clock, NO_DEADLINE).unwrap();
         assert_eq!(L.decompose(id).unwrap().ticks, T0 + 1 - EPOCH_2025_UNIX_MS);
+        // Waiting out the lease's start is neither a step back nor an exhausted sequence.
+        assert_eq!(g.clock_events(), ClockEvents::default());
     }
 
     #[test]
@@ -222,6 +295,7 @@ mod tests {
         assert_eq!(L.decompose(*ids.last().unwrap()).unwrap().sequence, 4095);
         let next = g.next_id(&mut clock, NO_DEADLINE).unwrap();
         assert_eq!(clock.waits, vec![T0 + 1], "waited for the next millisecond, did not borrow it");
+        assert_eq!(g.clock_events(), ClockEvents { sequence_exhaustions: 1, ..ClockEvents::default() });
         assert_eq!(
             L.decompose(next).unwrap(),
             IdParts { ticks: T0 + 1 - EPOCH_2025_UNIX_MS, machine_id: 7, sequence: 0 }
@@ -241,6 +315,7 @@ mod tests {
         assert!(after > before);
         assert_eq!(L.decompose(after).unwrap().ticks, T0 - EPOCH_2025_UNIX_MS, "continues the same tick's sequence");
         assert_eq!(L.decompose(after).unwrap().sequence, 1);
+        assert_eq!(g.clock_events(), ClockEvents { backward_waits: 1, ..ClockEvents::default() });
     }
 
     #[test]
@@ -252,9 +327,11 @@ mod tests {
         assert_eq!(g.next_id(&mut clock, NO_DEADLINE), Err(Stop::ClockBehind { behind_ms: 2_001, allowed_ms: 2_000 }));
         assert!(clock.waits.is_empty());
         assert_eq!(g.issued(), 1);
+        assert_eq!(g.clock_events(), ClockEvents { backward_refusals: 1, ..ClockEvents::default() });
         // Exactly the allowed step is waited out.
         clock.now = T0 - 2_000;
         assert!(g.next_id(&mut clock, NO_DEADLINE).is_ok());
+        assert_eq!(g.clock_events(), ClockEvents { backward_waits: 1, backward_refusals: 1, sequence_exhaustions: 0 });
         // With no tolerance at all, any step back is refused.
         let mut strict = Generator::new(L, 1, T0 - 1, 0);
         let mut clock = FakeClock::at(T0);
@@ -287,6 +364,7 @@ mod tests {
         g.start_lease(3, T0);
         let new = g.next_id(&mut clock, NO_DEADLINE).unwrap();
         assert!(new > old);
+        assert_eq!(g.clock_events(), ClockEvents::default(), "a new lease's floor is no exhausted sequence");
         let parts = L.decompose(new).unwrap();
         assert_eq!((parts.machine_id, parts.ticks), (3, T0 + 101 - EPOCH_2025_UNIX_MS));
         // A claim later than every issued ID sets the floor instead.
