@@ -16,11 +16,21 @@
 //! ```
 //!
 //! The contract, and where each part lives:
-//! - **claim** at start, retrying `55P03`, `40001` and lost connections with backoff
-//!   ([`IdgenNode::start`]); then wait until the clock is past `not_before`;
+//! - **every registry call ends by a deadline** (`Config::call_timeout`, 5 s): past it the
+//!   statement is cancelled and its connection dropped, so a primary waiting for a synchronous
+//!   standby that is gone, or a peer that died without closing, cannot hang the node; TCP
+//!   keepalives and a TCP user timeout are set unless the connection string sets its own;
+//! - **claim** at start, retrying `55P03`, `40001`, lost connections and calls that timed out
+//!   with backoff ([`IdgenNode::start`], within `start_timeout` plus one `call_timeout`); a claim
+//!   that commits after the node gave up on it is released; then wait until the clock is past
+//!   `not_before`;
 //! - **heartbeat** every interval (the server's `idgen.heartbeat_interval` unless set) on a
 //!   thread of its own, with the node's watermark; reconnect and retry when the connection
 //!   fails (a multi-host connection string follows the primary);
+//! - **one clock policy for every holder**: a step back of the wall clock is waited out up to
+//!   `Config::max_clock_backward` (2 s, as `idgen.max_clock_backward` for backends) and refused
+//!   beyond it ([`Error::Clock`]); both, and exhausted sequences, are counted
+//!   ([`Metrics::clock`]) and reported with every heartbeat;
 //! - **the lease is measured on a monotonic clock** from the moment the last successful
 //!   heartbeat (or the claim) was *sent*: `next_id` refuses once it has passed, and resumes
 //!   if a later heartbeat succeeds (the node still owns the id);
@@ -29,8 +39,11 @@
 //! - **the last word is true**: `shutdown` stops every minting thread before it reads the
 //!   watermark it releases with, so that watermark bounds every ID the node issued;
 //! - **no zombie generator**: if the heartbeat thread panics, the node stops issuing;
-//! - **release on shutdown** ([`IdgenNode::shutdown`], and `Drop`), with the watermark.
+//! - **release on shutdown** ([`IdgenNode::shutdown`], and `Drop`), with the watermark, within
+//!   two `call_timeout`s whatever the database does.
 
+mod call;
 mod node;
 
+pub use idgen_core::generator::ClockEvents;
 pub use node::{Config, Error, IdgenNode, Metrics, Status, StatusHook, WallClockFn};

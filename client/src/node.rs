@@ -1,10 +1,12 @@
 //! The node: its claim, its heartbeat thread, and `next_id`.
 
-use idgen_core::generator::{Clock, Generator, Stop};
+use crate::call::{CallError, Registry};
+use idgen_core::generator::{Clock, ClockEvents, Generator, Stop, MAX_CLOCK_BACKWARD_DEFAULT_MS};
 use idgen_core::Layout;
-use postgres::{Client, NoTls};
+use postgres::Client;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -28,8 +30,21 @@ pub struct Config {
     pub port: i32,
     /// How often to heartbeat; `None`: the server's `idgen.heartbeat_interval`.
     pub heartbeat_interval: Option<Duration>,
-    /// How long `start` retries what is worth retrying (`55P03`, `40001`, lost connections).
+    /// How long `start` retries what is worth retrying (`55P03`, `40001`, lost connections, calls
+    /// that timed out). `start` returns within `start_timeout` plus one `call_timeout`.
     pub start_timeout: Duration,
+    /// How long one registry call may take, connecting included (a claim, a heartbeat, a
+    /// release). Past it the statement is cancelled and its connection dropped: the claim is
+    /// retried (and, should it still commit, released), the heartbeat counts as failed and is
+    /// retried on a new connection, the release is given up. `shutdown` returns within two of
+    /// these. The connection gets TCP keepalives and a TCP user timeout of about this long
+    /// unless the connection string sets them (`keepalives_idle`, `tcp_user_timeout`, ...).
+    pub call_timeout: Duration,
+    /// How far the wall clock may step back behind the last ID before `next_id` refuses
+    /// ([`Error::Clock`]) instead of waiting until it is back; the same default as the
+    /// backends' `idgen.max_clock_backward` (2 s). Both outcomes are counted
+    /// ([`Metrics::clock`]) and reported with every heartbeat.
+    pub max_clock_backward: Duration,
     /// Told about every change of [`Status`].
     pub on_status_change: Option<StatusHook>,
     /// The wall clock IDs are stamped with and watermarks are read from (the system clock).
@@ -45,6 +60,8 @@ impl Config {
             port,
             heartbeat_interval: None,
             start_timeout: Duration::from_secs(60),
+            call_timeout: Duration::from_secs(5),
+            max_clock_backward: Duration::from_millis(MAX_CLOCK_BACKWARD_DEFAULT_MS as u64),
             on_status_change: None,
             wall_clock: Arc::new(system_unix_ms),
         }
@@ -87,6 +104,10 @@ pub enum Error {
     Start(postgres::Error),
     /// The release at shutdown failed (the id comes back by the tier rules).
     Release(postgres::Error),
+    /// A claim (until `start_timeout`) or the release got no answer within `call_timeout`: the
+    /// statement was cancelled. A claim that still commits is released by the node; a release
+    /// may have committed on the server it reached, or not (the id then comes back by the tiers).
+    TimedOut { call: &'static str, after: Duration },
 }
 
 impl fmt::Display for Error {
@@ -96,9 +117,22 @@ impl fmt::Display for Error {
             Error::OwnershipLost(detail) => write!(f, "idgen: the lease ended for good: {detail}"),
             Error::Stopped => write!(f, "idgen: the node was shut down"),
             Error::HeartbeatDied => write!(f, "idgen: the heartbeat thread died; the node stopped issuing"),
-            Error::Clock(stop) => write!(f, "idgen: the clock cannot stamp an ID: {stop:?}"),
+            Error::Clock(Stop::ClockBehind { behind_ms, allowed_ms }) => write!(
+                f,
+                "idgen: the clock is {behind_ms} ms behind the last ID, more than the {allowed_ms} ms the node waits \
+                 out (Config::max_clock_backward); no ID was issued (IDs never reuse time: fix the clock, or wait)"
+            ),
+            Error::Clock(Stop::ClockOutsideLayout { now_unix_ms }) => write!(
+                f,
+                "idgen: the clock reads {} (Unix ms {now_unix_ms}), outside what the ID layout can stamp; no ID was issued",
+                idgen_core::format::iso_utc(*now_unix_ms)
+            ),
+            Error::Clock(Stop::LeaseCheckDue) => write!(f, "idgen: the lease passed its deadline"),
             Error::Start(e) => write!(f, "idgen: could not claim a machine id: {}", describe(e)),
             Error::Release(e) => write!(f, "idgen: could not release the machine id: {}", describe(e)),
+            Error::TimedOut { call, after } => {
+                write!(f, "idgen: the {call} got no answer within {after:?} (Config::call_timeout); it was cancelled")
+            }
         }
     }
 }
@@ -127,7 +161,12 @@ pub struct Metrics {
     pub status: Status,
     pub ids_issued: u64,
     pub heartbeats_ok: u64,
+    /// Heartbeats that failed (no connection, an error, no answer in time) and were retried.
     pub heartbeats_failed: u64,
+    /// Of those, the ones that got no answer within `call_timeout`.
+    pub heartbeats_timed_out: u64,
+    /// Steps back of the clock waited out and refused, and exhausted sequences.
+    pub clock: ClockEvents,
     /// Until the lease's deadline, on the monotonic clock; `None` once passed.
     pub time_to_deadline: Option<Duration>,
 }
@@ -164,6 +203,7 @@ struct Lease {
 
 struct Shared {
     config: Config,
+    registry: Registry,
     machine_id: i16,
     version: i64,
     interval: Duration,
@@ -172,6 +212,9 @@ struct Shared {
     wake: Condvar,
     heartbeats_ok: AtomicU64,
     heartbeats_failed: AtomicU64,
+    heartbeats_timed_out: AtomicU64,
+    /// The server has idgen_heartbeat without the clock counts (before 0.6.0).
+    heartbeat_without_counts: AtomicBool,
 }
 
 impl Shared {
@@ -205,28 +248,46 @@ impl Shared {
         }
     }
 
-    /// The latest timestamp the node stamped, or its clock, whichever is later (Unix ms). Read
-    /// under the generator's lock: no ID minted before it is later.
-    fn watermark_ms(&self) -> f64 {
+    /// What the node tells the registry: the latest timestamp it stamped or its clock, whichever
+    /// is later (Unix ms), and its clock counts. Read under the generator's lock: no ID minted
+    /// before it is later.
+    fn report(&self) -> Report {
         let generator = self.generator();
-        generator.last_unix_ms().max((self.config.wall_clock)()) as f64
+        Report {
+            service: self.config.service.clone(),
+            machine_id: self.machine_id,
+            host: self.config.host.clone(),
+            port: self.config.port,
+            version: self.version,
+            watermark_ms: generator.last_unix_ms().max((self.config.wall_clock)()) as f64,
+            clock: generator.clock_events(),
+        }
     }
+}
+
+/// A heartbeat's or a release's arguments, taken at the moment it is sent.
+#[derive(Clone)]
+struct Report {
+    service: String,
+    machine_id: i16,
+    host: String,
+    port: i32,
+    version: i64,
+    watermark_ms: f64,
+    clock: ClockEvents,
 }
 
 /// A service node holding one machine id of its service. Share it between threads (in an `Arc`):
 /// any of them may mint, and any may shut it down while others mint.
 pub struct IdgenNode {
     shared: Arc<Shared>,
-    heartbeat: Mutex<Option<JoinHandle<Option<Client>>>>,
+    heartbeat: Mutex<Option<Heartbeat>>,
 }
 
-/// Errors worth another try: a lock held by another session, a serialisation failure, a lost
-/// connection (no SQLSTATE at all).
-fn retryable(e: &postgres::Error) -> bool {
-    match e.code() {
-        Some(code) => matches!(code.code(), "55P03" | "40001" | "57P01" | "57P03" | "25006"),
-        None => true,
-    }
+/// The heartbeat thread, and where it hands back its connection when it stops.
+struct Heartbeat {
+    thread: JoinHandle<()>,
+    stopped: mpsc::Receiver<Option<Client>>,
 }
 
 struct Claimed {
@@ -238,11 +299,15 @@ struct Claimed {
     sent: Instant,
 }
 
-fn connect(conninfo: &str) -> Result<Client, postgres::Error> {
-    Client::connect(conninfo, NoTls)
+/// Who claims: the node's identity.
+#[derive(Clone)]
+struct Identity {
+    service: String,
+    host: String,
+    port: i32,
 }
 
-fn claim(client: &mut Client, config: &Config) -> Result<Claimed, postgres::Error> {
+fn claim(client: &mut Client, who: &Identity) -> Result<Claimed, postgres::Error> {
     // Only the cadence comes from the settings; the lease is the one this claim was granted.
     let policy = client.query_one("SELECT extract(epoch FROM heartbeat_interval)::float8 FROM idgen_policy()", &[])?;
     let sent = Instant::now();
@@ -250,7 +315,7 @@ fn claim(client: &mut Client, config: &Config) -> Result<Claimed, postgres::Erro
         "SELECT machine_id, version, (extract(epoch FROM not_before) * 1000)::float8, \
                 extract(epoch FROM lease_until - now())::float8 \
            FROM idgen_claim($1, $2::text::inet, $3)",
-        &[&config.service, &config.host, &config.port],
+        &[&who.service, &who.host, &who.port],
     )?;
     Ok(Claimed {
         machine_id: row.get(0),
@@ -273,24 +338,47 @@ impl IdgenNode {
     /// `config.start_timeout`), waits until the clock is past its `not_before`, and starts the
     /// heartbeat thread.
     pub fn start(config: Config) -> Result<IdgenNode, Error> {
+        let registry = Registry::new(&config.conninfo, config.call_timeout).map_err(Error::Start)?;
+        let who = Identity { service: config.service.clone(), host: config.host.clone(), port: config.port };
         let give_up = Instant::now() + config.start_timeout;
         let mut backoff = Duration::from_millis(50);
         let (client, claimed) = loop {
-            match connect(&config.conninfo).and_then(|mut c| claim(&mut c, &config).map(|claimed| (c, claimed))) {
-                Ok(done) => break done,
-                Err(e) if retryable(&e) && Instant::now() + backoff < give_up => {
+            let attempt = registry.call(
+                None,
+                registry.deadline(),
+                {
+                    let who = who.clone();
+                    move |c| claim(c, &who)
+                },
+                {
+                    // A claim that commits after the node gave up on it: nobody will use it.
+                    let (registry, who) = (registry.clone(), who.clone());
+                    move |c, claimed| release_unused(&registry, c, &who, &claimed)
+                },
+            );
+            match attempt {
+                (client, Ok(claimed)) => break (client, claimed),
+                (_, Err(e)) if e.retryable() && Instant::now() + backoff < give_up => {
                     std::thread::sleep(backoff);
                     backoff = (backoff * 2).min(Duration::from_secs(2));
                 }
-                Err(e) => return Err(Error::Start(e)),
+                (_, Err(e)) => {
+                    return Err(match e.into_error() {
+                        Some(e) => Error::Start(e),
+                        None => Error::TimedOut { call: "claim", after: config.call_timeout },
+                    })
+                }
             }
         };
         // No ID at or before not_before: earlier holders may have stamped up to it.
         WallClock(&config.wall_clock).wait_until(claimed.not_before_ms + 1);
-        let generator = Generator::new(Layout::DEFAULT, claimed.machine_id as u16, claimed.not_before_ms, 0);
+        let max_backward_ms = config.max_clock_backward.as_millis().min(i64::MAX as u128) as i64;
+        let generator =
+            Generator::new(Layout::DEFAULT, claimed.machine_id as u16, claimed.not_before_ms, max_backward_ms);
         let interval = config.heartbeat_interval.unwrap_or(claimed.interval);
         let shared = Arc::new(Shared {
             config,
+            registry,
             machine_id: claimed.machine_id,
             version: claimed.version,
             interval,
@@ -299,15 +387,21 @@ impl IdgenNode {
             wake: Condvar::new(),
             heartbeats_ok: AtomicU64::new(0),
             heartbeats_failed: AtomicU64::new(0),
+            heartbeats_timed_out: AtomicU64::new(0),
+            heartbeat_without_counts: AtomicBool::new(false),
         });
-        let heartbeat = std::thread::Builder::new()
+        let (hand_back, stopped) = mpsc::sync_channel(1);
+        let thread = std::thread::Builder::new()
             .name(format!("idgen-heartbeat-{}", shared.machine_id))
             .spawn({
                 let shared = shared.clone();
-                move || heartbeat_loop(shared, Some(client))
+                move || {
+                    let client = heartbeat_loop(shared, client);
+                    let _ = hand_back.send(client);
+                }
             })
             .expect("spawn the heartbeat thread");
-        Ok(IdgenNode { shared, heartbeat: Mutex::new(Some(heartbeat)) })
+        Ok(IdgenNode { shared, heartbeat: Mutex::new(Some(Heartbeat { thread, stopped })) })
     }
 
     /// The next ID. Never waits on the network; refuses once the lease has passed its deadline,
@@ -355,21 +449,30 @@ impl IdgenNode {
             let state = self.shared.state();
             (state.status.clone(), state.deadline)
         };
+        let (ids_issued, clock) = {
+            let generator = self.shared.generator();
+            (generator.issued(), generator.clock_events())
+        };
         Metrics {
             machine_id: self.shared.machine_id,
             version: self.shared.version,
             status,
-            ids_issued: self.shared.generator().issued(),
+            ids_issued,
             heartbeats_ok: self.shared.heartbeats_ok.load(Ordering::Relaxed),
             heartbeats_failed: self.shared.heartbeats_failed.load(Ordering::Relaxed),
+            heartbeats_timed_out: self.shared.heartbeats_timed_out.load(Ordering::Relaxed),
+            clock,
             time_to_deadline: deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()),
         }
     }
 
     /// Stops issuing (threads minting meanwhile get [`Error::Stopped`]), stops the heartbeat, then
-    /// releases the id with the node's watermark, which bounds every ID it issued.
-    /// `Ok(false)`: the id had already moved (nothing to release).
+    /// releases the id with the node's watermark, which bounds every ID it issued. Returns within
+    /// two `call_timeout`s, whatever the database does: the heartbeat gets one to hand back its
+    /// connection, the release the rest. `Ok(false)`: the id had already moved (nothing to
+    /// release).
     pub fn shutdown(&self) -> Result<bool, Error> {
+        let give_up = Instant::now() + 2 * self.shared.registry.timeout;
         let taken = self.heartbeat.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
         let Some(heartbeat) = taken else { return Err(Error::Stopped) };
         // Stop issuing first (a final status stays as it is), under the generator's lock so that
@@ -386,24 +489,33 @@ impl IdgenNode {
             self.shared.announce(&Status::Stopped);
         }
         self.shared.wake.notify_all();
-        let client = heartbeat.join().ok().flatten();
+        // A heartbeat in flight ends by its own deadline; one that does not hand back in time is
+        // left to finish on its own (it mints nothing).
+        let client = match heartbeat.stopped.recv_timeout(self.shared.registry.timeout) {
+            Ok(client) => {
+                let _ = heartbeat.thread.join();
+                client
+            }
+            Err(_) => None,
+        };
         if lost {
             return Ok(false);
         }
+        let report = self.shared.report();
+        let deadline = give_up.min(self.shared.registry.deadline());
         // The heartbeat's connection may have died unnoticed (a restart between heartbeats): a
         // connection error is worth one new connection (which finds the primary).
-        let released = match client {
-            Some(mut c) if !c.is_closed() => match release(&self.shared, &mut c) {
-                Err(e) if e.code().is_none() => None,
-                done => Some(done),
+        let (_, released) = match client {
+            Some(c) => match release(&self.shared.registry, Some(c), deadline, &report) {
+                (_, Err(e)) if e.connection_lost() => release(&self.shared.registry, None, give_up, &report),
+                done => done,
             },
-            _ => None,
+            None => release(&self.shared.registry, None, give_up, &report),
         };
-        let released = match released {
-            Some(done) => done,
-            None => connect(&self.shared.config.conninfo).and_then(|mut c| release(&self.shared, &mut c)),
-        };
-        released.map_err(Error::Release)
+        released.map_err(|e| match e.into_error() {
+            Some(e) => Error::Release(e),
+            None => Error::TimedOut { call: "release", after: self.shared.registry.timeout },
+        })
     }
 }
 
@@ -449,15 +561,11 @@ fn heartbeat_loop(shared: Arc<Shared>, mut client: Option<Client>) -> Option<Cli
         }
         let sent = Instant::now();
         // Only the server's answer to the heartbeat itself can end the lease: a connection that
-        // cannot be made (refused, or not permitted) is retried like one that broke.
-        let result = match client.as_mut() {
-            Some(c) => heartbeat(&shared, c).map_err(Failure::Answered),
-            None => connect(&shared.config.conninfo).map_err(|_| Failure::NotConnected).and_then(|mut c| {
-                let r = heartbeat(&shared, &mut c).map_err(Failure::Answered);
-                client = Some(c);
-                r
-            }),
-        };
+        // cannot be made (refused, or not permitted) is retried like one that broke, and so is a
+        // heartbeat that got no answer in time (whatever it did on the server, the node's deadline
+        // only moves on an answer).
+        let (session, result) = heartbeat(&shared, client.take(), sent + shared.registry.timeout);
+        client = session;
         match result {
             Ok(lease) => {
                 shared.heartbeats_ok.fetch_add(1, Ordering::Relaxed);
@@ -465,12 +573,15 @@ fn heartbeat_loop(shared: Arc<Shared>, mut client: Option<Client>) -> Option<Cli
                 shared.set_status(Status::Live);
                 next = sent + shared.interval;
             }
-            Err(Failure::Answered(e)) if lease_ended(&e) => {
+            Err(CallError::Failed(e)) if lease_ended(&e) => {
                 shared.set_status(Status::Lost { detail: refusal(&e) });
                 return client;
             }
-            Err(_) => {
+            Err(e) => {
                 shared.heartbeats_failed.fetch_add(1, Ordering::Relaxed);
+                if matches!(e, CallError::TimedOut) {
+                    shared.heartbeats_timed_out.fetch_add(1, Ordering::Relaxed);
+                }
                 client = None;
                 if Instant::now() >= shared.state().deadline {
                     shared.set_status(Status::Expired);
@@ -479,14 +590,6 @@ fn heartbeat_loop(shared: Arc<Shared>, mut client: Option<Client>) -> Option<Cli
             }
         }
     }
-}
-
-/// How a heartbeat failed.
-enum Failure {
-    /// No connection could be made.
-    NotConnected,
-    /// The server answered the heartbeat with an error (or the connection broke meanwhile).
-    Answered(postgres::Error),
 }
 
 /// Whether a heartbeat's error ends the lease for good: the id moved (`55000`), the server refused
@@ -512,22 +615,99 @@ fn refusal(e: &postgres::Error) -> String {
 }
 
 /// Releases the id with the node's watermark; false when it had already moved.
-fn release(shared: &Shared, client: &mut Client) -> Result<bool, postgres::Error> {
-    let c = &shared.config;
-    let row = client.query_one(
-        "SELECT idgen_release($1, $2, $3::text::inet, $4, $5, to_timestamp($6::float8 / 1000))",
-        &[&c.service, &shared.machine_id, &c.host, &c.port, &shared.version, &shared.watermark_ms()],
-    )?;
-    Ok(row.get(0))
+fn release(
+    registry: &Registry,
+    session: Option<Client>,
+    deadline: Instant,
+    report: &Report,
+) -> (Option<Client>, Result<bool, CallError>) {
+    let r = report.clone();
+    registry.call(
+        session,
+        deadline,
+        move |client| {
+            let row = client.query_one(
+                "SELECT idgen_release($1, $2, $3::text::inet, $4, $5, to_timestamp($6::float8 / 1000))",
+                &[&r.service, &r.machine_id, &r.host, &r.port, &r.version, &r.watermark_ms],
+            )?;
+            Ok(row.get(0))
+        },
+        |_, _| {},
+    )
 }
 
-/// A heartbeat with the node's watermark; the lease it granted (a reload may have shortened it).
-fn heartbeat(shared: &Shared, client: &mut Client) -> Result<Duration, postgres::Error> {
-    let c = &shared.config;
-    let row = client.query_one(
-        "SELECT extract(epoch FROM idgen_heartbeat($1, $2, $3::text::inet, $4, $5, to_timestamp($6::float8 / 1000)) \
-                - now())::float8",
-        &[&c.service, &shared.machine_id, &c.host, &c.port, &shared.version, &shared.watermark_ms()],
-    )?;
-    Ok(granted(row.get(0)))
+/// Releases a claim nobody used (it committed after the node gave up on it), without a
+/// watermark: the registry then keeps the bound of the whole lease it granted. Bounded like any
+/// call; if it fails, the id comes back by the tiers.
+fn release_unused(registry: &Registry, client: Client, who: &Identity, claimed: &Claimed) {
+    let (who, machine_id, version) = (who.clone(), claimed.machine_id, claimed.version);
+    let _ = registry.call(
+        Some(client),
+        registry.deadline(),
+        move |client| {
+            client.execute(
+                "SELECT idgen_release($1, $2, $3::text::inet, $4, $5)",
+                &[&who.service, &machine_id, &who.host, &who.port, &version],
+            )
+        },
+        |_, _| {},
+    );
+}
+
+/// A heartbeat with the node's watermark and clock counts; the lease it granted (a reload may
+/// have shortened it). A server before 0.6.0 takes no counts: the node then heartbeats without.
+fn heartbeat(
+    shared: &Shared,
+    session: Option<Client>,
+    deadline: Instant,
+) -> (Option<Client>, Result<Duration, CallError>) {
+    let r = shared.report();
+    let counts = [r.clock.backward_waits, r.clock.backward_refusals, r.clock.sequence_exhaustions]
+        .map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+    let without_counts = shared.heartbeat_without_counts.load(Ordering::Relaxed);
+    let (session, result) = shared.registry.call(
+        session,
+        deadline,
+        move |client| {
+            let with_counts = if without_counts {
+                None
+            } else {
+                match client.query_one(
+                    "SELECT extract(epoch FROM idgen_heartbeat($1, $2, $3::text::inet, $4, $5, \
+                            to_timestamp($6::float8 / 1000), $7, $8, $9) - now())::float8",
+                    &[
+                        &r.service,
+                        &r.machine_id,
+                        &r.host,
+                        &r.port,
+                        &r.version,
+                        &r.watermark_ms,
+                        &counts[0],
+                        &counts[1],
+                        &counts[2],
+                    ],
+                ) {
+                    Err(e) if e.code().is_some_and(|c| c.code() == "42883") => None,
+                    done => Some(done),
+                }
+            };
+            let row = match with_counts {
+                Some(done) => return done.map(|row| (granted(row.get(0)), false)),
+                None => client.query_one(
+                    "SELECT extract(epoch FROM idgen_heartbeat($1, $2, $3::text::inet, $4, $5, \
+                            to_timestamp($6::float8 / 1000)) - now())::float8",
+                    &[&r.service, &r.machine_id, &r.host, &r.port, &r.version, &r.watermark_ms],
+                )?,
+            };
+            Ok((granted(row.get(0)), true))
+        },
+        |_, _| {},
+    );
+    let result = result.map(|(lease, without_counts)| {
+        if without_counts {
+            shared.heartbeat_without_counts.store(true, Ordering::Relaxed);
+        }
+        lease
+    });
+    (session, result)
 }

@@ -1,0 +1,87 @@
+//! The client's clock policy, the backends' one: a step back of the node's clock is waited out
+//! up to `Config::max_clock_backward` (by default `idgen.max_clock_backward`'s 2 s) and refused
+//! beyond it, and both are counted, in the node's metrics and in the registry (each heartbeat
+//! reports them). The node's wall clock is injected (`Config::wall_clock`): real time plus an
+//! offset the test moves.
+
+use idgen_client::{ClockEvents, Config, Error, IdgenNode};
+use idgen_cluster_tests::*;
+use idgen_core::generator::{Stop, MAX_CLOCK_BACKWARD_DEFAULT_MS};
+use idgen_core::Layout;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+fn real_unix_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+/// Moves the clock to `ms` behind the time stamped in `id`: measured from the ID, not from the
+/// real time, so that however long the machine took since, the step is what the test says.
+fn step_back_behind(offset: &AtomicI64, id: i64, ms: i64) {
+    let stamped = Layout::DEFAULT.unix_ms_of(Layout::DEFAULT.decompose(id).unwrap().ticks);
+    offset.store(stamped - real_unix_ms() - ms, Ordering::SeqCst);
+}
+
+/// A wall clock `offset` ms away from real time.
+fn offset_clock(offset: &Arc<AtomicI64>) -> idgen_client::WallClockFn {
+    let offset = offset.clone();
+    Arc::new(move || real_unix_ms() + offset.load(Ordering::SeqCst))
+}
+
+#[test]
+fn the_default_is_the_backends_default() {
+    let config = Config::new("host=h", "svc", "10.0.0.1", 1);
+    assert_eq!(config.max_clock_backward, Duration::from_millis(MAX_CLOCK_BACKWARD_DEFAULT_MS as u64));
+}
+
+#[test]
+fn a_step_back_within_the_bound_is_waited_out_beyond_it_refused_and_both_are_counted() {
+    let db = TestDb::create("client_clock_policy");
+    let offset = Arc::new(AtomicI64::new(0));
+    let mut config = Config::new(&db.dsn(), "svc", "10.0.2.1", 1);
+    config.wall_clock = offset_clock(&offset);
+    config.max_clock_backward = Duration::from_millis(1_500);
+    config.heartbeat_interval = Some(Duration::from_millis(200));
+    let node = IdgenNode::start(config).unwrap();
+    let before = node.next_id().unwrap();
+    assert_eq!(node.metrics().clock, ClockEvents::default());
+
+    // 400 ms back: waited out (the ID still comes after every earlier one).
+    step_back_behind(&offset, before, 400);
+    let after = node.next_id().unwrap();
+    assert!(after > before);
+    assert_eq!(node.metrics().clock, ClockEvents { backward_waits: 1, ..ClockEvents::default() });
+
+    // 5 s back, beyond the bound: refused, nothing issued, and said so.
+    step_back_behind(&offset, after, 5_000);
+    match node.next_id() {
+        Err(e @ Error::Clock(Stop::ClockBehind { allowed_ms: 1_500, .. })) => {
+            let text = e.to_string();
+            assert!(text.contains("max_clock_backward") && text.contains("no ID was issued"), "{text}");
+        }
+        other => panic!("a 5 s step back was not refused: {other:?}"),
+    }
+    assert_eq!(node.metrics().clock, ClockEvents { backward_waits: 1, backward_refusals: 1, sequence_exhaustions: 0 });
+    assert_eq!(node.metrics().ids_issued, 2);
+
+    // The clock comes back: issuing resumes above every earlier ID.
+    offset.store(0, Ordering::SeqCst);
+    assert!(node.next_id().unwrap() > after);
+    assert!(node.shutdown().unwrap());
+}
+
+#[test]
+fn a_node_that_waits_out_nothing_refuses_every_step_back() {
+    let db = TestDb::create("client_clock_strict");
+    let offset = Arc::new(AtomicI64::new(0));
+    let mut config = Config::new(&db.dsn(), "svc", "10.0.2.2", 1);
+    config.wall_clock = offset_clock(&offset);
+    config.max_clock_backward = Duration::ZERO;
+    let node = IdgenNode::start(config).unwrap();
+    let id = node.next_id().unwrap();
+    step_back_behind(&offset, id, 50);
+    assert!(matches!(node.next_id(), Err(Error::Clock(Stop::ClockBehind { allowed_ms: 0, .. }))));
+    assert_eq!(node.metrics().clock.backward_refusals, 1);
+    assert!(node.shutdown().unwrap());
+}
