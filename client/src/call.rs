@@ -8,33 +8,46 @@
 //! keepalives and a TCP user timeout (unless the connection string sets its own) let those
 //! abandoned connections die soon after.
 //!
-//! A result that arrives after the caller gave up is not trusted (a commit cancelled while it
-//! waited for a synchronous standby is committed here and possibly nowhere else): it goes to the
-//! call's `late` handler, which undoes what it must (a claim is released).
+//! A result the node cannot trust is not taken: one that arrives after the caller gave up, and
+//! one whose commit waited for a synchronous standby until the wait was cancelled (by this node's
+//! cancel or anybody's `pg_cancel_backend`: the server then commits locally, with a WARNING, and a
+//! failover to the standby loses the write). It goes to the call's `late` handler, which undoes
+//! what it must (a claim is released), and the caller sees the call as unanswered.
+//!
+//! Every session knows, from the moment it connects, where idgen is installed: calls name its
+//! functions through that schema, so that nothing a lower role creates on the `search_path`
+//! answers in their place.
 
+use postgres::error::{DbError, SqlState};
 use postgres::{CancelToken, Client, NoTls};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// How a registry call ended, when it did not succeed.
 #[derive(Debug)]
 pub(crate) enum CallError {
     /// No connection could be made (refused, not permitted, no primary among the hosts).
     NotConnected(postgres::Error),
+    /// Connected, but idgen is not installed in that database.
+    NotInstalled,
     /// The server answered with an error, or the connection failed.
     Failed(postgres::Error),
-    /// No answer by the deadline: the statement was cancelled and its connection dropped.
-    TimedOut,
+    /// No answer by the deadline (the statement was cancelled and its connection dropped), or
+    /// an answer whose commit a standby never confirmed. `backend` may still run it.
+    Unanswered { backend: Option<Backend> },
 }
 
 impl CallError {
-    /// Worth another try: a lock held elsewhere, a serialisation failure, a server shutting down
-    /// or read-only, a lost connection (no SQLSTATE at all), or no answer in time.
+    /// Worth another try: a lock held elsewhere, a serialisation failure, an id not usable yet
+    /// (`55000` from a claim), a server shutting down or read-only, a lost connection (no
+    /// SQLSTATE at all), or no answer.
     pub(crate) fn retryable(&self) -> bool {
         match self {
-            CallError::TimedOut => true,
+            CallError::Unanswered { .. } => true,
+            CallError::NotInstalled => false,
             CallError::NotConnected(e) | CallError::Failed(e) => match e.code() {
-                Some(code) => matches!(code.code(), "55P03" | "40001" | "57P01" | "57P03" | "25006"),
+                Some(code) => matches!(code.code(), "55P03" | "40001" | "55000" | "57P01" | "57P03" | "25006"),
                 None => true,
             },
         }
@@ -44,14 +57,26 @@ impl CallError {
     pub(crate) fn connection_lost(&self) -> bool {
         matches!(self, CallError::NotConnected(_)) || matches!(self, CallError::Failed(e) if e.code().is_none())
     }
+}
 
-    /// The error, when there is one.
-    pub(crate) fn into_error(self) -> Option<postgres::Error> {
-        match self {
-            CallError::NotConnected(e) | CallError::Failed(e) => Some(e),
-            CallError::TimedOut => None,
-        }
-    }
+/// A server process that ran a session, as the server names it (its pid alone may be reused, or
+/// belong to another server after a failover).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Backend {
+    pub(crate) pid: i32,
+    pub(crate) started: SystemTime,
+}
+
+/// A registry connection, and what it learnt when it connected.
+pub(crate) struct Session {
+    pub(crate) client: Client,
+    /// The schema idgen is installed in, quoted for SQL: calls name idgen's functions through it.
+    pub(crate) idgen: String,
+    /// The installed idgen's heartbeat takes the clock counts (0.6.0 and later).
+    pub(crate) heartbeat_counts: bool,
+    pub(crate) backend: Backend,
+    /// Set by the notice callback when a commit's wait for a synchronous standby was cancelled.
+    unconfirmed: Arc<AtomicBool>,
 }
 
 /// Where the registry is and how long a call may take.
@@ -61,10 +86,19 @@ pub(crate) struct Registry {
     pub(crate) timeout: Duration,
 }
 
+/// The keys a libpq-style connection string (`key=value ...`) or URL (`...?key=value&...`) sets.
+fn given_keys(conninfo: &str) -> Vec<String> {
+    conninfo
+        .split(|c: char| c.is_whitespace() || c == '?' || c == '&')
+        .filter_map(|word| word.split_once('=').map(|(key, _)| key.trim().to_owned()))
+        .collect()
+}
+
 /// The socket settings a registry connection gets unless the connection string sets them: a
 /// connect no longer than a call, and a dead peer noticed within about a call's time.
 fn bounded_sockets(conninfo: &str, config: &mut postgres::Config, timeout: Duration) {
-    let given = |key: &str| conninfo.contains(key);
+    let keys = given_keys(conninfo);
+    let given = |key: &str| keys.iter().any(|k| k == key);
     if !given("connect_timeout") {
         config.connect_timeout(timeout);
     }
@@ -82,10 +116,54 @@ fn bounded_sockets(conninfo: &str, config: &mut postgres::Config, timeout: Durat
     }
 }
 
+/// The WARNING a server sends when a commit's wait for a synchronous standby is cancelled: the
+/// transaction committed here and may be lost by a failover. Matched on the server's English
+/// text (`lc_messages` is the superuser's to set): its SQLSTATE is the generic 01000.
+fn commit_unconfirmed(notice: &DbError) -> bool {
+    *notice.code() == SqlState::WARNING
+        && (notice.message().contains("wait for synchronous replication")
+            || notice.detail().is_some_and(|d| d.contains("committed locally")))
+}
+
+/// What a session reads when it connects: where idgen is, its version, and which server process
+/// serves it. Every name is pg_catalog's.
+const CONNECTED: &str = "\
+SELECT pg_catalog.quote_ident(n.nspname), e.extversion, a.pid, a.backend_start
+  FROM pg_catalog.pg_stat_get_activity(pg_catalog.pg_backend_pid()) a
+  LEFT JOIN (pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace)
+         ON e.extname OPERATOR(pg_catalog.=) 'idgen'";
+
+/// Whether idgen `version` ("0.6.0") takes the heartbeat's clock counts.
+fn has_heartbeat_counts(version: &str) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (0, 6)
+}
+
+fn connect(config: &postgres::Config) -> Result<Session, CallError> {
+    let unconfirmed = Arc::new(AtomicBool::new(false));
+    let mut config = config.clone();
+    config.notice_callback({
+        let unconfirmed = unconfirmed.clone();
+        move |notice| {
+            if commit_unconfirmed(&notice) {
+                unconfirmed.store(true, Ordering::SeqCst);
+            }
+        }
+    });
+    let mut client = config.connect(NoTls).map_err(CallError::NotConnected)?;
+    let row = client.query_one(CONNECTED, &[]).map_err(CallError::Failed)?;
+    let (Some(idgen), Some(version)) = (row.get::<_, Option<String>>(0), row.get::<_, Option<String>>(1)) else {
+        return Err(CallError::NotInstalled);
+    };
+    let backend = Backend { pid: row.get(2), started: row.get(3) };
+    Ok(Session { client, heartbeat_counts: has_heartbeat_counts(&version), idgen, backend, unconfirmed })
+}
+
 /// What the waiting caller and the call's thread share.
 enum Slot<T> {
-    Running(Option<CancelToken>),
-    Done(Option<Client>, Result<T, CallError>),
+    Running(Option<(CancelToken, Backend)>),
+    Done(Option<Session>, Result<T, CallError>),
     /// The caller gave up: the thread hands a late result to `late`.
     Abandoned,
 }
@@ -103,18 +181,19 @@ impl Registry {
     }
 
     /// Runs `work` on `session` (on a new connection if `None`), by `deadline`. Gives the session
-    /// back when it is still usable. A result that comes after the deadline goes to `late`.
+    /// back when it is still usable. A result that comes after the deadline, or whose commit was
+    /// not confirmed, goes to `late`.
     pub(crate) fn call<T, W, L>(
         &self,
-        session: Option<Client>,
+        session: Option<Session>,
         deadline: Instant,
         work: W,
         late: L,
-    ) -> (Option<Client>, Result<T, CallError>)
+    ) -> (Option<Session>, Result<T, CallError>)
     where
         T: Send + 'static,
-        W: FnOnce(&mut Client) -> Result<T, postgres::Error> + Send + 'static,
-        L: FnOnce(Client, T) + Send + 'static,
+        W: FnOnce(&mut Session) -> Result<T, postgres::Error> + Send + 'static,
+        L: FnOnce(Session, T) + Send + 'static,
     {
         let slot = Arc::new((Mutex::new(Slot::Running(None)), Condvar::new()));
         let spawned = std::thread::Builder::new().name("idgen-registry-call".into()).spawn({
@@ -123,29 +202,29 @@ impl Registry {
             move || run(&slot, session, &config, work, late)
         });
         if let Err(e) = spawned {
-            // No thread: nothing ran.
             panic!("idgen: could not start a registry call's thread: {e}");
         }
         let (lock, done) = &*slot;
         let mut state = lock.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             if matches!(*state, Slot::Done(..)) {
-                let Slot::Done(client, result) = std::mem::replace(&mut *state, Slot::Abandoned) else {
+                let Slot::Done(session, result) = std::mem::replace(&mut *state, Slot::Abandoned) else {
                     unreachable!()
                 };
-                return (client, result);
+                return (session, result);
             }
             let now = Instant::now();
             if now >= deadline {
-                let Slot::Running(token) = std::mem::replace(&mut *state, Slot::Abandoned) else { unreachable!() };
+                let Slot::Running(running) = std::mem::replace(&mut *state, Slot::Abandoned) else { unreachable!() };
                 drop(state);
-                if let Some(token) = token {
+                let backend = running.map(|(token, backend)| {
                     // The cancel opens a connection of its own, which may hang as well.
                     let _ = std::thread::Builder::new()
                         .name("idgen-registry-cancel".into())
                         .spawn(move || drop(token.cancel_query(NoTls)));
-                }
-                return (None, Err(CallError::TimedOut));
+                    backend
+                });
+                return (None, Err(CallError::Unanswered { backend }));
             }
             state = done.wait_timeout(state, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
         }
@@ -153,47 +232,51 @@ impl Registry {
 }
 
 /// The call's thread: connects if it must, runs the work, and hands over the result, or to
-/// `late` when the caller has given up.
-fn run<T, W, L>(slot: &(Mutex<Slot<T>>, Condvar), session: Option<Client>, config: &postgres::Config, work: W, late: L)
+/// `late` when the caller has given up or the commit was not confirmed.
+fn run<T, W, L>(slot: &(Mutex<Slot<T>>, Condvar), session: Option<Session>, config: &postgres::Config, work: W, late: L)
 where
-    W: FnOnce(&mut Client) -> Result<T, postgres::Error>,
-    L: FnOnce(Client, T),
+    W: FnOnce(&mut Session) -> Result<T, postgres::Error>,
+    L: FnOnce(Session, T),
 {
     let (lock, done) = slot;
-    let connected = match session {
-        Some(client) => Ok(client),
-        None => config.connect(NoTls),
-    };
-    let mut client = match connected {
-        Ok(client) => client,
-        Err(e) => {
-            let mut state = lock.lock().unwrap_or_else(|p| p.into_inner());
-            if matches!(*state, Slot::Running(_)) {
-                *state = Slot::Done(None, Err(CallError::NotConnected(e)));
-                done.notify_all();
-            }
-            return;
+    let finish = |session: Option<Session>, result: Result<T, CallError>| {
+        let mut state = lock.lock().unwrap_or_else(|p| p.into_inner());
+        if matches!(*state, Slot::Running(_)) {
+            *state = Slot::Done(session, result);
+            done.notify_all();
         }
+    };
+    let mut session = match session.map_or_else(|| connect(config), Ok) {
+        Ok(session) => session,
+        Err(e) => return finish(None, Err(e)),
     };
     {
         let mut state = lock.lock().unwrap_or_else(|p| p.into_inner());
         match &mut *state {
-            Slot::Running(token) => *token = Some(client.cancel_token()),
+            Slot::Running(running) => *running = Some((session.client.cancel_token(), session.backend)),
             // Given up while connecting: nothing was sent.
             _ => return,
         }
     }
-    let result = work(&mut client);
+    session.unconfirmed.store(false, Ordering::SeqCst);
+    let result = work(&mut session);
+    let unconfirmed = session.unconfirmed.load(Ordering::SeqCst);
     let mut state = lock.lock().unwrap_or_else(|p| p.into_inner());
-    if matches!(*state, Slot::Running(_)) {
-        let usable = !client.is_closed();
-        *state = Slot::Done(usable.then_some(client), result.map_err(CallError::Failed));
+    let abandoned = !matches!(*state, Slot::Running(_));
+    if !abandoned && !unconfirmed {
+        let usable = !session.client.is_closed();
+        *state = Slot::Done(usable.then_some(session), result.map_err(CallError::Failed));
         done.notify_all();
-    } else {
-        drop(state);
-        if let Ok(value) = result {
-            late(client, value);
-        }
+        return;
+    }
+    if !abandoned {
+        let backend = Some(session.backend);
+        *state = Slot::Done(None, Err(CallError::Unanswered { backend }));
+        done.notify_all();
+    }
+    drop(state);
+    if let Ok(value) = result {
+        late(session, value);
     }
 }
 
@@ -207,20 +290,31 @@ mod tests {
         let own = Registry::new("host=h connect_timeout=9 tcp_user_timeout=7", timeout).unwrap();
         assert_eq!(own.config.get_connect_timeout(), Some(&Duration::from_secs(9)));
         assert_eq!(own.config.get_tcp_user_timeout(), Some(&Duration::from_secs(7)));
-        let bounded = Registry::new("host=h", timeout).unwrap();
-        assert_eq!(bounded.config.get_connect_timeout(), Some(&timeout));
+        let bounded = Registry::new("host=h application_name=x_connect_timeout", timeout).unwrap();
+        assert_eq!(bounded.config.get_connect_timeout(), Some(&timeout), "a key is a key, not a substring");
         assert_eq!(bounded.config.get_tcp_user_timeout(), Some(&timeout));
         assert_eq!(bounded.config.get_keepalives_idle(), timeout);
         assert_eq!(bounded.config.get_keepalives_retries(), Some(3));
+        let url = Registry::new("postgresql://u@h/db?connect_timeout=4&application_name=a", timeout).unwrap();
+        assert_eq!(url.config.get_connect_timeout(), Some(&Duration::from_secs(4)));
+    }
+
+    #[test]
+    fn the_heartbeat_counts_come_with_0_6_0() {
+        assert!(!has_heartbeat_counts("0.5.1"));
+        assert!(!has_heartbeat_counts("0.4.0"));
+        assert!(has_heartbeat_counts("0.6.0"));
+        assert!(has_heartbeat_counts("0.10.0"));
+        assert!(has_heartbeat_counts("1.0.0"));
     }
 
     #[test]
     fn a_call_that_cannot_connect_ends_by_its_deadline() {
-        // A port nothing listens on, on a host that answers: refused at once, or at the latest by
-        // the deadline (the assertion is only that the call returns, with an error).
+        // A port nothing listens on: refused at once, or at the latest by the deadline (the
+        // assertion is only that the call returns, with an error).
         let registry = Registry::new("host=127.0.0.1 port=1 user=nobody", Duration::from_secs(2)).unwrap();
-        let (client, result) = registry.call(None, registry.deadline(), |_| Ok(()), |_, _| {});
-        assert!(client.is_none());
+        let (session, result) = registry.call(None, registry.deadline(), |_| Ok(()), |_, _| {});
+        assert!(session.is_none());
         assert!(result.is_err());
     }
 }

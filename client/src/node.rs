@@ -1,11 +1,10 @@
 //! The node: its claim, its heartbeat thread, and `next_id`.
 
-use crate::call::{CallError, Registry};
+use crate::call::{Backend, CallError, Registry, Session};
 use idgen_core::generator::{Clock, ClockEvents, Generator, Stop, MAX_CLOCK_BACKWARD_DEFAULT_MS};
 use idgen_core::Layout;
-use postgres::Client;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -30,8 +29,9 @@ pub struct Config {
     pub port: i32,
     /// How often to heartbeat; `None`: the server's `idgen.heartbeat_interval`.
     pub heartbeat_interval: Option<Duration>,
-    /// How long `start` retries what is worth retrying (`55P03`, `40001`, lost connections, calls
-    /// that timed out). `start` returns within `start_timeout` plus one `call_timeout`.
+    /// How long `start` retries what is worth retrying (`55P03`, `40001`, `55000`, lost
+    /// connections, calls without an answer) and waits for the claim's `not_before`. `start`
+    /// returns within `start_timeout` plus one `call_timeout` plus a second.
     pub start_timeout: Duration,
     /// How long one registry call may take, connecting included (a claim, a heartbeat, a
     /// release). Past it the statement is cancelled and its connection dropped: the claim is
@@ -104,10 +104,17 @@ pub enum Error {
     Start(postgres::Error),
     /// The release at shutdown failed (the id comes back by the tier rules).
     Release(postgres::Error),
-    /// A claim (until `start_timeout`) or the release got no answer within `call_timeout`: the
-    /// statement was cancelled. A claim that still commits is released by the node; a release
-    /// may have committed on the server it reached, or not (the id then comes back by the tiers).
-    TimedOut { call: &'static str, after: Duration },
+    /// A claim (until `start_timeout`) or the release got no answer within `call_timeout` (the
+    /// statement was cancelled), or its commit was not confirmed by the synchronous standby. A
+    /// claim that still commits is released by the node; a release may have committed on the
+    /// server it reached, or not (the id then comes back by the tiers).
+    NoAnswer { call: &'static str, within: Duration },
+    /// The claim's `not_before` was still ahead of the node's clock when `start_timeout` ran out
+    /// (the node's clock is behind, or the id's earlier holder stamped ahead): the id was
+    /// released with that watermark, and no ID issued.
+    NotBeforeAhead { not_before_unix_ms: i64 },
+    /// idgen is not installed in the database the connection string names.
+    NotInstalled,
 }
 
 impl fmt::Display for Error {
@@ -130,9 +137,18 @@ impl fmt::Display for Error {
             Error::Clock(Stop::LeaseCheckDue) => write!(f, "idgen: the lease passed its deadline"),
             Error::Start(e) => write!(f, "idgen: could not claim a machine id: {}", describe(e)),
             Error::Release(e) => write!(f, "idgen: could not release the machine id: {}", describe(e)),
-            Error::TimedOut { call, after } => {
-                write!(f, "idgen: the {call} got no answer within {after:?} (Config::call_timeout); it was cancelled")
-            }
+            Error::NoAnswer { call, within } => write!(
+                f,
+                "idgen: the {call} got no answer within {within:?} (Config::call_timeout), or its commit was not \
+                 confirmed by the synchronous standby; it was cancelled"
+            ),
+            Error::NotBeforeAhead { not_before_unix_ms } => write!(
+                f,
+                "idgen: the claim's not_before ({}) was still ahead of the node's clock at Config::start_timeout; \
+                 the id was released and no ID issued (check the node's clock)",
+                idgen_core::format::iso_utc(*not_before_unix_ms)
+            ),
+            Error::NotInstalled => write!(f, "idgen: the extension idgen is not installed in that database"),
         }
     }
 }
@@ -175,24 +191,34 @@ fn system_unix_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
-/// The node's wall clock ([`Config::wall_clock`]), the one IDs are stamped with.
-struct WallClock<'a>(&'a WallClockFn);
+/// The node's wall clock ([`Config::wall_clock`]), the one IDs are stamped with, whose waits end
+/// by `give_up` on the monotonic clock: a wall clock that keeps stepping back never gets back.
+struct WallClock<'a> {
+    now: &'a WallClockFn,
+    give_up: Instant,
+}
 
 impl Clock for WallClock<'_> {
     fn now_unix_ms(&mut self) -> i64 {
-        (self.0)()
+        (self.now)()
     }
 
     fn wait_until(&mut self, unix_ms: i64) {
-        loop {
-            let left = unix_ms - self.now_unix_ms();
-            if left <= 0 {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(left as u64));
-        }
+        let left = Duration::from_millis((unix_ms - self.now_unix_ms()).max(0) as u64);
+        std::thread::sleep(left.min(self.give_up.saturating_duration_since(Instant::now())));
+    }
+
+    fn may_wait(&mut self) -> bool {
+        Instant::now() < self.give_up
     }
 }
+
+/// How long `start` waits for a claim's not_before at least, however late in `start_timeout` the
+/// claim was granted.
+const NOT_BEFORE_LEAST_WAIT: Duration = Duration::from_secs(1);
+
+/// What a wait for the clock may take beyond the step back it waits out: the sleep's own lateness.
+const WAIT_SLACK: Duration = Duration::from_millis(100);
 
 struct Lease {
     status: Status,
@@ -213,8 +239,6 @@ struct Shared {
     heartbeats_ok: AtomicU64,
     heartbeats_failed: AtomicU64,
     heartbeats_timed_out: AtomicU64,
-    /// The server has idgen_heartbeat without the clock counts (before 0.6.0).
-    heartbeat_without_counts: AtomicBool,
 }
 
 impl Shared {
@@ -287,7 +311,7 @@ pub struct IdgenNode {
 /// The heartbeat thread, and where it hands back its connection when it stops.
 struct Heartbeat {
     thread: JoinHandle<()>,
-    stopped: mpsc::Receiver<Option<Client>>,
+    stopped: mpsc::Receiver<Option<Session>>,
 }
 
 struct Claimed {
@@ -307,14 +331,35 @@ struct Identity {
     port: i32,
 }
 
-fn claim(client: &mut Client, who: &Identity) -> Result<Claimed, postgres::Error> {
+/// Claims, after making sure that `abandoned` (the backend of an earlier attempt this node gave
+/// up on) runs nothing more: a claim it still ran would fence the one this attempt gets.
+fn claim(session: &mut Session, who: &Identity, abandoned: Option<Backend>) -> Result<Claimed, postgres::Error> {
+    if let Some(Backend { pid, started }) = abandoned {
+        let wait_ms = 2_000_i64;
+        session.client.query(
+            "SELECT pg_catalog.pg_terminate_backend(a.pid, $3)
+               FROM pg_catalog.pg_stat_get_activity($1) a
+              WHERE a.backend_start OPERATOR(pg_catalog.=) $2",
+            &[&pid, &started, &wait_ms],
+        )?;
+    }
     // Only the cadence comes from the settings; the lease is the one this claim was granted.
-    let policy = client.query_one("SELECT extract(epoch FROM heartbeat_interval)::float8 FROM idgen_policy()", &[])?;
+    let policy = session.client.query_one(
+        &format!(
+            "SELECT extract(epoch FROM p.heartbeat_interval)::pg_catalog.float8 FROM {idgen}.idgen_policy() p",
+            idgen = session.idgen
+        ),
+        &[],
+    )?;
     let sent = Instant::now();
-    let row = client.query_one(
-        "SELECT machine_id, version, (extract(epoch FROM not_before) * 1000)::float8, \
-                extract(epoch FROM lease_until - now())::float8 \
-           FROM idgen_claim($1, $2::text::inet, $3)",
+    let row = session.client.query_one(
+        &format!(
+            "SELECT c.machine_id, c.version,
+                    (extract(epoch FROM c.not_before) OPERATOR(pg_catalog.*) 1000)::pg_catalog.float8,
+                    extract(epoch FROM c.lease_until OPERATOR(pg_catalog.-) pg_catalog.now())::pg_catalog.float8
+               FROM {idgen}.idgen_claim($1, $2::pg_catalog.text::pg_catalog.inet, $3) c",
+            idgen = session.idgen
+        ),
         &[&who.service, &who.host, &who.port],
     )?;
     Ok(Claimed {
@@ -342,13 +387,14 @@ impl IdgenNode {
         let who = Identity { service: config.service.clone(), host: config.host.clone(), port: config.port };
         let give_up = Instant::now() + config.start_timeout;
         let mut backoff = Duration::from_millis(50);
+        let mut abandoned = None;
         let (client, claimed) = loop {
             let attempt = registry.call(
                 None,
                 registry.deadline(),
                 {
                     let who = who.clone();
-                    move |c| claim(c, &who)
+                    move |session| claim(session, &who, abandoned)
                 },
                 {
                     // A claim that commits after the node gave up on it: nobody will use it.
@@ -359,19 +405,36 @@ impl IdgenNode {
             match attempt {
                 (client, Ok(claimed)) => break (client, claimed),
                 (_, Err(e)) if e.retryable() && Instant::now() + backoff < give_up => {
+                    if let CallError::Unanswered { backend: Some(backend) } = e {
+                        abandoned = Some(backend);
+                    }
                     std::thread::sleep(backoff);
                     backoff = (backoff * 2).min(Duration::from_secs(2));
                 }
                 (_, Err(e)) => {
-                    return Err(match e.into_error() {
-                        Some(e) => Error::Start(e),
-                        None => Error::TimedOut { call: "claim", after: config.call_timeout },
+                    return Err(match e {
+                        CallError::NotConnected(e) | CallError::Failed(e) => Error::Start(e),
+                        CallError::Unanswered { .. } => Error::NoAnswer { call: "claim", within: config.call_timeout },
+                        CallError::NotInstalled => Error::NotInstalled,
                     })
                 }
             }
         };
-        // No ID at or before not_before: earlier holders may have stamped up to it.
-        WallClock(&config.wall_clock).wait_until(claimed.not_before_ms + 1);
+        // No ID at or before not_before: earlier holders may have stamped up to it. Waited for
+        // within start_timeout (and a second at least, for a claim granted at its very end); past
+        // it the claim goes back, with not_before as its watermark.
+        let give_up = give_up.max(Instant::now() + NOT_BEFORE_LEAST_WAIT);
+        let mut clock = WallClock { now: &config.wall_clock, give_up };
+        while clock.now_unix_ms() <= claimed.not_before_ms {
+            if !clock.may_wait() {
+                let (registry, who) = (registry.clone(), who.clone());
+                if let Some(session) = client {
+                    release_unused(&registry, session, &who, &claimed);
+                }
+                return Err(Error::NotBeforeAhead { not_before_unix_ms: claimed.not_before_ms });
+            }
+            clock.wait_until(claimed.not_before_ms + 1);
+        }
         let max_backward_ms = config.max_clock_backward.as_millis().min(i64::MAX as u128) as i64;
         let generator =
             Generator::new(Layout::DEFAULT, claimed.machine_id as u16, claimed.not_before_ms, max_backward_ms);
@@ -388,7 +451,6 @@ impl IdgenNode {
             heartbeats_ok: AtomicU64::new(0),
             heartbeats_failed: AtomicU64::new(0),
             heartbeats_timed_out: AtomicU64::new(0),
-            heartbeat_without_counts: AtomicBool::new(false),
         });
         let (hand_back, stopped) = mpsc::sync_channel(1);
         let thread = std::thread::Builder::new()
@@ -423,8 +485,11 @@ impl IdgenNode {
         if now >= deadline {
             return Err(Error::LeaseExpired);
         }
-        // The generator stops at the same deadline on the wall clock it stamps with.
-        let mut clock = WallClock(&self.shared.config.wall_clock);
+        // The generator stops at the same deadline on the wall clock it stamps with, and waits
+        // (for a step back, or the next millisecond) no longer than it may wait out a step back,
+        // nor past the deadline.
+        let give_up = deadline.min(now + self.shared.config.max_clock_backward + WAIT_SLACK);
+        let mut clock = WallClock { now: &self.shared.config.wall_clock, give_up };
         let wall_deadline_ms = clock.now_unix_ms() + (deadline - now).as_millis() as i64;
         generator.next_id(&mut clock, wall_deadline_ms).map_err(|stop| match stop {
             Stop::LeaseCheckDue => Error::LeaseExpired,
@@ -468,22 +533,23 @@ impl IdgenNode {
 
     /// Stops issuing (threads minting meanwhile get [`Error::Stopped`]), stops the heartbeat, then
     /// releases the id with the node's watermark, which bounds every ID it issued. Returns within
-    /// two `call_timeout`s, whatever the database does: the heartbeat gets one to hand back its
-    /// connection, the release the rest. `Ok(false)`: the id had already moved (nothing to
-    /// release).
+    /// two `call_timeout`s plus `max_clock_backward`, whatever the database and the clock do: a
+    /// thread inside `next_id` may wait out a step back first, then the heartbeat gets one
+    /// `call_timeout` to hand back its connection, the release the rest. `Ok(false)`: the id
+    /// had already moved (nothing to release).
     pub fn shutdown(&self) -> Result<bool, Error> {
-        let give_up = Instant::now() + 2 * self.shared.registry.timeout;
         let taken = self.heartbeat.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
         let Some(heartbeat) = taken else { return Err(Error::Stopped) };
         // Stop issuing first (a final status stays as it is), under the generator's lock so that
         // no thread is between its status check and its stamp; then stop the heartbeat.
-        let (lost, stopped) = {
+        let (lost, stopped, give_up) = {
             let _generator = self.shared.generator();
+            let give_up = Instant::now() + 2 * self.shared.registry.timeout;
             let mut state = self.shared.state();
             let lost = matches!(state.status, Status::Lost { .. });
             let stopped = Shared::transition(&mut state, &Status::Stopped);
             state.stopping = true;
-            (lost, stopped)
+            (lost, stopped, give_up)
         };
         if stopped {
             self.shared.announce(&Status::Stopped);
@@ -512,9 +578,10 @@ impl IdgenNode {
             },
             None => release(&self.shared.registry, None, give_up, &report),
         };
-        released.map_err(|e| match e.into_error() {
-            Some(e) => Error::Release(e),
-            None => Error::TimedOut { call: "release", after: self.shared.registry.timeout },
+        released.map_err(|e| match e {
+            CallError::NotConnected(e) | CallError::Failed(e) => Error::Release(e),
+            CallError::Unanswered { .. } => Error::NoAnswer { call: "release", within: self.shared.registry.timeout },
+            CallError::NotInstalled => Error::NotInstalled,
         })
     }
 }
@@ -541,7 +608,7 @@ impl Drop for DeathWatch {
 
 /// Heartbeats every interval; on failure reconnects and retries (every quarter interval, at most a
 /// second apart) until it succeeds. Returns its connection for the release.
-fn heartbeat_loop(shared: Arc<Shared>, mut client: Option<Client>) -> Option<Client> {
+fn heartbeat_loop(shared: Arc<Shared>, mut client: Option<Session>) -> Option<Session> {
     let _watch = DeathWatch(shared.clone());
     let retry = (shared.interval / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
     let mut next = Instant::now() + shared.interval;
@@ -579,7 +646,7 @@ fn heartbeat_loop(shared: Arc<Shared>, mut client: Option<Client>) -> Option<Cli
             }
             Err(e) => {
                 shared.heartbeats_failed.fetch_add(1, Ordering::Relaxed);
-                if matches!(e, CallError::TimedOut) {
+                if matches!(e, CallError::Unanswered { .. }) {
                     shared.heartbeats_timed_out.fetch_add(1, Ordering::Relaxed);
                 }
                 client = None;
@@ -617,17 +684,21 @@ fn refusal(e: &postgres::Error) -> String {
 /// Releases the id with the node's watermark; false when it had already moved.
 fn release(
     registry: &Registry,
-    session: Option<Client>,
+    session: Option<Session>,
     deadline: Instant,
     report: &Report,
-) -> (Option<Client>, Result<bool, CallError>) {
+) -> (Option<Session>, Result<bool, CallError>) {
     let r = report.clone();
     registry.call(
         session,
         deadline,
-        move |client| {
-            let row = client.query_one(
-                "SELECT idgen_release($1, $2, $3::text::inet, $4, $5, to_timestamp($6::float8 / 1000))",
+        move |session| {
+            let row = session.client.query_one(
+                &format!(
+                    "SELECT {idgen}.idgen_release($1, $2, $3::pg_catalog.text::pg_catalog.inet, $4, $5,
+                            pg_catalog.to_timestamp($6::pg_catalog.float8 OPERATOR(pg_catalog./) 1000))",
+                    idgen = session.idgen
+                ),
                 &[&r.service, &r.machine_id, &r.host, &r.port, &r.version, &r.watermark_ms],
             )?;
             Ok(row.get(0))
@@ -636,45 +707,44 @@ fn release(
     )
 }
 
-/// Releases a claim nobody used (it committed after the node gave up on it), without a
-/// watermark: the registry then keeps the bound of the whole lease it granted. Bounded like any
-/// call; if it fails, the id comes back by the tiers.
-fn release_unused(registry: &Registry, client: Client, who: &Identity, claimed: &Claimed) {
-    let (who, machine_id, version) = (who.clone(), claimed.machine_id, claimed.version);
-    let _ = registry.call(
-        Some(client),
-        registry.deadline(),
-        move |client| {
-            client.execute(
-                "SELECT idgen_release($1, $2, $3::text::inet, $4, $5)",
-                &[&who.service, &machine_id, &who.host, &who.port, &version],
-            )
-        },
-        |_, _| {},
-    );
+/// Releases a claim nobody used (it committed after the node gave up on it, or the node gave up
+/// waiting for its not_before), with its not_before as the watermark: no ID was stamped, and none
+/// at or before it. Bounded like any call; if it fails, the id comes back by the tiers.
+fn release_unused(registry: &Registry, session: Session, who: &Identity, claimed: &Claimed) {
+    let report = Report {
+        service: who.service.clone(),
+        machine_id: claimed.machine_id,
+        host: who.host.clone(),
+        port: who.port,
+        version: claimed.version,
+        watermark_ms: claimed.not_before_ms as f64,
+        clock: ClockEvents::default(),
+    };
+    let _ = release(registry, Some(session), registry.deadline(), &report);
 }
 
-/// A heartbeat with the node's watermark and clock counts; the lease it granted (a reload may
-/// have shortened it). A server before 0.6.0 takes no counts: the node then heartbeats without.
+/// A heartbeat with the node's watermark (and, from idgen 0.6.0 on, its clock counts); the lease
+/// it granted (a reload may have shortened it).
 fn heartbeat(
     shared: &Shared,
-    session: Option<Client>,
+    session: Option<Session>,
     deadline: Instant,
-) -> (Option<Client>, Result<Duration, CallError>) {
+) -> (Option<Session>, Result<Duration, CallError>) {
     let r = shared.report();
     let counts = [r.clock.backward_waits, r.clock.backward_refusals, r.clock.sequence_exhaustions]
         .map(|n| i64::try_from(n).unwrap_or(i64::MAX));
-    let without_counts = shared.heartbeat_without_counts.load(Ordering::Relaxed);
-    let (session, result) = shared.registry.call(
+    shared.registry.call(
         session,
         deadline,
-        move |client| {
-            let with_counts = if without_counts {
-                None
-            } else {
-                match client.query_one(
-                    "SELECT extract(epoch FROM idgen_heartbeat($1, $2, $3::text::inet, $4, $5, \
-                            to_timestamp($6::float8 / 1000), $7, $8, $9) - now())::float8",
+        move |session| {
+            let row = if session.heartbeat_counts {
+                session.client.query_one(
+                    &format!(
+                        "SELECT extract(epoch FROM {idgen}.idgen_heartbeat($1, $2, $3::pg_catalog.text::pg_catalog.inet,
+                                $4, $5, pg_catalog.to_timestamp($6::pg_catalog.float8 OPERATOR(pg_catalog./) 1000),
+                                $7, $8, $9) OPERATOR(pg_catalog.-) pg_catalog.now())::pg_catalog.float8",
+                        idgen = session.idgen
+                    ),
                     &[
                         &r.service,
                         &r.machine_id,
@@ -686,28 +756,20 @@ fn heartbeat(
                         &counts[1],
                         &counts[2],
                     ],
-                ) {
-                    Err(e) if e.code().is_some_and(|c| c.code() == "42883") => None,
-                    done => Some(done),
-                }
-            };
-            let row = match with_counts {
-                Some(done) => return done.map(|row| (granted(row.get(0)), false)),
-                None => client.query_one(
-                    "SELECT extract(epoch FROM idgen_heartbeat($1, $2, $3::text::inet, $4, $5, \
-                            to_timestamp($6::float8 / 1000)) - now())::float8",
+                )?
+            } else {
+                session.client.query_one(
+                    &format!(
+                        "SELECT extract(epoch FROM {idgen}.idgen_heartbeat($1, $2, $3::pg_catalog.text::pg_catalog.inet,
+                                $4, $5, pg_catalog.to_timestamp($6::pg_catalog.float8 OPERATOR(pg_catalog./) 1000))
+                                OPERATOR(pg_catalog.-) pg_catalog.now())::pg_catalog.float8",
+                        idgen = session.idgen
+                    ),
                     &[&r.service, &r.machine_id, &r.host, &r.port, &r.version, &r.watermark_ms],
-                )?,
+                )?
             };
-            Ok((granted(row.get(0)), true))
+            Ok(granted(row.get(0)))
         },
         |_, _| {},
-    );
-    let result = result.map(|(lease, without_counts)| {
-        if without_counts {
-            shared.heartbeat_without_counts.store(true, Ordering::Relaxed);
-        }
-        lease
-    });
-    (session, result)
+    )
 }

@@ -21,6 +21,13 @@ pub trait Clock {
     /// Returns at about `unix_ms` (possibly earlier: the generator reads the
     /// clock again). A real clock checks for query cancel while it waits.
     fn wait_until(&mut self, unix_ms: i64);
+    /// Whether the generator may wait (again). A clock that keeps stepping back is
+    /// never back: a holder that bounds its waits on a clock of its own (the
+    /// client, on its monotonic clock) says no once they are used up, and the
+    /// generator stops instead of waiting on.
+    fn may_wait(&mut self) -> bool {
+        true
+    }
 }
 
 /// How far a clock may step back before a generator refuses instead of waiting, unless its
@@ -172,6 +179,17 @@ impl Generator {
                 Attempt::Wait { until_unix_ms, why } => {
                     stepped_back |= why == Wait::ClockStepBack;
                     exhausted |= why == Wait::SequenceExhausted;
+                    if !clock.may_wait() {
+                        // Out of waiting: a clock still behind is refused as too far behind; any
+                        // other wait ran into the caller's deadline.
+                        break Err(match why {
+                            Wait::ClockStepBack => Stop::ClockBehind {
+                                behind_ms: self.layout.unix_ms_of(self.last_ticks) - now,
+                                allowed_ms: self.max_backward_ms,
+                            },
+                            Wait::NotBefore | Wait::SequenceExhausted => Stop::LeaseCheckDue,
+                        });
+                    }
                     clock.wait_until(until_unix_ms)
                 }
                 Attempt::Refused(stop) => break Err(stop),
@@ -338,6 +356,42 @@ mod tests {
         strict.next_id(&mut clock, NO_DEADLINE).unwrap();
         clock.now = T0 - 1;
         assert!(matches!(strict.next_id(&mut clock, NO_DEADLINE), Err(Stop::ClockBehind { behind_ms: 1, .. })));
+    }
+
+    /// A clock that steps back again whenever it is waited on, and allows `waits` waits.
+    struct Sawtooth {
+        now: i64,
+        waits: u32,
+    }
+
+    impl Clock for Sawtooth {
+        fn now_unix_ms(&mut self) -> i64 {
+            self.now
+        }
+        fn wait_until(&mut self, _unix_ms: i64) {
+            self.waits -= 1;
+            self.now -= 1;
+        }
+        fn may_wait(&mut self) -> bool {
+            self.waits > 0
+        }
+    }
+
+    #[test]
+    fn a_clock_that_never_comes_back_is_refused_once_its_waits_are_used_up() {
+        let mut g = generator_claimed_at(T0 - 1);
+        let mut clock = FakeClock::at(T0);
+        g.next_id(&mut clock, NO_DEADLINE).unwrap();
+        // Each step is small, but the clock never returns: the generator stops when told it may
+        // wait no more, instead of waiting forever.
+        let mut sawtooth = Sawtooth { now: T0 - 100, waits: 5 };
+        assert_eq!(g.next_id(&mut sawtooth, NO_DEADLINE), Err(Stop::ClockBehind { behind_ms: 105, allowed_ms: 2_000 }));
+        assert_eq!(sawtooth.waits, 0);
+        assert_eq!(g.clock_events(), ClockEvents { backward_waits: 1, backward_refusals: 1, sequence_exhaustions: 0 });
+        assert_eq!(g.issued(), 1);
+        // Out of waiting for the next tick: the caller's deadline, not a clock fault.
+        let mut g = generator_claimed_at(T0);
+        assert_eq!(g.next_id(&mut Sawtooth { now: T0, waits: 0 }, NO_DEADLINE), Err(Stop::LeaseCheckDue));
     }
 
     #[test]
