@@ -357,7 +357,8 @@ fn claim(session: &mut Session, who: &Identity, abandoned: Option<Backend>) -> R
             "SELECT c.machine_id, c.version,
                     (extract(epoch FROM c.not_before) OPERATOR(pg_catalog.*) 1000)::pg_catalog.float8,
                     extract(epoch FROM c.lease_until OPERATOR(pg_catalog.-) pg_catalog.now())::pg_catalog.float8
-               FROM {idgen}.idgen_claim($1, $2::pg_catalog.text::pg_catalog.inet, $3) c",
+               FROM {idgen}.idgen_claim($1::pg_catalog.text, $2::pg_catalog.text::pg_catalog.inet,
+                                         $3::pg_catalog.int4) c",
             idgen = session.idgen
         ),
         &[&who.service, &who.host, &who.port],
@@ -695,7 +696,8 @@ fn release(
         move |session| {
             let row = session.client.query_one(
                 &format!(
-                    "SELECT {idgen}.idgen_release($1, $2, $3::pg_catalog.text::pg_catalog.inet, $4, $5,
+                    "SELECT {idgen}.idgen_release($1::pg_catalog.text, $2::pg_catalog.int2,
+                            $3::pg_catalog.text::pg_catalog.inet, $4::pg_catalog.int4, $5::pg_catalog.int8,
                             pg_catalog.to_timestamp($6::pg_catalog.float8 OPERATOR(pg_catalog./) 1000))",
                     idgen = session.idgen
                 ),
@@ -740,9 +742,11 @@ fn heartbeat(
             let row = if session.heartbeat_counts {
                 session.client.query_one(
                     &format!(
-                        "SELECT extract(epoch FROM {idgen}.idgen_heartbeat($1, $2, $3::pg_catalog.text::pg_catalog.inet,
-                                $4, $5, pg_catalog.to_timestamp($6::pg_catalog.float8 OPERATOR(pg_catalog./) 1000),
-                                $7, $8, $9) OPERATOR(pg_catalog.-) pg_catalog.now())::pg_catalog.float8",
+                        "SELECT extract(epoch FROM {idgen}.idgen_heartbeat($1::pg_catalog.text, $2::pg_catalog.int2,
+                                $3::pg_catalog.text::pg_catalog.inet, $4::pg_catalog.int4, $5::pg_catalog.int8,
+                                pg_catalog.to_timestamp($6::pg_catalog.float8 OPERATOR(pg_catalog./) 1000),
+                                $7::pg_catalog.int8, $8::pg_catalog.int8, $9::pg_catalog.int8)
+                                OPERATOR(pg_catalog.-) pg_catalog.now())::pg_catalog.float8",
                         idgen = session.idgen
                     ),
                     &[
@@ -760,8 +764,9 @@ fn heartbeat(
             } else {
                 session.client.query_one(
                     &format!(
-                        "SELECT extract(epoch FROM {idgen}.idgen_heartbeat($1, $2, $3::pg_catalog.text::pg_catalog.inet,
-                                $4, $5, pg_catalog.to_timestamp($6::pg_catalog.float8 OPERATOR(pg_catalog./) 1000))
+                        "SELECT extract(epoch FROM {idgen}.idgen_heartbeat($1::pg_catalog.text, $2::pg_catalog.int2,
+                                $3::pg_catalog.text::pg_catalog.inet, $4::pg_catalog.int4, $5::pg_catalog.int8,
+                                pg_catalog.to_timestamp($6::pg_catalog.float8 OPERATOR(pg_catalog./) 1000))
                                 OPERATOR(pg_catalog.-) pg_catalog.now())::pg_catalog.float8",
                         idgen = session.idgen
                     ),
