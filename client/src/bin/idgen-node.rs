@@ -1,17 +1,19 @@
 //! `idgen-node`: a service node from the command line. Claims a machine id, prints IDs at a
 //! given rate (one per line on stdout), survives database restarts and failovers (its heartbeat
-//! reconnects), and releases its id on Ctrl-C or SIGTERM.
+//! reconnects), and releases its id on SIGINT (Ctrl-C), SIGTERM or SIGHUP..
 //!
 //! ```text
 //! idgen-node --dsn "host=127.0.0.1 port=28815 user=postgres dbname=idgen_demo" \
 //!            --service orders --host 10.0.0.5 --port 8080 [--rate 10] [--count N]
 //! ```
-//! Exit status: 0 after a release, 3 when the id moved to another node, 2 on bad arguments,
-//! 1 when the claim failed.
+//! A second signal while the release runs does not cut it short: the release finishes, and the
+//! process exits as after the first.
+//!
+//! Exit status: 0 after a release (or when the id had already moved by then), 3 when the id moved
+//! to another node, 2 on bad arguments, 1 when the claim or the release failed.
 
-use idgen_client::{Config, Error, IdgenNode, Status};
+use idgen_client::{Config, Error, IdgenNode, ShutdownSignal, Status};
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,12 +47,11 @@ fn main() {
     let (Some(dsn), Some(service), Some(host), Some(port)) = (dsn, service, host, port) else {
         usage("--dsn, --service, --host and --port are required")
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    ctrlc::set_handler({
-        let stop = stop.clone();
-        move || stop.store(true, Ordering::Relaxed)
-    })
-    .expect("install the Ctrl-C handler");
+    // Before the claim: a signal that comes meanwhile is kept, not left to the default action.
+    let signal = ShutdownSignal::install().unwrap_or_else(|e| {
+        eprintln!("idgen-node: {e}");
+        std::process::exit(1)
+    });
 
     let mut config = Config::new(&dsn, &service, &host, port);
     config.on_status_change = Some(Arc::new(|status: &Status| eprintln!("idgen-node: lease {status:?}")));
@@ -62,9 +63,14 @@ fn main() {
         }
     };
     eprintln!("idgen-node: machine id {} of service \"{service}\" at version {}", node.machine_id(), node.version());
+    print_ids(&node, &signal, rate, count)
+}
+
+/// Prints IDs until a signal, `count` IDs, or a closed stdout; then releases and exits.
+fn print_ids(node: &IdgenNode, signal: &ShutdownSignal, rate: f64, count: Option<u64>) -> ! {
     let pause = Duration::from_secs_f64(1.0 / rate);
     let mut printed = 0u64;
-    while !stop.load(Ordering::Relaxed) && count.is_none_or(|n| printed < n) {
+    while !signal.requested() && count.is_none_or(|n| printed < n) {
         match node.next_id() {
             Ok(id) => {
                 // Whoever reads our output went away: stop as on Ctrl-C, releasing the id.
@@ -85,9 +91,42 @@ fn main() {
         }
         std::thread::sleep(pause);
     }
+    std::process::exit(release(node, signal))
+}
+
+/// Stops the node and releases its id, saying so (and saying that a later signal waits for the
+/// release); the exit status.
+fn release(node: &IdgenNode, signal: &ShutdownSignal) -> i32 {
+    let seen = signal.received();
+    std::thread::Builder::new()
+        .name("idgen-node-signals".into())
+        .spawn({
+            let signal = signal.clone();
+            move || {
+                let mut seen = seen;
+                loop {
+                    let now = signal.wait_beyond(seen, Duration::from_secs(3600));
+                    if now > seen {
+                        eprintln!("idgen-node: signal {now} received: the release is under way and finishes first");
+                        seen = now;
+                    }
+                }
+            }
+        })
+        .expect("spawn the signal reporter");
+    eprintln!("idgen-node: stopping; releasing machine id {}", node.machine_id());
     match node.shutdown() {
-        Ok(true) => eprintln!("idgen-node: released machine id {}", node.machine_id()),
-        Ok(false) => eprintln!("idgen-node: machine id {} had already moved", node.machine_id()),
-        Err(e) => eprintln!("idgen-node: {e}"),
+        Ok(true) => {
+            eprintln!("idgen-node: released machine id {}", node.machine_id());
+            0
+        }
+        Ok(false) => {
+            eprintln!("idgen-node: machine id {} had already moved", node.machine_id());
+            0
+        }
+        Err(e) => {
+            eprintln!("idgen-node: {e}");
+            1
+        }
     }
 }
