@@ -43,8 +43,11 @@
 //! node.shutdown()?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! [`sidecar`] serves a node's IDs over HTTP (`idgen-node --listen`, docs/kubernetes.md).
 
 mod node;
+pub mod sidecar;
 pub mod signals;
 
 pub use node::{Config, Error, IdgenNode, Metrics, Status, StatusHook, WallClockFn};

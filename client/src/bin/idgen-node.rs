@@ -1,17 +1,24 @@
 //! `idgen-node`: a service node from the command line. Claims a machine id, prints IDs at a
 //! given rate (one per line on stdout), survives database restarts and failovers (its heartbeat
-//! reconnects), and releases its id on SIGINT (Ctrl-C), SIGTERM or SIGHUP..
+//! reconnects), and releases its id on SIGINT (Ctrl-C), SIGTERM or SIGHUP. With `--listen` it is a
+//! sidecar instead: it serves IDs over HTTP (docs/kubernetes.md) and prints none.
 //!
 //! ```text
 //! idgen-node --dsn "host=127.0.0.1 port=28815 user=postgres dbname=idgen_demo" \
 //!            --service orders --host 10.0.0.5 --port 8080 [--rate 10] [--count N]
+//! idgen-node --dsn ... --service orders --host 10.0.0.5 --port 8080 --listen 127.0.0.1:7070 [--threads 4]
 //! ```
+//! With `--listen`, the bound address is printed on stderr (`idgen-node: listening on
+//! http://127.0.0.1:7070`), which tells the port when it was 0.
+//!
 //! A second signal while the release runs does not cut it short: the release finishes, and the
 //! process exits as after the first.
 //!
 //! Exit status: 0 after a release (or when the id had already moved by then), 3 when the id moved
-//! to another node, 2 on bad arguments, 1 when the claim or the release failed.
+//! to another node while printing IDs, 2 on bad arguments, 1 when the claim (or binding the
+//! listener) failed or the release failed.
 
+use idgen_client::sidecar::Sidecar;
 use idgen_client::{Config, Error, IdgenNode, ShutdownSignal, Status};
 use std::io::Write;
 use std::sync::Arc;
@@ -20,12 +27,14 @@ use std::time::Duration;
 fn usage(why: &str) -> ! {
     eprintln!("idgen-node: {why}");
     eprintln!("usage: idgen-node --dsn CONNINFO --service NAME --host ADDRESS --port PORT [--rate IDS_PER_SECOND] [--count N]");
+    eprintln!("       idgen-node --dsn CONNINFO --service NAME --host ADDRESS --port PORT --listen ADDRESS:PORT [--threads N]");
     std::process::exit(2)
 }
 
 fn main() {
     let mut args = std::env::args().skip(1);
     let (mut dsn, mut service, mut host, mut port, mut rate, mut count) = (None, None, None, None, 10.0_f64, None);
+    let (mut listen, mut threads) = (None, 4usize);
     while let Some(flag) = args.next() {
         let mut value = || args.next().unwrap_or_else(|| usage(&format!("{flag} needs a value")));
         match flag.as_str() {
@@ -41,6 +50,14 @@ fn main() {
                     .unwrap_or_else(|| usage("--rate takes a positive number"))
             }
             "--count" => count = Some(value().parse::<u64>().unwrap_or_else(|_| usage("--count takes a number"))),
+            "--listen" => listen = Some(value()),
+            "--threads" => {
+                threads = value()
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=256).contains(n))
+                    .unwrap_or_else(|| usage("--threads takes a number from 1 to 256"))
+            }
             other => usage(&format!("unknown argument {other}")),
         }
     }
@@ -52,18 +69,38 @@ fn main() {
         eprintln!("idgen-node: {e}");
         std::process::exit(1)
     });
+    // Listening before the claim: probes see the process live (and not ready) while it claims.
+    let sidecar = listen.map(|address| {
+        let sidecar = Sidecar::bind(&address, threads).unwrap_or_else(|e| {
+            eprintln!("idgen-node: {e}");
+            std::process::exit(1)
+        });
+        eprintln!("idgen-node: listening on http://{}", sidecar.local_addr());
+        sidecar
+    });
 
     let mut config = Config::new(&dsn, &service, &host, port);
     config.on_status_change = Some(Arc::new(|status: &Status| eprintln!("idgen-node: lease {status:?}")));
     let node = match IdgenNode::start(config) {
-        Ok(node) => node,
+        Ok(node) => Arc::new(node),
         Err(e) => {
             eprintln!("idgen-node: {e}");
             std::process::exit(1)
         }
     };
     eprintln!("idgen-node: machine id {} of service \"{service}\" at version {}", node.machine_id(), node.version());
-    print_ids(&node, &signal, rate, count)
+    match sidecar {
+        Some(sidecar) => {
+            sidecar.serve(node.clone());
+            signal.wait();
+            // New requests get 503 shutting_down from here on; the node stops, then releases.
+            sidecar.drain();
+            let status = release(&node, &signal);
+            sidecar.stop();
+            std::process::exit(status)
+        }
+        None => print_ids(&node, &signal, rate, count),
+    }
 }
 
 /// Prints IDs until a signal, `count` IDs, or a closed stdout; then releases and exits.
