@@ -7,7 +7,7 @@
 //! | `GET /id` | one ID |
 //! | `GET /ids?count=N` | N IDs (1 to [`MAX_BATCH`]), in the order minted |
 //! | `GET /livez` | 200 while the process serves and its node can still issue again; 503 once it cannot (the id was lost, the heartbeat died): restart it |
-//! | `GET /readyz` | 200 while the node is live and inside its lease; 503 with the reason otherwise |
+//! | `GET /readyz` | 200 while the node is live with at least [`READY_MARGIN`] of its lease left; 503 with the reason otherwise |
 //! | `GET /status` | the node's metrics, as JSON |
 //!
 //! Answers are plain text (one ID per line, or one line of reason) unless JSON is asked for, by
@@ -32,6 +32,12 @@ use tiny_http::{Header, Method, Request, Response, Server};
 
 /// The most IDs one request may ask for.
 pub const MAX_BATCH: usize = 10_000;
+
+/// How much of its lease a node must have left to be ready: a probe's answer should hold for a
+/// moment, and `next_id` already refuses within the last millisecond before the deadline (it
+/// stamps on a wall clock of whole milliseconds), so a readiness that looked at the deadline alone
+/// could say ready just after an ID was refused.
+pub const READY_MARGIN: Duration = Duration::from_secs(1);
 
 /// An HTTP server that answers from an [`IdgenNode`]: bound first (answering 503 `starting`), then
 /// given its node ([`Sidecar::serve`]); [`Sidecar::drain`] makes it answer 503 `shutting_down`
@@ -315,13 +321,19 @@ impl State {
                 let node = node.expect("checked above");
                 let metrics = node.metrics();
                 match metrics.status {
-                    Status::Live if metrics.time_to_deadline.is_some() => {
+                    Status::Live if metrics.time_to_deadline.is_some_and(|left| left >= READY_MARGIN) => {
                         let body = if json {
                             json!({ "ready": true, "machine_id": metrics.machine_id }).to_string()
                         } else {
                             format!("ready: machine id {}\n", metrics.machine_id)
                         };
                         Reply::ok(json, body)
+                    }
+                    Status::Live if metrics.time_to_deadline.is_some() => {
+                        let reason = format!(
+                            "idgen: the lease ends in under {READY_MARGIN:?} and no heartbeat has renewed it yet"
+                        );
+                        Reply::error(503, json, "expired", &reason)
                     }
                     Status::Live | Status::Expired => {
                         Reply::error(503, json, "expired", &Error::LeaseExpired.to_string())
