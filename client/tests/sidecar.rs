@@ -272,3 +272,26 @@ fn a_partitioned_sidecar_answers_503_expired_then_503_lost_once_its_id_is_taken_
     assert!(node.exit_status().success());
     assert!(node.stderr.so_far().iter().any(|l| l.contains("had already moved")), "{:?}", node.stderr.so_far());
 }
+
+#[test]
+fn while_it_claims_the_sidecar_answers_503_starting_and_a_sigterm_then_is_kept_for_after_the_claim() {
+    let db = TestDb::create("client_sidecar_starting");
+    let mut admin = db.connect();
+    // The claim waits while another session holds the registry.
+    let mut holder = db.connect();
+    holder.batch_execute("BEGIN; LOCK TABLE system_nodes IN ACCESS EXCLUSIVE MODE").unwrap();
+    let mut node = spawn_node(&db.dsn(), "10.0.0.1", &["--listen", "127.0.0.1:0"]);
+    let line = node.stderr.wait_for("the address it listens on", |l| l.starts_with("idgen-node: listening on "));
+    let address = line.trim_start_matches("idgen-node: listening on http://").to_owned();
+    let starting = http_get(&address, "/id");
+    assert_refused(&starting, 503, "starting");
+    assert_eq!(starting.header("retry-after"), Some("1"));
+    assert_refused(&http_request(&address, "GET", "/readyz", &[("Accept", "application/json")]), 503, "starting");
+    assert_eq!(http_get(&address, "/livez").status, 200, "live while it claims");
+    assert_eq!(json(&http_get(&address, "/status"))["status"], "starting");
+    // A SIGTERM during the claim is kept: once the claim is through, the node releases and exits 0.
+    node.signal("TERM");
+    holder.batch_execute("ROLLBACK").unwrap();
+    assert!(node.exit_status().success(), "{:?}", node.stderr.so_far());
+    assert!(node_row(&mut admin, "10.0.0.1").0, "claimed, then released");
+}
