@@ -102,7 +102,8 @@ impl Sidecar {
         self.state.draining.store(true, Ordering::Relaxed);
     }
 
-    /// Stops answering, and waits for the requests being answered.
+    /// Stops answering, and waits for the answers being written (tiny_http sets no write timeout:
+    /// a client that stops reading holds its worker, so a process about to exit need not call it).
     pub fn stop(self) {
         self.state.stopping.store(true, Ordering::Relaxed);
         for _ in &self.workers {

@@ -96,7 +96,8 @@ fn main() {
             // New requests get 503 shutting_down from here on; the node stops, then releases.
             sidecar.drain();
             let status = release(&node, &signal);
-            sidecar.stop();
+            // Exiting closes the listener and every connection; Sidecar::stop would wait for each
+            // answer being written, and a client that stopped reading would hold the exit.
             std::process::exit(status)
         }
         None => print_ids(&node, &signal, rate, count),
