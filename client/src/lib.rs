@@ -40,10 +40,28 @@
 //!   watermark it releases with, so that watermark bounds every ID the node issued;
 //! - **no zombie generator**: if the heartbeat thread panics, the node stops issuing;
 //! - **release on shutdown** ([`IdgenNode::shutdown`], and `Drop`), with the watermark, within
-//!   two `call_timeout`s whatever the database does.
+//!   two `call_timeout`s plus `max_clock_backward`, whatever the database and the clock do;
+//! - **on SIGTERM as on SIGINT** (and SIGHUP): install [`ShutdownSignal`] before the claim, wait
+//!   for it, then shut down. Kubernetes, systemd and `docker stop` send SIGTERM; a process that
+//!   leaves it to the default action dies unreleased, and its id waits for the take-back tiers.
+//!   A second signal while the release runs does not cut it short (see [`signals`]).
+//!
+//! ```no_run
+//! use idgen_client::{Config, IdgenNode, ShutdownSignal};
+//! let signal = ShutdownSignal::install()?;   // SIGINT, SIGTERM, SIGHUP
+//! let node = IdgenNode::start(Config::new("host=db1 dbname=shop", "orders", "10.0.0.5", 8080))?;
+//! signal.wait();                             // mint on other threads meanwhile
+//! node.shutdown()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! [`sidecar`] serves a node's IDs over HTTP (`idgen-node --listen`, docs/kubernetes.md).
 
 mod call;
 mod node;
+pub mod sidecar;
+pub mod signals;
 
 pub use idgen_core::generator::ClockEvents;
 pub use node::{Config, Error, IdgenNode, Metrics, Status, StatusHook, WallClockFn};
+pub use signals::{ShutdownSignal, SignalError};

@@ -8,6 +8,8 @@ use std::sync::{Arc, Mutex};
 
 mod bounded;
 pub use bounded::*;
+mod http;
+pub use http::*;
 
 pub fn base_dsn() -> String {
     std::env::var("IDGEN_TEST_DSN").unwrap_or_else(|_| "host=127.0.0.1 port=28815 user=postgres".to_owned())
