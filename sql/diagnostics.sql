@@ -278,7 +278,8 @@ SELECT c.service,
        COALESCE(g.clock_backward_waits, 0)::bigint AS clock_backward_waits,
        COALESCE(g.clock_backward_refusals, 0)::bigint AS clock_backward_refusals,
        COALESCE(g.sequence_exhaustions, 0)::bigint AS sequence_exhaustions,
-       CASE c.level WHEN 'critical'::text THEN 2 WHEN 'warning'::text THEN 1 ELSE 0 END AS capacity_level
+       CASE WHEN c.level OPERATOR(pg_catalog.=) 'critical'::text THEN 2
+            WHEN c.level OPERATOR(pg_catalog.=) 'warning'::text THEN 1 ELSE 0 END AS capacity_level
   FROM idgen_capacity c
   LEFT JOIN (SELECT n.service,
                     pg_catalog.max(pg_catalog.abs(pg_catalog.date_part('epoch'::text, n.clock_offset))) AS max_clock_offset_seconds,
