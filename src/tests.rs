@@ -117,7 +117,7 @@ mod tests {
                (SELECT count(*) FROM rel JOIN pg_attribute a ON a.attrelid = rel.oid AND a.attnum > 0 AND NOT a.attisdropped \
                  JOIN pg_class c ON c.oid = rel.oid AND c.relkind = 'r' WHERE col_description(rel.oid, a.attnum) IS NULL))",
         );
-        assert_eq!(uncommented, "19 relations, 0 without a comment, 0 columns without one");
+        assert_eq!(uncommented, "21 relations, 0 without a comment, 0 columns without one");
         assert!(one::<bool>(
             "SELECT obj_description('system_nodes_node_identity'::regclass, 'pg_class') IS NOT NULL \
                 AND (SELECT bool_and(obj_description(oid, 'pg_trigger') IS NOT NULL) FROM pg_trigger \
