@@ -467,6 +467,47 @@ WHERE service::pg_catalog.text OPERATOR(pg_catalog.=) $1
   AND released_at IS NULL
 RETURNING lease_until, held_before.held;
 
+-- HEARTBEAT_REPORTING
+-- [`HEARTBEAT`], keeping what the node reports at its version (objects of 0.6.0 on): its clock's
+-- offset from the server's (the reported watermark minus the server clock at the heartbeat; NULL
+-- without a report, and never the watermark held, which may be ahead of the report) and its
+-- generator's counts since the claim.
+--   $1 service text
+--   $2 machine_id smallint
+--   $3 host inet
+--   $4 port integer
+--   $5 backend_slot integer
+--   $6 version bigint
+--   $7 lease interval
+--   $8 reported timestamptz
+--   $9 takeback_age interval
+--   $10 clock_backward_waits bigint
+--   $11 clock_backward_refusals bigint
+--   $12 sequence_exhaustions bigint
+UPDATE idgen_private.nodes
+SET last_seen = t.now,
+    lease_until = t.now OPERATOR(pg_catalog.+) $7,
+    takeover_at = t.now OPERATOR(pg_catalog.+) $9,
+    issued_until = GREATEST(issued_until, COALESCE($8, t.now)),
+    reports_version = $6,
+    clock_offset = $8 OPERATOR(pg_catalog.-) t.now,
+    clock_backward_waits = $10,
+    clock_backward_refusals = $11,
+    sequence_exhaustions = $12
+FROM (SELECT pg_catalog.clock_timestamp() AS now) t, (
+    SELECT o.issued_until AS held
+    FROM idgen_private.nodes o
+    WHERE o.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
+      AND o.machine_id OPERATOR(pg_catalog.=) $2) held_before
+WHERE service::pg_catalog.text OPERATOR(pg_catalog.=) $1
+  AND machine_id OPERATOR(pg_catalog.=) $2
+  AND host OPERATOR(pg_catalog.=) $3
+  AND port OPERATOR(pg_catalog.=) $4
+  AND COALESCE(backend_slot, -1) OPERATOR(pg_catalog.=) COALESCE($5, -1)
+  AND version OPERATOR(pg_catalog.=) $6
+  AND released_at IS NULL
+RETURNING lease_until, held_before.held;
+
 -- RELEASE
 -- A version-checked release: a new version, the cooldown starts, the watermark rises to the report
 -- (or the clock plus `margin`). Returns the new version and watermark, and the watermark held before.

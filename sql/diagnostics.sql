@@ -40,6 +40,10 @@ SELECT n.service,
        n.version,
        n.machine_id OPERATOR(pg_catalog.>=) p.machine_id_first
            AND n.machine_id OPERATOR(pg_catalog.<=) p.machine_id_last AS in_range,
+       CASE WHEN n.reports_version OPERATOR(pg_catalog.=) n.version THEN n.clock_offset END AS clock_offset,
+       CASE WHEN n.reports_version OPERATOR(pg_catalog.=) n.version THEN n.clock_backward_waits END AS clock_backward_waits,
+       CASE WHEN n.reports_version OPERATOR(pg_catalog.=) n.version THEN n.clock_backward_refusals END AS clock_backward_refusals,
+       CASE WHEN n.reports_version OPERATOR(pg_catalog.=) n.version THEN n.sequence_exhaustions END AS sequence_exhaustions,
        a.pid,
        pg_catalog.pg_get_userbyid(a.usesysid) AS "user",
        (SELECT d.datname FROM pg_catalog.pg_database d WHERE d.oid OPERATOR(pg_catalog.=) a.datid) AS database,
@@ -72,6 +76,10 @@ COMMENT ON COLUMN idgen_nodes.issued_until IS 'The watermark: the latest timesta
 COMMENT ON COLUMN idgen_nodes.bound IS 'The latest time any holder of this id may have stamped: the next holder starts after it (for a held service node, its last report plus its lease).';
 COMMENT ON COLUMN idgen_nodes.version IS 'Ownership epoch.';
 COMMENT ON COLUMN idgen_nodes.in_range IS 'Inside this server''s idgen.machine_id_range: claims here hand out only such ids. A holder outside keeps its id until it stops.';
+COMMENT ON COLUMN idgen_nodes.clock_offset IS 'Service nodes: how far the holder''s clock was ahead of the server''s (negative: behind) at its last heartbeat, from the watermark it reported (its clock or its last stamp, whichever was later) minus the server clock. NULL: not reported by this holder (no watermark, or no heartbeat since its claim). idgen_health() reports holder_clock_skew past idgen.clock_skew_alert.';
+COMMENT ON COLUMN idgen_nodes.clock_backward_waits IS 'Service nodes, as their last heartbeat reported: how often since the claim the generator''s clock stepped back and it waited. NULL: not reported by this holder.';
+COMMENT ON COLUMN idgen_nodes.clock_backward_refusals IS 'Service nodes, as their last heartbeat reported: how often since the claim the clock stepped back further than the generator may wait, and it refused to issue. NULL: not reported by this holder.';
+COMMENT ON COLUMN idgen_nodes.sequence_exhaustions IS 'Service nodes, as their last heartbeat reported: how often since the claim the generator used up a millisecond''s sequence and waited for the next. NULL: not reported by this holder.';
 COMMENT ON COLUMN idgen_nodes.pid IS 'Backend rows of this server: the process holding the row, if it still runs (a process that took the slot after the row was last written is not shown: it has not used the row).';
 COMMENT ON COLUMN idgen_nodes."user" IS 'That process''s user (as pg_stat_activity.usename).';
 COMMENT ON COLUMN idgen_nodes.database IS 'That process''s database.';
@@ -91,7 +99,10 @@ SELECT s.service,
        s.in_use,
        p.machine_ids OPERATOR(pg_catalog.-) s.in_use AS free,
        pg_catalog.round(s.in_use::numeric OPERATOR(pg_catalog./) p.machine_ids::numeric, 3) AS used,
-       (s.in_use::float8 OPERATOR(pg_catalog./) p.machine_ids::float8) OPERATOR(pg_catalog.>) p.capacity_alert AS above_alert,
+       (s.in_use::float8 OPERATOR(pg_catalog./) p.machine_ids::float8) OPERATOR(pg_catalog.>) p.capacity_warning AS above_alert,
+       CASE WHEN (s.in_use::float8 OPERATOR(pg_catalog./) p.machine_ids::float8) OPERATOR(pg_catalog.>) p.capacity_critical THEN 'critical'::text
+            WHEN (s.in_use::float8 OPERATOR(pg_catalog./) p.machine_ids::float8) OPERATOR(pg_catalog.>) p.capacity_warning THEN 'warning'::text
+       END AS level,
        s.held,
        s.live,
        s.past_lease,
@@ -119,13 +130,14 @@ SELECT s.service,
                       WHERE n.service OPERATOR(pg_catalog.=) s.service AND n.in_range AND n.released_at IS NULL
                       ORDER BY n.last_seen, n.machine_id LIMIT 1) o ON true;
 COMMENT ON VIEW idgen_capacity IS
-    'Per service you may read, within this server''s idgen.machine_id_range: how many machine ids are in use (held, or cooling down after a release), free for the next claim, and takeable per tier, and the oldest idle holder. A claim that leaves a service above idgen.capacity_alert raises an idgen_alert.';
+    'Per service you may read, within this server''s idgen.machine_id_range: how many machine ids are in use (held, or cooling down after a release), free for the next claim, and takeable per tier, and the oldest idle holder. A claim that leaves a service above idgen.capacity_warning or idgen.capacity_critical raises an idgen_alert with the level.';
 COMMENT ON COLUMN idgen_capacity.service IS 'The service.';
 COMMENT ON COLUMN idgen_capacity.capacity IS 'Machine ids a service can have on this server (idgen.machine_id_range, by default the ID layout''s 1,024).';
 COMMENT ON COLUMN idgen_capacity.in_use IS 'Held, or released and still cooling down: a claim gets none of them without a take-back.';
 COMMENT ON COLUMN idgen_capacity.free IS 'Never registered, or released past the cooldown: the next claims get these first.';
 COMMENT ON COLUMN idgen_capacity.used IS 'in_use / capacity.';
-COMMENT ON COLUMN idgen_capacity.above_alert IS 'used is above idgen.capacity_alert.';
+COMMENT ON COLUMN idgen_capacity.above_alert IS 'used is above idgen.capacity_warning (level is not NULL).';
+COMMENT ON COLUMN idgen_capacity.level IS 'warning (used above idgen.capacity_warning), critical (above idgen.capacity_critical), or NULL below both.';
 COMMENT ON COLUMN idgen_capacity.held IS 'Rows not released (live, past their lease, or idle).';
 COMMENT ON COLUMN idgen_capacity.live IS 'Held inside their lease.';
 COMMENT ON COLUMN idgen_capacity.past_lease IS 'Held past their lease, not yet takeable.';
@@ -166,22 +178,22 @@ SELECT h.at,
  CROSS JOIN idgen_visibility v
  WHERE v.reads_all OR h.service::text OPERATOR(pg_catalog.=) ANY (v.services);
 COMMENT ON VIEW idgen_events IS
-    'The ownership history (idgen_history) of the services you may read: who got which machine id when and how, who it was taken from, releases, losses and refused claims. Reuses of a held row by the same node are not recorded (ownership does not move).';
+    'The ownership history (idgen_history) of the services you may read: who got which machine id when and how, who it was taken from, restarts, releases, losses and refused claims. A database backend''s reuse of its slot''s held row is not recorded (ownership does not move); a service node''s claim of the row it still held is a restart.';
 COMMENT ON COLUMN idgen_events.at IS 'When it happened.';
-COMMENT ON COLUMN idgen_events.event IS 'claim, take_back, release, set_aside, ownership_lost, refused_full, refused_watermark, refused_no_standby or watermark_behind.';
+COMMENT ON COLUMN idgen_events.event IS 'claim, take_back, restart (a service node claimed the id it still held), release, set_aside, ownership_lost, refused_full, refused_watermark, refused_no_standby or watermark_behind.';
 COMMENT ON COLUMN idgen_events.service IS 'The service.';
 COMMENT ON COLUMN idgen_events.machine_id IS 'The machine id; NULL for refused_full and refused_no_standby.';
 COMMENT ON COLUMN idgen_events.version IS 'Ownership epoch after the event (or the one a loser held).';
-COMMENT ON COLUMN idgen_events.outcome IS 'Claims and take-backs: new, reused, released, idle_7d, idle_1d, idle_1h.';
+COMMENT ON COLUMN idgen_events.outcome IS 'Claims, take-backs and restarts: new, reused, released, idle_7d, idle_1d, idle_1h.';
 COMMENT ON COLUMN idgen_events.holder IS 'The node: host:port, or backend slot N of host:port.';
 COMMENT ON COLUMN idgen_events.role IS 'The role that called idgen.';
 COMMENT ON COLUMN idgen_events.pid IS 'The server process that recorded it.';
 COMMENT ON COLUMN idgen_events.previous_holder IS 'Take-backs: who the id was taken from.';
-COMMENT ON COLUMN idgen_events.previous_version IS 'Take-backs: its version.';
+COMMENT ON COLUMN idgen_events.previous_version IS 'Take-backs: its version; restarts: the version of the node''s earlier process.';
 COMMENT ON COLUMN idgen_events.previous_idle IS 'Take-backs: how long it had been idle.';
-COMMENT ON COLUMN idgen_events.not_before IS 'Claims and take-backs: the holder stamps after this.';
+COMMENT ON COLUMN idgen_events.not_before IS 'Claims, take-backs and restarts: the holder stamps after this.';
 COMMENT ON COLUMN idgen_events.issued_until IS 'Releases and set-asides: the watermark left.';
-COMMENT ON COLUMN idgen_events.previous_bound IS 'Take-backs: the latest time the previous holder may have stamped.';
+COMMENT ON COLUMN idgen_events.previous_bound IS 'Take-backs: the latest time the previous holder may have stamped; restarts: the node''s earlier process.';
 COMMENT ON COLUMN idgen_events.detail IS 'Refusals and losses: what the caller was told.';
 COMMENT ON COLUMN idgen_events.event_id IS 'Order of recording.';
 COMMENT ON COLUMN idgen_events.host IS 'The node''s address.';
@@ -190,6 +202,59 @@ COMMENT ON COLUMN idgen_events.backend_slot IS 'The backend slot; NULL for servi
 COMMENT ON COLUMN idgen_events.previous_host IS 'Take-backs: the previous holder''s address.';
 COMMENT ON COLUMN idgen_events.previous_port IS 'Take-backs: its port.';
 COMMENT ON COLUMN idgen_events.previous_backend_slot IS 'Take-backs: its backend slot, if a backend.';
+
+CREATE VIEW idgen_restart_loops WITH (security_barrier) AS
+SELECT e.service,
+       e.holder,
+       pg_catalog.count(*) AS claims,
+       pg_catalog.min(e.at) AS first_at,
+       pg_catalog.max(e.at) AS last_at,
+       pg_catalog.string_agg(DISTINCT e.machine_id::text, ', '::text) AS machine_ids,
+       e.host,
+       e.port
+  FROM idgen_events e
+ CROSS JOIN idgen_policy() p
+ WHERE e.event OPERATOR(pg_catalog.=) ANY (ARRAY['claim'::text, 'take_back'::text, 'restart'::text])
+   AND e.backend_slot IS NULL
+   AND e.at OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) p.restart_loop_window)
+ GROUP BY e.service, e.holder, e.host, e.port, p.restart_loop_claims
+HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) p.restart_loop_claims;
+COMMENT ON VIEW idgen_restart_loops IS
+    'Service nodes (service, host, port) of the services you may read that claimed more than idgen.restart_loop_claims times within idgen.restart_loop_window: claims, take-backs and restarts (a claim of the id the node still held) in the history. A node in a loop takes another machine id at each start it cannot reuse its own: the service fills.';
+COMMENT ON COLUMN idgen_restart_loops.service IS 'The service.';
+COMMENT ON COLUMN idgen_restart_loops.holder IS 'The node: host:port.';
+COMMENT ON COLUMN idgen_restart_loops.claims IS 'Its claims (claim, take_back and restart events) within the window.';
+COMMENT ON COLUMN idgen_restart_loops.first_at IS 'The first of them in the window.';
+COMMENT ON COLUMN idgen_restart_loops.last_at IS 'The last of them.';
+COMMENT ON COLUMN idgen_restart_loops.machine_ids IS 'The machine ids it got.';
+COMMENT ON COLUMN idgen_restart_loops.host IS 'The node''s address.';
+COMMENT ON COLUMN idgen_restart_loops.port IS 'The node''s port.';
+
+CREATE VIEW idgen_flapping_ids WITH (security_barrier) AS
+SELECT e.service,
+       e.machine_id,
+       pg_catalog.count(*) AS moves,
+       pg_catalog.min(e.at) AS first_at,
+       pg_catalog.max(e.at) AS last_at,
+       pg_catalog.string_agg(DISTINCT e.holder, ', '::text) AS holders
+  FROM idgen_events e
+ CROSS JOIN idgen_policy() p
+ WHERE e.event OPERATOR(pg_catalog.=) 'take_back'::text
+   AND e.at OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) p.restart_loop_window)
+   AND (e.previous_host IS NULL
+        OR e.previous_host OPERATOR(pg_catalog.<>) e.host
+        OR e.previous_port OPERATOR(pg_catalog.<>) e.port
+        OR COALESCE(e.previous_backend_slot, -1) OPERATOR(pg_catalog.<>) COALESCE(e.backend_slot, -1))
+ GROUP BY e.service, e.machine_id, p.restart_loop_claims
+HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) p.restart_loop_claims;
+COMMENT ON VIEW idgen_flapping_ids IS
+    'Machine ids of the services you may read that moved from one holder to another (take-backs of released or idle ids) more than idgen.restart_loop_claims times within idgen.restart_loop_window.';
+COMMENT ON COLUMN idgen_flapping_ids.service IS 'The service.';
+COMMENT ON COLUMN idgen_flapping_ids.machine_id IS 'The machine id.';
+COMMENT ON COLUMN idgen_flapping_ids.moves IS 'Take-backs by another holder within the window.';
+COMMENT ON COLUMN idgen_flapping_ids.first_at IS 'The first of them in the window.';
+COMMENT ON COLUMN idgen_flapping_ids.last_at IS 'The last of them.';
+COMMENT ON COLUMN idgen_flapping_ids.holders IS 'The holders that took it.';
 
 CREATE VIEW idgen_metrics WITH (security_barrier) AS
 SELECT c.service,
@@ -205,8 +270,28 @@ SELECT c.service,
        COALESCE(t.ownership_losses, 0)::bigint AS ownership_losses,
        COALESCE(t.refused_claims, 0)::bigint AS refused_claims,
        COALESCE(pg_catalog.date_part('epoch'::text, c.oldest_idle), 0::float8) AS oldest_idle_seconds,
-       COALESCE(t.history_events_purged, 0)::bigint AS history_events_purged
+       COALESCE(t.history_events_purged, 0)::bigint AS history_events_purged,
+       COALESCE(t.restarts, 0)::bigint AS restarts,
+       COALESCE(r.restart_loops, 0)::bigint AS restart_loops,
+       COALESCE(f.flapping_ids, 0)::bigint AS flapping_ids,
+       COALESCE(g.max_clock_offset_seconds, 0::float8) AS max_clock_offset_seconds,
+       COALESCE(g.clock_backward_waits, 0)::bigint AS clock_backward_waits,
+       COALESCE(g.clock_backward_refusals, 0)::bigint AS clock_backward_refusals,
+       COALESCE(g.sequence_exhaustions, 0)::bigint AS sequence_exhaustions,
+       CASE WHEN c.level OPERATOR(pg_catalog.=) 'critical'::text THEN 2
+            WHEN c.level OPERATOR(pg_catalog.=) 'warning'::text THEN 1 ELSE 0 END AS capacity_level
   FROM idgen_capacity c
+  LEFT JOIN (SELECT n.service,
+                    pg_catalog.max(pg_catalog.abs(pg_catalog.date_part('epoch'::text, n.clock_offset))) AS max_clock_offset_seconds,
+                    pg_catalog.sum(n.clock_backward_waits) AS clock_backward_waits,
+                    pg_catalog.sum(n.clock_backward_refusals) AS clock_backward_refusals,
+                    pg_catalog.sum(n.sequence_exhaustions) AS sequence_exhaustions
+               FROM idgen_nodes n WHERE n.released_at IS NULL GROUP BY n.service) g
+         ON g.service OPERATOR(pg_catalog.=) c.service
+  LEFT JOIN (SELECT l.service, pg_catalog.count(*) AS restart_loops FROM idgen_restart_loops l GROUP BY l.service) r
+         ON r.service OPERATOR(pg_catalog.=) c.service
+  LEFT JOIN (SELECT i.service, pg_catalog.count(*) AS flapping_ids FROM idgen_flapping_ids i GROUP BY i.service) f
+         ON f.service OPERATOR(pg_catalog.=) c.service
   LEFT JOIN LATERAL (
        SELECT pg_catalog.sum(k.n) FILTER (WHERE k.event OPERATOR(pg_catalog.=) 'take_back'::text
                                            AND k.outcome OPERATOR(pg_catalog.=) 'released'::text) AS take_backs_released,
@@ -218,7 +303,8 @@ SELECT c.service,
                                            AND k.outcome OPERATOR(pg_catalog.=) 'idle_1h'::text) AS take_backs_1h,
               pg_catalog.sum(k.n) FILTER (WHERE k.event OPERATOR(pg_catalog.=) 'ownership_lost'::text) AS ownership_losses,
               pg_catalog.sum(k.n) FILTER (WHERE k.event OPERATOR(pg_catalog.=) ANY (ARRAY['refused_full'::text, 'refused_watermark'::text, 'refused_no_standby'::text])) AS refused_claims,
-              pg_catalog.sum(k.n) FILTER (WHERE k.purged) AS history_events_purged
+              pg_catalog.sum(k.n) FILTER (WHERE k.purged) AS history_events_purged,
+              pg_catalog.sum(k.n) FILTER (WHERE k.event OPERATOR(pg_catalog.=) 'restart'::text) AS restarts
          FROM (SELECT h.event, h.outcome, pg_catalog.count(*) AS n, false AS purged FROM idgen_private.idgen_history h
                 WHERE h.service OPERATOR(pg_catalog.=) c.service GROUP BY h.event, h.outcome
                UNION ALL
@@ -241,6 +327,14 @@ COMMENT ON COLUMN idgen_metrics.ownership_losses IS 'Counter: holders that learn
 COMMENT ON COLUMN idgen_metrics.refused_claims IS 'Counter: claims refused (service full, watermark ahead, or no synchronous standby), at most one of each kind per minute.';
 COMMENT ON COLUMN idgen_metrics.oldest_idle_seconds IS 'Idle time of the held id seen longest ago, in seconds.';
 COMMENT ON COLUMN idgen_metrics.history_events_purged IS 'Counter: history events removed by idgen_purge_history().';
+COMMENT ON COLUMN idgen_metrics.restarts IS 'Counter: service nodes that claimed the id they still held (restarts without a release).';
+COMMENT ON COLUMN idgen_metrics.restart_loops IS 'Service nodes in a restart loop now (idgen_restart_loops).';
+COMMENT ON COLUMN idgen_metrics.flapping_ids IS 'Machine ids moving between holders now (idgen_flapping_ids).';
+COMMENT ON COLUMN idgen_metrics.max_clock_offset_seconds IS 'The largest clock offset (ahead or behind, in seconds) a holder of the service reported at its last heartbeat; 0 when none reported.';
+COMMENT ON COLUMN idgen_metrics.clock_backward_waits IS 'The holders'' clock steps back waited out, as their last heartbeats reported (each since its claim: a restart starts it again).';
+COMMENT ON COLUMN idgen_metrics.clock_backward_refusals IS 'The holders'' clock steps back refused, as their last heartbeats reported (each since its claim).';
+COMMENT ON COLUMN idgen_metrics.sequence_exhaustions IS 'The holders'' waits for the next millisecond after using up one''s sequence, as their last heartbeats reported (each since its claim).';
+COMMENT ON COLUMN idgen_metrics.capacity_level IS '0 below idgen.capacity_warning, 1 above it (warning), 2 above idgen.capacity_critical (critical).';
 
 CREATE VIEW idgen_tombstones WITH (security_barrier) AS
 SELECT t.service,
@@ -311,15 +405,54 @@ SELECT f.severity, f.finding, f.subject, f.detail, f.action FROM (
                    pg_catalog.string_agg(s.machine_id::text, ', '::text ORDER BY s.machine_id) AS ids
               FROM idgen_tombstones s WHERE s.ahead GROUP BY s.service) t
     UNION ALL
-    SELECT CASE WHEN c.free OPERATOR(pg_catalog.=) 0
-                 AND (c.takeable_7d OPERATOR(pg_catalog.+) c.takeable_1d OPERATOR(pg_catalog.+) c.takeable_1h) OPERATOR(pg_catalog.=) 0
+    SELECT CASE WHEN c.level OPERATOR(pg_catalog.=) 'critical'::text
+                  OR (c.free OPERATOR(pg_catalog.=) 0
+                      AND (c.takeable_7d OPERATOR(pg_catalog.+) c.takeable_1d OPERATOR(pg_catalog.+) c.takeable_1h) OPERATOR(pg_catalog.=) 0)
                 THEN 'critical' ELSE 'warning' END,
            'capacity', c.service,
-           pg_catalog.format('%s of %s machine ids in use (%s), above idgen.capacity_alert; %s free, takeable 7d/1d/1h: %s/%s/%s; oldest idle: machine id %s, %s, idle %s.',
-                             c.in_use, c.capacity, c.used, c.free, c.takeable_7d, c.takeable_1d, c.takeable_1h,
+           pg_catalog.format('%s of %s machine ids in use (%s), above idgen.capacity_%s (%s); %s free, takeable 7d/1d/1h: %s/%s/%s; oldest idle: machine id %s, %s, idle %s.',
+                             c.in_use, c.capacity, c.used, c.level,
+                             CASE WHEN c.level OPERATOR(pg_catalog.=) 'critical'::text THEN p.capacity_critical ELSE p.capacity_warning END,
+                             c.free, c.takeable_7d, c.takeable_1d, c.takeable_1h,
                              c.oldest_idle_machine_id, c.oldest_idle_holder, c.oldest_idle),
            pg_catalog.format('Find why so many nodes hold ids: SELECT * FROM idgen_nodes WHERE service = %L ORDER BY last_seen; release the ids of nodes stopped for good (README: freeing an id by hand), or give the nodes their own service names.', c.service)
-      FROM idgen_capacity c WHERE c.above_alert
+      FROM idgen_capacity c CROSS JOIN idgen_policy() p WHERE c.level IS NOT NULL
+    UNION ALL
+    SELECT 'warning', 'holder_clock_skew', pg_catalog.format('%s machine id %s', n.service, n.machine_id),
+           pg_catalog.format('%s''s clock was %s %s the server''s at its last heartbeat (%s ago), more than idgen.clock_skew_alert (%s).',
+                             n.holder, GREATEST(n.clock_offset, OPERATOR(pg_catalog.-) n.clock_offset),
+                             CASE WHEN n.clock_offset OPERATOR(pg_catalog.>) interval '0' THEN 'ahead of'::text ELSE 'behind'::text END,
+                             n.idle, p.clock_skew_alert),
+           'Check the node''s time synchronisation (chronyc tracking, timedatectl). A clock ahead keeps its machine id from other nodes for as long after it stops; a clock behind stamps behind the server''s time, and behind its not_before after a claim.'
+      FROM idgen_nodes n CROSS JOIN idgen_policy() p
+     WHERE n.released_at IS NULL
+       AND (n.clock_offset OPERATOR(pg_catalog.>) p.clock_skew_alert
+            OR n.clock_offset OPERATOR(pg_catalog.<) (OPERATOR(pg_catalog.-) p.clock_skew_alert))
+    UNION ALL
+    SELECT 'warning', 'clock_backward_refusals', pg_catalog.format('%s machine id %s', n.service, n.machine_id),
+           pg_catalog.format('%s reports %s clock steps back since its claim that were too large to wait out: its generator refused to issue IDs meanwhile.', n.holder, n.clock_backward_refusals),
+           'Fix the node''s time source (chronyc tracking, timedatectl); its generator issues again once its clock passes its last stamp. Its clock_offset in idgen_nodes shows how far it is off.'
+      FROM idgen_nodes n
+     WHERE n.released_at IS NULL AND n.clock_backward_refusals OPERATOR(pg_catalog.>) 0
+    UNION ALL
+    SELECT 'warning', 'restart_loop', pg_catalog.format('%s %s', r.service, r.holder),
+           pg_catalog.format('%s claimed %s times within idgen.restart_loop_window (%s), from %s to %s (machine ids %s): it restarts in a loop.',
+                             r.holder, r.claims, p.restart_loop_window, r.first_at, r.last_at, r.machine_ids),
+           pg_catalog.format('Find why the node exits (its logs: a crash, an OOM kill, a failing health check): SELECT * FROM idgen_events WHERE service = %L AND host = %L AND port = %s ORDER BY at. A start that cannot reuse its id takes another one, so the service fills.', r.service, pg_catalog.host(r.host), r.port)
+      FROM idgen_restart_loops r CROSS JOIN idgen_policy() p
+    UNION ALL
+    SELECT 'warning', 'id_flapping', pg_catalog.format('%s machine id %s', f.service, f.machine_id),
+           pg_catalog.format('Machine id %s moved between holders %s times within idgen.restart_loop_window (%s), from %s to %s (taken by %s).',
+                             f.machine_id, f.moves, p.restart_loop_window, f.first_at, f.last_at, f.holders),
+           pg_catalog.format('Nodes take the id from each other: look for nodes that release and restart at once, or that stop heartbeating: SELECT * FROM idgen_events WHERE service = %L AND machine_id = %s ORDER BY at.', f.service, f.machine_id)
+      FROM idgen_flapping_ids f CROSS JOIN idgen_policy() p
+    UNION ALL
+    SELECT 'warning', 'setting_deprecated', 'idgen.capacity_alert',
+           pg_catalog.format('idgen.capacity_alert is set (%s), but since idgen 0.6.0 it has no effect: idgen.capacity_warning (%s) and idgen.capacity_critical (%s) replace it.',
+                             p.deprecated_capacity_alert, p.capacity_warning, p.capacity_critical),
+           'ALTER SYSTEM RESET idgen.capacity_alert; ALTER SYSTEM SET idgen.capacity_warning = ... (and idgen.capacity_critical); SELECT pg_reload_conf();'
+      FROM idgen_policy() p
+     WHERE p.deprecated_capacity_alert IS NOT NULL
     UNION ALL
     SELECT 'warning', 'holder_past_lease', pg_catalog.format('%s machine id %s', n.service, n.machine_id),
            pg_catalog.format('%s last heartbeat %s ago; its lease ended at %s, so it must have stopped issuing IDs.', n.holder, n.idle, n.lease_until),
@@ -378,6 +511,14 @@ SELECT f.severity, f.finding, f.subject, f.detail, f.action FROM (
              WHERE (SELECT a.datid FROM pg_catalog.pg_stat_get_activity(s.pid) a) IS NULL) r
      WHERE r.synchronous OPERATOR(pg_catalog.=) 0 AND (r.names OR r.standbys OPERATOR(pg_catalog.>) 0)
     UNION ALL
+    SELECT 'notice', 'generator_waits', pg_catalog.format('%s machine id %s', n.service, n.machine_id),
+           pg_catalog.format('%s reports, since its claim, %s clock steps back waited out and %s waits for the next millisecond after using up a millisecond''s sequence.',
+                             n.holder, COALESCE(n.clock_backward_waits, 0), COALESCE(n.sequence_exhaustions, 0)),
+           'Nothing is wrong: its IDs stay unique. Many clock waits: check its time source. Many sequence waits: the node issues at its limit; spread the load over more nodes.'
+      FROM idgen_nodes n
+     WHERE n.released_at IS NULL
+       AND (n.clock_backward_waits OPERATOR(pg_catalog.>) 0 OR n.sequence_exhaustions OPERATOR(pg_catalog.>) 0)
+    UNION ALL
     SELECT 'notice', 'stale_backend_rows', b.service,
            pg_catalog.format('%s backend rows idle longer than idgen.takeover_idle_7d (machine ids %s): their slots have not used idgen since.', b.n, b.ids),
            'Nothing is wrong: the next claims of the service take them back first. To tidy up, see the README (freeing an id by hand).'
@@ -400,6 +541,7 @@ COMMENT ON FUNCTION idgen_health() IS
     'What the person on call must know, one row per finding (severity critical, warning or notice; what; which rows; what to do), over the services you may read. No rows: healthy.';
 
 GRANT SELECT ON idgen_visibility, idgen_nodes, idgen_capacity, idgen_events, idgen_metrics, idgen_tombstones,
+    idgen_restart_loops, idgen_flapping_ids,
     idgen_registry_status TO PUBLIC;
 GRANT SELECT ON idgen_private.visible_events, idgen_private.visible_nodes, idgen_private.visible_metrics TO PUBLIC;
 
@@ -410,7 +552,7 @@ ALTER FUNCTION idgen_policy() ROWS 1;
 ALTER FUNCTION idgen_explain(bigint, text) ROWS 1;
 
 COMMENT ON FUNCTION idgen_policy() IS
-    'The effective idgen settings as the claim uses them, one row: the lease, heartbeat interval, cooldown, take-back ages, capacity alert, history retention, the machine ids a service can have on this server (idgen.machine_id_range: count, first, last), whether claims require a synchronous standby, and problem (why the settings are inconsistent, or NULL).';
+    'The effective idgen settings as the claim uses them, one row: the lease, heartbeat interval, cooldown, take-back ages, the capacity levels (idgen.capacity_warning, idgen.capacity_critical), history retention, the machine ids a service can have on this server (idgen.machine_id_range: count, first, last), whether claims require a synchronous standby, problem (why the settings are inconsistent, or NULL), what idgen_health() reports by: idgen.clock_skew_alert, idgen.restart_loop_window, idgen.restart_loop_claims, and deprecated_capacity_alert (idgen.capacity_alert when set: it has no effect since 0.6.0).';
 COMMENT ON FUNCTION idgen_node_state(timestamptz, timestamptz, timestamptz, timestamptz) IS
     'The state of a registry row from its last_seen, released_at, lease_until and takeover_at, by the claim''s own rules: live, past_lease, idle_1h, idle_1d, idle_7d, cooling_down or released.';
 COMMENT ON FUNCTION idgen_node_name(inet, integer, integer) IS 'How idgen names a node: host:port, or backend slot N of host:port.';

@@ -30,7 +30,7 @@ CREATE TABLE idgen_private.idgen_history (
     detail                TEXT,
     CONSTRAINT idgen_history_event_known CHECK (event OPERATOR(pg_catalog.=) ANY (ARRAY[
         'claim', 'take_back', 'release', 'set_aside', 'ownership_lost', 'refused_full', 'refused_watermark',
-        'refused_no_standby', 'watermark_behind'])),
+        'refused_no_standby', 'watermark_behind', 'restart'])),
     CONSTRAINT idgen_history_outcome_known CHECK (outcome OPERATOR(pg_catalog.=) ANY (ARRAY[
         'new', 'reused', 'released', 'idle_7d', 'idle_1d', 'idle_1h']))
 );
@@ -45,24 +45,24 @@ COMMENT ON SEQUENCE idgen_private.idgen_history_event_id_seq IS 'Numbers the his
 COMMENT ON COLUMN idgen_private.idgen_history.event_id IS 'Order of recording.';
 COMMENT ON COLUMN idgen_private.idgen_history.at IS 'When it happened (server clock).';
 COMMENT ON COLUMN idgen_private.idgen_history.event IS
-    'claim (a new id, or a node''s own released id back), take_back (from a released or idle holder; outcome names the tier), release, set_aside (a node''s own id left because its bound was too far ahead, or it is outside idgen.machine_id_range), ownership_lost (a holder learnt it lost the id), refused_full, refused_watermark, refused_no_standby (idgen.require_synchronous_standby), watermark_behind (a node reported a watermark behind the registry''s: its clock is behind). Losses, refusals and watermarks behind: at most one of each kind per service and minute.';
+    'claim (a new id, or a node''s own released id back), take_back (from a released or idle holder; outcome names the tier), release, set_aside (a node''s own id left because its bound was too far ahead, or it is outside idgen.machine_id_range), ownership_lost (a holder learnt it lost the id), refused_full, refused_watermark, refused_no_standby (idgen.require_synchronous_standby), watermark_behind (a node reported a watermark behind the registry''s: its clock is behind), restart (a service node claimed the id it still held: it restarted without releasing). Losses, refusals and watermarks behind: at most one of each kind per service and minute.';
 COMMENT ON COLUMN idgen_private.idgen_history.service IS 'The service.';
 COMMENT ON COLUMN idgen_private.idgen_history.machine_id IS 'The machine id concerned; NULL for a claim refused because the service is full or no synchronous standby streams (refused_full, refused_no_standby).';
 COMMENT ON COLUMN idgen_private.idgen_history.version IS 'Ownership epoch after the event (claims, take-backs, releases) or the one the holder had (losses).';
-COMMENT ON COLUMN idgen_private.idgen_history.outcome IS 'For claims and take-backs: new, reused, released, idle_7d, idle_1d or idle_1h.';
+COMMENT ON COLUMN idgen_private.idgen_history.outcome IS 'For claims, take-backs and restarts: new, reused, released, idle_7d, idle_1d or idle_1h.';
 COMMENT ON COLUMN idgen_private.idgen_history.host IS 'The node''s address (for a backend: idgen.node_host).';
 COMMENT ON COLUMN idgen_private.idgen_history.port IS 'The node''s port (for a backend: the server''s).';
 COMMENT ON COLUMN idgen_private.idgen_history.backend_slot IS 'The backend''s slot; NULL for service nodes.';
 COMMENT ON COLUMN idgen_private.idgen_history.role IS 'The role that called idgen: the one acting at the call (after SET ROLE, or the owner of a SECURITY DEFINER function that called it).';
 COMMENT ON COLUMN idgen_private.idgen_history.pid IS 'The server process that recorded it: the backend, or the service''s session.';
-COMMENT ON COLUMN idgen_private.idgen_history.not_before IS 'For claims and take-backs: the holder stamps IDs strictly after this.';
+COMMENT ON COLUMN idgen_private.idgen_history.not_before IS 'For claims, take-backs and restarts: the holder stamps IDs strictly after this.';
 COMMENT ON COLUMN idgen_private.idgen_history.issued_until IS 'For releases and set-asides: the watermark the holder left (it stamped nothing later).';
 COMMENT ON COLUMN idgen_private.idgen_history.previous_host IS 'For take-backs: the address of the holder the id was taken from.';
 COMMENT ON COLUMN idgen_private.idgen_history.previous_port IS 'For take-backs: its port.';
 COMMENT ON COLUMN idgen_private.idgen_history.previous_backend_slot IS 'For take-backs: its backend slot, if a backend.';
-COMMENT ON COLUMN idgen_private.idgen_history.previous_version IS 'For take-backs: its version.';
+COMMENT ON COLUMN idgen_private.idgen_history.previous_version IS 'For take-backs: its version; for restarts: the version of the node''s earlier process.';
 COMMENT ON COLUMN idgen_private.idgen_history.previous_idle_seconds IS 'For take-backs: how long it had been idle.';
-COMMENT ON COLUMN idgen_private.idgen_history.previous_bound IS 'For take-backs: the latest time it may have stamped, as the claim assumed.';
+COMMENT ON COLUMN idgen_private.idgen_history.previous_bound IS 'For take-backs: the latest time it may have stamped, as the claim assumed; for restarts: the latest time the node''s earlier process may have stamped.';
 COMMENT ON COLUMN idgen_private.idgen_history.detail IS 'For refusals and losses: what the caller was told.';
 COMMENT ON INDEX idgen_private.idgen_history_machine_id IS 'idgen_explain reads one machine id''s events in order.';
 COMMENT ON INDEX idgen_private.idgen_history_at IS 'idgen_purge_history deletes by age.';

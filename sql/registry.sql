@@ -13,11 +13,18 @@ CREATE TABLE system_nodes (
     issued_until TIMESTAMPTZ NOT NULL DEFAULT '-infinity',
     lease_until TIMESTAMPTZ,
     takeover_at TIMESTAMPTZ,
+    reports_version BIGINT,
+    clock_offset INTERVAL,
+    clock_backward_waits BIGINT,
+    clock_backward_refusals BIGINT,
+    sequence_exhaustions BIGINT,
     PRIMARY KEY (service, machine_id),
     CONSTRAINT system_nodes_backend_slot_not_negative CHECK (backend_slot >= 0),
     CONSTRAINT system_nodes_machine_id_not_negative CHECK (machine_id >= 0),
     CONSTRAINT system_nodes_port_in_range CHECK (port BETWEEN 1 AND 65535),
-    CONSTRAINT system_nodes_version_positive CHECK (version >= 1)
+    CONSTRAINT system_nodes_version_positive CHECK (version >= 1),
+    CONSTRAINT system_nodes_generator_counts_not_negative
+        CHECK (clock_backward_waits >= 0 AND clock_backward_refusals >= 0 AND sequence_exhaustions >= 0)
 );
 
 -- A service node is (service, host, port); a database backend adds its slot. Only
@@ -51,6 +58,16 @@ COMMENT ON COLUMN system_nodes.lease_until IS
     'The lease the holder was granted at its last claim or heartbeat: it issues no ID from then on without a newer heartbeat. Kept as granted, whatever the settings become. NULL: not recorded (a row written by hand), and the lease of today''s settings applies.';
 COMMENT ON COLUMN system_nodes.takeover_at IS
     'No take-back before this time: last_seen plus idgen.takeover_idle_1h as they were when the lease was granted, whatever the settings become. NULL: not recorded, and today''s settings apply.';
+COMMENT ON COLUMN system_nodes.reports_version IS
+    'The version the last heartbeat reported at: clock_offset and the generator counts below are of that holder, and count only while the row keeps this version (a claim or release raises it). NULL: no heartbeat reported since 0.6.0.';
+COMMENT ON COLUMN system_nodes.clock_offset IS
+    'How far the holder''s clock was ahead of the server''s (negative: behind) at its last heartbeat: the watermark it reported (its clock or its last stamp, whichever was later) minus the server clock at the heartbeat. NULL when it reported no watermark.';
+COMMENT ON COLUMN system_nodes.clock_backward_waits IS
+    'Reported by the holder''s last heartbeat: how often since its claim its clock stepped back and the generator waited it out. NULL: not reported.';
+COMMENT ON COLUMN system_nodes.clock_backward_refusals IS
+    'Reported by the holder''s last heartbeat: how often since its claim its clock stepped back further than it may wait, and the generator refused to issue. NULL: not reported.';
+COMMENT ON COLUMN system_nodes.sequence_exhaustions IS
+    'Reported by the holder''s last heartbeat: how often since its claim the generator used up a millisecond''s sequence and waited for the next. NULL: not reported.';
 COMMENT ON INDEX system_nodes_node_identity IS
     'A node identity (service, host, port, backend_slot) holds at most one machine id; released rows do not count.';
 COMMENT ON COLUMN system_nodes.backend_slot IS

@@ -4,7 +4,9 @@
 //! and release had five, 0.3.0's idgen_node_state two) would fail inside it with an internal
 //! error. These check the installed version and the argument count first: an old
 //! installation gets 55000 and the HINT to update; 0.4.0's declarations, which match, reach
-//! the functions. Since 0.5.0 the SQL binds those functions to their own symbols.
+//! the functions. Since 0.5.0 the SQL binds those functions to their own symbols; 0.6.0's
+//! heartbeat, with nine arguments, is `node_heartbeat_reporting_wrapper`, and
+//! `node_heartbeat_wrapper` keeps serving 0.5.x's six (`registry::api`).
 
 use pgrx::pg_sys;
 

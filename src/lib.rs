@@ -34,14 +34,14 @@ mod statements;
 extension_sql_file!("../sql/bootstrap.sql", name = "bootstrap", bootstrap);
 extension_sql_file!("../sql/registry.sql", name = "registry");
 extension_sql_file!("../sql/registry_api.sql", name = "registry_api", finalize);
-extension_sql_file!("../sql/history.sql", name = "history", requires = ["registry", idgen_policy]);
+extension_sql_file!("../sql/history.sql", name = "history", requires = ["registry", policy]);
 extension_sql_file!(
     "../sql/diagnostics.sql",
     name = "diagnostics",
     requires = [
         "registry",
         "history",
-        idgen_policy,
+        policy,
         node_state,
         idgen_node_name,
         idgen_slot_pid,

@@ -22,8 +22,14 @@ pub const LIBRARY_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The versions of the SQL objects this library runs against: its own, and the ones before it
 /// whose tables, views and C functions it uses unchanged (so a server whose package was
 /// upgraded goes on minting until `ALTER EXTENSION idgen UPDATE`); 0.5.1 changed only comments.
+/// Against the objects before 0.6.0 it serves their `idgen_heartbeat` and `idgen_policy` under
+/// their own symbols and shapes, stores no heartbeat reports and records no restarts.
 /// Any other version is refused.
-pub const SQL_VERSIONS: [&str; 3] = [LIBRARY_VERSION, "0.5.0", "0.4.0"];
+pub const SQL_VERSIONS: [&str; 4] = [LIBRARY_VERSION, "0.5.1", "0.5.0", "0.4.0"];
+
+/// The SQL versions before heartbeat reports (clock offset, generator counts) and the history's
+/// `restart` events (0.6.0).
+const WITHOUT_FLEET_REPORTS: [&str; 3] = ["0.5.1", "0.5.0", "0.4.0"];
 
 /// The SQL version whose history has no `watermark_behind` event (the kind came with 0.5.0).
 const WITHOUT_WATERMARK_BEHIND: &str = "0.4.0";
@@ -123,6 +129,12 @@ pub fn ensure_sql_version() {
         checked_installation();
         *checked = Some(now);
     }
+}
+
+/// Whether the installed objects keep what heartbeats report and the history records `restart`
+/// events (0.6.0 on).
+pub fn installed_keeps_fleet_reports() -> bool {
+    !WITHOUT_FLEET_REPORTS.contains(&checked_installation().version.as_str())
 }
 
 /// Whether the installed history records `watermark_behind` events.

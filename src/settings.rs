@@ -6,6 +6,7 @@
 //! (PGC_SUSET); `idgen.service` is any session's choice. Each has a range here,
 //! and the core's `ClaimPolicy::validate` checks how they relate.
 
+use idgen_core::fleet;
 use idgen_core::policy::{DAY, HOUR};
 use idgen_core::{input, messages, ClaimPolicy, IdgenError, Layout};
 use pgrx::pg_guard;
@@ -28,7 +29,15 @@ pub static SERVICE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>:
 pub static NODE_HOST: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"127.0.0.1"));
 pub static MAX_CLOCK_BACKWARD: GucSetting<i32> =
     GucSetting::<i32>::new(idgen_core::generator::MAX_CLOCK_BACKWARD_DEFAULT_MS as i32);
-pub static CAPACITY_ALERT: GucSetting<f64> = GucSetting::<f64>::new(0.8);
+pub static CAPACITY_WARNING: GucSetting<f64> = GucSetting::<f64>::new(fleet::CAPACITY_WARNING_DEFAULT);
+pub static CAPACITY_CRITICAL: GucSetting<f64> = GucSetting::<f64>::new(fleet::CAPACITY_CRITICAL_DEFAULT);
+/// Before 0.6.0 the one capacity threshold; kept defined so that a value configured for it is
+/// not dropped unseen: it has no effect, and `idgen_health()` reports `setting_deprecated`.
+pub static CAPACITY_ALERT: GucSetting<f64> = GucSetting::<f64>::new(fleet::CAPACITY_ALERT_UNSET);
+pub static CLOCK_SKEW_ALERT: GucSetting<i32> = GucSetting::<i32>::new(fleet::CLOCK_SKEW_ALERT_DEFAULT_MS as i32);
+pub static RESTART_LOOP_WINDOW: GucSetting<i32> =
+    GucSetting::<i32>::new(fleet::RESTART_LOOP_WINDOW_DEFAULT_SECS as i32);
+pub static RESTART_LOOP_CLAIMS: GucSetting<i32> = GucSetting::<i32>::new(fleet::RESTART_LOOP_CLAIMS_DEFAULT as i32);
 pub static MACHINE_ID_RANGE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 pub static REQUIRE_SYNCHRONOUS_STANDBY: GucSetting<bool> = GucSetting::<bool>::new(false);
 pub static HISTORY_RETENTION: GucSetting<i32> =
@@ -153,12 +162,62 @@ fn define_settings() {
         GucFlags::default(),
     );
     GucRegistry::define_float_guc(
-        c"idgen.capacity_alert",
-        c"Fraction of a service's machine ids in use above which a claim raises an idgen_alert.",
-        c"In use: held or cooling down after a release. idgen_capacity and idgen_health() use the same threshold.",
-        &CAPACITY_ALERT,
+        c"idgen.capacity_warning",
+        c"Fraction of a service's machine ids in use above which it is at the warning level.",
+        c"In use: held or cooling down after a release. A claim that leaves a service above it raises an idgen_alert (level warning); idgen_capacity and idgen_health() use it too. Must not be above idgen.capacity_critical.",
+        &CAPACITY_WARNING,
         0.0,
         1.0,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_float_guc(
+        c"idgen.capacity_critical",
+        c"Fraction of a service's machine ids in use above which it is at the critical level.",
+        c"A claim that leaves a service above it raises an idgen_alert (level critical); idgen_health() reports the service as critical.",
+        &CAPACITY_CRITICAL,
+        0.0,
+        1.0,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_float_guc(
+        c"idgen.capacity_alert",
+        c"Deprecated since 0.6.0, without effect: use idgen.capacity_warning and idgen.capacity_critical.",
+        c"-1 means not set. A value set here changes nothing; idgen_health() reports it (setting_deprecated) until it is reset.",
+        &CAPACITY_ALERT,
+        -1.0,
+        1.0,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"idgen.clock_skew_alert",
+        c"How far a holder's clock may be off the server's before idgen_health() reports holder_clock_skew.",
+        c"The offset is the watermark a service node's heartbeat reports minus the server clock at the heartbeat.",
+        &CLOCK_SKEW_ALERT,
+        1,
+        DAY as i32 * 1000,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"idgen.restart_loop_window",
+        c"The window idgen_health() counts a node's claims and a machine id's moves in (restart_loop, id_flapping).",
+        c"The history's events within this window are counted.",
+        &RESTART_LOOP_WINDOW,
+        1,
+        DAY as i32,
+        GucContext::Sighup,
+        GucFlags::UNIT_S,
+    );
+    GucRegistry::define_int_guc(
+        c"idgen.restart_loop_claims",
+        c"More claims than this by one node, or moves of one machine id between holders, within idgen.restart_loop_window are a loop.",
+        c"idgen_health() reports restart_loop and id_flapping above it.",
+        &RESTART_LOOP_CLAIMS,
+        1,
+        1_000_000,
         GucContext::Sighup,
         GucFlags::default(),
     );
@@ -247,7 +306,8 @@ pub struct ClaimSettings {
     pub policy: ClaimPolicy,
     pub machine_id_first: u16,
     pub machine_id_last: u16,
-    pub capacity_alert: f64,
+    pub capacity_warning: f64,
+    pub capacity_critical: f64,
     pub require_synchronous_standby: bool,
     pub max_clock_backward_ms: i64,
 }
@@ -265,11 +325,14 @@ pub fn claim_settings() -> Result<ClaimSettings, IdgenError> {
         return Err(refused);
     }
     let range = machine_id_range();
+    let policy = claim_policy()?;
+    capacity_levels()?;
     Ok(ClaimSettings {
-        policy: claim_policy()?,
+        policy,
         machine_id_first: *range.start(),
         machine_id_last: *range.end(),
-        capacity_alert: capacity_alert(),
+        capacity_warning: capacity_warning(),
+        capacity_critical: capacity_critical(),
         require_synchronous_standby: require_synchronous_standby(),
         max_clock_backward_ms: max_clock_backward_ms(),
     })
@@ -416,9 +479,36 @@ unsafe fn checked(
     }
 }
 
-/// `idgen.capacity_alert`, a fraction.
-pub fn capacity_alert() -> f64 {
-    CAPACITY_ALERT.get()
+/// `idgen.capacity_warning`, a fraction.
+pub fn capacity_warning() -> f64 {
+    CAPACITY_WARNING.get()
+}
+
+/// `idgen.capacity_critical`, a fraction.
+pub fn capacity_critical() -> f64 {
+    CAPACITY_CRITICAL.get()
+}
+
+/// The capacity levels, refused when the warning level is above the critical one.
+pub fn capacity_levels() -> Result<(), IdgenError> {
+    fleet::capacity_levels_consistent(capacity_warning(), capacity_critical())
+}
+
+/// `idgen.capacity_alert` when it is set: it has had no effect since 0.6.0.
+pub fn deprecated_capacity_alert() -> Option<f64> {
+    Some(CAPACITY_ALERT.get()).filter(|v| *v != fleet::CAPACITY_ALERT_UNSET)
+}
+
+pub fn clock_skew_alert_ms() -> i64 {
+    CLOCK_SKEW_ALERT.get().into()
+}
+
+pub fn restart_loop_window_secs() -> i64 {
+    RESTART_LOOP_WINDOW.get().into()
+}
+
+pub fn restart_loop_claims() -> i32 {
+    RESTART_LOOP_CLAIMS.get()
 }
 
 pub fn history_retention_secs() -> i64 {

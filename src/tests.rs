@@ -77,9 +77,11 @@ mod tests {
         );
         assert_eq!(
             shown,
-            "idgen.capacity_alert=0.8, idgen.heartbeat_interval=300s, idgen.history_retention=7776000s, \
+            "idgen.capacity_alert=-1, idgen.capacity_critical=0.85, idgen.capacity_warning=0.7, \
+             idgen.clock_skew_alert=1000ms, idgen.heartbeat_interval=300s, idgen.history_retention=7776000s, \
              idgen.lease_safety_margin=300s, idgen.machine_id_range=, idgen.max_clock_backward=2000ms, \
-             idgen.node_host=127.0.0.1, idgen.release_cooldown=60s, idgen.require_synchronous_standby=off, idgen.service=, \
+             idgen.node_host=127.0.0.1, idgen.release_cooldown=60s, idgen.require_synchronous_standby=off, \
+             idgen.restart_loop_claims=3, idgen.restart_loop_window=300s, idgen.service=, \
              idgen.takeover_idle_1d=86400s, idgen.takeover_idle_1h=3600s, idgen.takeover_idle_7d=604800s"
         );
         // The thresholds are one for the whole cluster; the choice of service is open to every session.
@@ -88,9 +90,11 @@ mod tests {
         );
         assert_eq!(
             contexts,
-            "sighup:idgen.capacity_alert,sighup:idgen.heartbeat_interval,sighup:idgen.history_retention,\
+            "sighup:idgen.capacity_alert,sighup:idgen.capacity_critical,sighup:idgen.capacity_warning,\
+             sighup:idgen.clock_skew_alert,sighup:idgen.heartbeat_interval,sighup:idgen.history_retention,\
              sighup:idgen.lease_safety_margin,sighup:idgen.machine_id_range,superuser:idgen.max_clock_backward,\
-             superuser:idgen.node_host,sighup:idgen.release_cooldown,sighup:idgen.require_synchronous_standby,user:idgen.service,sighup:idgen.takeover_idle_1d,\
+             superuser:idgen.node_host,sighup:idgen.release_cooldown,sighup:idgen.require_synchronous_standby,\
+             sighup:idgen.restart_loop_claims,sighup:idgen.restart_loop_window,user:idgen.service,sighup:idgen.takeover_idle_1d,\
              sighup:idgen.takeover_idle_1h,sighup:idgen.takeover_idle_7d"
         );
     }
@@ -113,7 +117,7 @@ mod tests {
                (SELECT count(*) FROM rel JOIN pg_attribute a ON a.attrelid = rel.oid AND a.attnum > 0 AND NOT a.attisdropped \
                  JOIN pg_class c ON c.oid = rel.oid AND c.relkind = 'r' WHERE col_description(rel.oid, a.attnum) IS NULL))",
         );
-        assert_eq!(uncommented, "19 relations, 0 without a comment, 0 columns without one");
+        assert_eq!(uncommented, "21 relations, 0 without a comment, 0 columns without one");
         assert!(one::<bool>(
             "SELECT obj_description('system_nodes_node_identity'::regclass, 'pg_class') IS NOT NULL \
                 AND (SELECT bool_and(obj_description(oid, 'pg_trigger') IS NOT NULL) FROM pg_trigger \
@@ -157,7 +161,7 @@ mod tests {
         let public_can = one::<String>(
             "SELECT format('%s %s %s / %s %s %s %s %s %s %s %s %s %s', \
                has_function_privilege('public', 'idgen_claim(text, inet, integer)', 'EXECUTE'), \
-               has_function_privilege('public', 'idgen_heartbeat(text, smallint, inet, integer, bigint, timestamptz)', 'EXECUTE'), \
+               has_function_privilege('public', 'idgen_heartbeat(text, smallint, inet, integer, bigint, timestamptz, bigint, bigint, bigint)', 'EXECUTE'), \
                has_function_privilege('public', 'idgen_release(text, smallint, inet, integer, bigint, timestamptz)', 'EXECUTE'), \
                has_table_privilege('public', 'system_nodes', 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE'), \
                has_table_privilege('public', 'idgen_private.nodes', 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE'), \

@@ -7,11 +7,15 @@
 //! recorded for it. A correct registry never lets two tenures of one machine id
 //! share a millisecond; `explain` says so when they do.
 //!
-//! A claim that reuses a held row (the same node, reconnecting or restarting)
-//! is not recorded: ownership does not move, and backends reuse their slot's
-//! row on every new connection, so recording it would add a write per
-//! connection and fill the history with churn. A reuse that ends a release is
-//! recorded, because the row was free in between.
+//! A database backend's claim that reuses its slot's held row is not recorded:
+//! ownership does not move, and backends reuse their slot's row on every new
+//! connection, so recording it would add a write per connection and fill the
+//! history with churn. A service node's claim of the row it still holds is a
+//! restart (its earlier process never released the id) and is recorded as a
+//! `restart`, so that crash loops show; its tenure ends the earlier process's
+//! at the bound the claim waited for, without splitting it from its holder. A
+//! reuse that ends a release is recorded as a claim, because the row was free
+//! in between.
 
 use crate::format::iso_utc;
 use crate::input::node_name;
@@ -49,10 +53,14 @@ pub enum EventKind {
     /// A holder reported a watermark behind what the registry held for its id (its clock is
     /// behind, or it sends local time as UTC); kept as the registry had it, with a WARNING.
     WatermarkBehind,
+    /// A service node claimed the machine id it still held: it restarted without releasing
+    /// (a crash, a kill). Outcome `reused`; `previous_version` and `previous_bound` are its
+    /// earlier process's version and the latest time that process may have stamped.
+    Restart,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 9] = [
+    pub const ALL: [EventKind; 10] = [
         EventKind::Claim,
         EventKind::TakeBack,
         EventKind::Release,
@@ -62,6 +70,7 @@ impl EventKind {
         EventKind::RefusedWatermark,
         EventKind::RefusedNoStandby,
         EventKind::WatermarkBehind,
+        EventKind::Restart,
     ];
 
     pub fn label(self) -> &'static str {
@@ -75,6 +84,7 @@ impl EventKind {
             EventKind::RefusedWatermark => "refused_watermark",
             EventKind::RefusedNoStandby => "refused_no_standby",
             EventKind::WatermarkBehind => "watermark_behind",
+            EventKind::Restart => "restart",
         }
     }
 
@@ -92,8 +102,15 @@ impl EventKind {
             | EventKind::Release
             | EventKind::SetAside
             | EventKind::OwnershipLost
-            | EventKind::WatermarkBehind => false,
+            | EventKind::WatermarkBehind
+            | EventKind::Restart => false,
         }
+    }
+
+    /// A node got (or got back) a machine id: what `restart_loop` counts per node. (An id moves
+    /// between holders only by a take-back, what `id_flapping` counts per machine id.)
+    pub fn is_gain(self) -> bool {
+        matches!(self, EventKind::Claim | EventKind::TakeBack | EventKind::Restart)
     }
 
     /// The event of a successful claim with this outcome.
@@ -200,7 +217,7 @@ pub fn tenures(events: &[Recorded]) -> Vec<Tenure> {
     let mut out: Vec<Tenure> = Vec::new();
     for event in events {
         match event.kind {
-            EventKind::Claim | EventKind::TakeBack => {
+            EventKind::Claim | EventKind::TakeBack | EventKind::Restart => {
                 let (Some(holder), Some(version), Some(after_ms)) =
                     (event.holder.clone(), event.version, event.not_before_ms)
                 else {
@@ -208,8 +225,9 @@ pub fn tenures(events: &[Recorded]) -> Vec<Tenure> {
                 };
                 if let Some(open) = out.last_mut().filter(|t| t.until_ms.is_none()) {
                     match (event.kind, event.previous_bound_ms) {
-                        // A take-back records how long the holder it took from may have stamped.
-                        (EventKind::TakeBack, Some(bound)) => open.until_ms = Some(bound),
+                        // A take-back records how long the holder it took from may have stamped,
+                        // a restart how long the node's earlier process may have.
+                        (EventKind::TakeBack | EventKind::Restart, Some(bound)) => open.until_ms = Some(bound),
                         // A claim over an open tenure: its end was not recorded (a row deleted by
                         // hand, or a history purged in between); the new start is the best bound.
                         _ => {
@@ -461,6 +479,27 @@ mod tests {
         }
         let all = tenures(&events);
         assert!(all[0].until_ms.is_some_and(|until| until > all[1].after_ms), "{all:?}");
+    }
+
+    #[test]
+    fn a_restart_by_the_same_holder_ends_its_earlier_tenure_at_the_bound_it_waited_for() {
+        // A claims at 100, is killed, and claims its held row back at 400 (version 2): its
+        // earlier process may have stamped until 350, the restart stamps after 400.
+        let restart = Recorded {
+            kind: EventKind::Restart,
+            previous_holder: Some(holder(1)),
+            previous_bound_ms: Some(350),
+            new_id: false,
+            ..claim(400, 1, 2)
+        };
+        let events = [claim(100, 1, 1), restart];
+        let all = tenures(&events);
+        assert_eq!(all.len(), 2, "{all:?}");
+        assert_eq!((all[0].until_ms, all[0].end_assumed), (Some(350), false), "its end is recorded, not assumed");
+        assert!(matches!(explain(&events, 300, true), Finding::Held(t) if t.version == 1 && t.holder.port == 1));
+        assert!(matches!(explain(&events, 401, true), Finding::Held(t) if t.version == 2 && t.holder.port == 1));
+        assert!(matches!(explain(&events, 380, true), Finding::Unheld { .. }));
+        assert!(EventKind::Restart.is_gain() && !EventKind::Restart.is_refused_claim());
     }
 
     #[test]

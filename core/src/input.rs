@@ -210,6 +210,39 @@ pub fn positive_version(function: &str, version: Option<i64>) -> Result<i64, Idg
     Ok(version)
 }
 
+/// The arguments of `idgen_heartbeat` a node's generator reports, in order.
+pub const GENERATOR_COUNT_ARGUMENTS: [&str; 3] =
+    ["clock_backward_waits", "clock_backward_refusals", "sequence_exhaustions"];
+
+/// What a node's generator reports with a heartbeat, each counted since the node's claim: how
+/// often its clock stepped back and was waited out, how often a step back was refused, and how
+/// often it ran out of sequence in a millisecond and waited for the next. NULL: not reported.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GeneratorCounts {
+    pub clock_backward_waits: Option<i64>,
+    pub clock_backward_refusals: Option<i64>,
+    pub sequence_exhaustions: Option<i64>,
+}
+
+/// Checks the counts a heartbeat reports: each is NULL or not negative (`22023` naming the
+/// argument otherwise; the heartbeat then changes nothing).
+pub fn generator_counts(
+    function: &str,
+    clock_backward_waits: Option<i64>,
+    clock_backward_refusals: Option<i64>,
+    sequence_exhaustions: Option<i64>,
+) -> Result<GeneratorCounts, IdgenError> {
+    let values = [clock_backward_waits, clock_backward_refusals, sequence_exhaustions];
+    for (argument, value) in GENERATOR_COUNT_ARGUMENTS.iter().zip(values) {
+        if let Some(n) = value.filter(|n| *n < 0) {
+            return Err(bad_value(function, argument, "must not be negative")
+                .detail(format!("Got {n}; it counts events of the node's generator since its claim."))
+                .hint("Pass the generator's counts since the claim (0 or more), or NULL when the node does not count them."));
+        }
+    }
+    Ok(GeneratorCounts { clock_backward_waits, clock_backward_refusals, sequence_exhaustions })
+}
+
 /// `idgen.machine_id_range`: `first-last` (e.g. `0-255`), inside the layout; empty means the
 /// whole layout. Each server sharing one ID space gets its own, disjoint, range.
 pub fn machine_id_range(text: &str, layout: &Layout) -> Result<RangeInclusive<u16>, IdgenError> {
@@ -274,6 +307,25 @@ mod tests {
     use super::*;
 
     const F: &str = "idgen_claim";
+
+    #[test]
+    fn generator_counts_are_null_or_not_negative_and_a_refusal_names_the_argument() {
+        assert_eq!(
+            generator_counts("idgen_heartbeat", Some(0), None, Some(7)),
+            Ok(GeneratorCounts {
+                clock_backward_waits: Some(0),
+                clock_backward_refusals: None,
+                sequence_exhaustions: Some(7)
+            })
+        );
+        for (i, argument) in GENERATOR_COUNT_ARGUMENTS.iter().enumerate() {
+            let mut values = [Some(1), Some(1), Some(1)];
+            values[i] = Some(-1);
+            let err = generator_counts("idgen_heartbeat", values[0], values[1], values[2]).unwrap_err();
+            assert_eq!(err.sqlstate, SqlState::InvalidParameterValue);
+            assert_eq!(err.message, format!("idgen_heartbeat: argument \"{argument}\" must not be negative"));
+        }
+    }
 
     #[test]
     fn a_valid_identity_passes_unchanged() {

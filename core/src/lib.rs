@@ -9,6 +9,7 @@
 //! - [`policy`]: the claim tiers, their order and thresholds, and the lease.
 //! - [`watermark`]: what a claim must know of the times earlier holders stamped.
 //! - [`history`]: the ownership history's events, and the tenures they show.
+//! - [`fleet`]: what the diagnostics tell of a fleet: capacity levels, clock skew, restart loops.
 //! - [`guard`]: which private guard row a claim locks instead of an advisory lock.
 //! - [`input`]: validation of the registry functions' arguments.
 //! - [`messages`]: the errors, warnings and alerts people read, made of [`facts`] the edge
@@ -20,6 +21,7 @@ pub mod access;
 pub mod alert;
 pub mod error;
 pub mod facts;
+pub mod fleet;
 pub mod format;
 pub mod generator;
 pub mod guard;

@@ -4,6 +4,7 @@
 use crate::alert::Alert;
 use crate::error::{IdgenError, SqlState};
 use crate::facts::{RowFacts, StillStamping, WatermarkAhead};
+use crate::fleet::CapacityLevel;
 use crate::format::{human_duration, iso_utc};
 use crate::input::{Holding, NodeIdentity};
 use crate::layout::Layout;
@@ -127,8 +128,9 @@ pub fn exhausted(
     (error, alert)
 }
 
-/// A claim left the service more than `threshold` full: `used` of `capacity` machine ids are
-/// held or cooling down (a claim gets none of them without taking it back).
+/// A claim left the service above the threshold of `level` (`threshold`): `used` of `capacity`
+/// machine ids are held or cooling down (a claim gets none of them without taking it back).
+#[allow(clippy::too_many_arguments)]
 pub fn capacity_alert(
     function: &str,
     claimant: &NodeIdentity,
@@ -136,15 +138,18 @@ pub fn capacity_alert(
     new_version: i64,
     used: i64,
     capacity: i64,
+    level: CapacityLevel,
     threshold: f64,
 ) -> Alert {
     let fraction = used as f64 / capacity as f64;
     Alert {
         message: format!(
-            "{function}: service \"{}\" is {:.0}% full ({used} of {capacity} machine ids in use), above idgen.capacity_alert ({:.0}%)",
+            "{function}: service \"{}\" is {:.0}% full ({used} of {capacity} machine ids in use), above {} ({:.0}%): {}",
             claimant.service,
             fraction * 100.0,
-            threshold * 100.0
+            level.setting(),
+            threshold * 100.0,
+            level.label()
         ),
         payload: json!({
             "event": "capacity",
@@ -154,6 +159,7 @@ pub fn capacity_alert(
             "held": used,
             "capacity": capacity,
             "used_fraction": (fraction * 1000.0).round() / 1000.0,
+            "level": level.label(),
             "threshold": threshold,
         }),
     }

@@ -110,6 +110,26 @@ fn the_metrics_count_take_backs_for_each_outcome_that_takes_back() {
 }
 
 #[test]
+fn a_restart_loop_counts_every_event_by_which_a_node_gets_an_id() {
+    let sql = compared_with(view(&DIAGNOSTICS, "idgen_restart_loops"), "e.event");
+    let rust: Vec<&str> = EventKind::ALL.iter().filter(|k| k.is_gain()).map(|k| k.label()).collect();
+    assert_same_labels(
+        "sql/diagnostics.sql, the events idgen_restart_loops counts",
+        &sql,
+        "core/src/history.rs, EventKind::is_gain",
+        &rust,
+    );
+}
+
+#[test]
+fn the_metrics_count_restarts_by_the_restart_event() {
+    let metrics = view(&DIAGNOSTICS, "idgen_metrics");
+    let sum = clause_ending_at(metrics, "pg_catalog.sum(", ") AS restarts")
+        .unwrap_or_else(|| panic!("sql/diagnostics.sql: idgen_metrics has no `pg_catalog.sum(...) AS restarts`"));
+    assert_eq!(compared_with(sum, "k.event"), [EventKind::Restart.label()]);
+}
+
+#[test]
 fn idgen_capacity_counts_every_node_state() {
     let sql = compared_with(view(&DIAGNOSTICS, "idgen_capacity"), "n.state");
     let rust: Vec<&str> = NodeState::ALL.iter().map(|s| s.label()).collect();
@@ -286,8 +306,10 @@ fn every_lease_the_views_use_is_idgen_policys() {
 
 #[test]
 fn idgen_heartbeat_states_the_default_heartbeat_interval() {
-    let comment =
-        comment_on(&REGISTRY_API, "FUNCTION idgen_heartbeat(text, smallint, inet, integer, bigint, timestamptz)");
+    let comment = comment_on(
+        &REGISTRY_API,
+        "FUNCTION idgen_heartbeat(text, smallint, inet, integer, bigint, timestamptz, bigint, bigint, bigint)",
+    );
     let minutes = number_before(&comment, " minutes by default").unwrap_or_else(|| {
         panic!("sql/registry_api.sql, COMMENT ON FUNCTION idgen_heartbeat, no longer says \"N minutes by default\": {comment:?}")
     });

@@ -24,8 +24,76 @@ fn age_secs(ts: TimestampWithTimeZone) -> f64 {
     now.saturating_sub(ts) as f64 / 1e6
 }
 
+fn interval_ms(ms: i64) -> Interval {
+    let (days, rest) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
+    Interval::new(0, days as i32, rest * 1_000).expect("settings fit an interval")
+}
+
+/// Why the settings are inconsistent, as `idgen_policy().problem` says it, or None.
+fn settings_problem() -> Option<String> {
+    settings::configured_value_refused()
+        .or_else(|| settings::policy_as_set().validate().err())
+        .or_else(|| settings::capacity_levels().err())
+        .map(|e| format!("{} {}", e.message, e.detail.unwrap_or_default()))
+}
+
 /// The effective idgen policy, one row: what the claim, the views and `idgen_health()` run by.
-#[pg_extern(stable, parallel_safe)]
+#[pg_extern(stable, parallel_safe, name = "idgen_policy")]
+#[allow(clippy::type_complexity)]
+fn policy() -> TableIterator<
+    'static,
+    (
+        name!(lease, Interval),
+        name!(heartbeat_interval, Interval),
+        name!(lease_safety_margin, Interval),
+        name!(release_cooldown, Interval),
+        name!(takeover_idle_1h, Interval),
+        name!(takeover_idle_1d, Interval),
+        name!(takeover_idle_7d, Interval),
+        name!(capacity_warning, f64),
+        name!(capacity_critical, f64),
+        name!(history_retention, Interval),
+        name!(machine_ids, i32),
+        name!(machine_id_first, i32),
+        name!(machine_id_last, i32),
+        name!(require_synchronous_standby, bool),
+        name!(problem, Option<String>),
+        name!(clock_skew_alert, Interval),
+        name!(restart_loop_window, Interval),
+        name!(restart_loop_claims, i32),
+        name!(deprecated_capacity_alert, Option<f64>),
+    ),
+> {
+    crate::privilege::ensure_sql_version();
+    let p = settings::policy_as_set();
+    let range = settings::machine_id_range();
+    TableIterator::once((
+        interval(p.lease_secs().max(0)),
+        interval(p.heartbeat_interval_secs),
+        interval(p.lease_safety_margin_secs),
+        interval(p.release_cooldown_secs),
+        interval(p.takeover_idle_1h_secs),
+        interval(p.takeover_idle_1d_secs),
+        interval(p.takeover_idle_7d_secs),
+        settings::capacity_warning(),
+        settings::capacity_critical(),
+        interval(settings::history_retention_secs()),
+        range.len() as i32,
+        i32::from(*range.start()),
+        i32::from(*range.end()),
+        settings::require_synchronous_standby(),
+        settings_problem(),
+        interval_ms(settings::clock_skew_alert_ms()),
+        interval(settings::restart_loop_window_secs()),
+        settings::restart_loop_claims(),
+        settings::deprecated_capacity_alert(),
+    ))
+}
+
+/// `idgen_policy()` as the SQL of 0.4.0 to 0.5.1 declares it (symbol `idgen_policy_wrapper`), for
+/// a database not updated yet: `capacity_alert` is `idgen.capacity_warning`, the level at which
+/// a claim alerts first.
+#[pg_extern(stable, parallel_safe, sql = false)]
 #[allow(clippy::type_complexity)]
 fn idgen_policy() -> TableIterator<
     'static,
@@ -49,9 +117,6 @@ fn idgen_policy() -> TableIterator<
     crate::privilege::ensure_sql_version();
     let p = settings::policy_as_set();
     let range = settings::machine_id_range();
-    let problem = settings::configured_value_refused()
-        .or_else(|| p.validate().err())
-        .map(|e| format!("{} {}", e.message, e.detail.unwrap_or_default()));
     TableIterator::once((
         interval(p.lease_secs().max(0)),
         interval(p.heartbeat_interval_secs),
@@ -60,13 +125,13 @@ fn idgen_policy() -> TableIterator<
         interval(p.takeover_idle_1h_secs),
         interval(p.takeover_idle_1d_secs),
         interval(p.takeover_idle_7d_secs),
-        settings::capacity_alert(),
+        settings::capacity_warning(),
         interval(settings::history_retention_secs()),
         range.len() as i32,
         i32::from(*range.start()),
         i32::from(*range.end()),
         settings::require_synchronous_standby(),
-        problem,
+        settings_problem(),
     ))
 }
 

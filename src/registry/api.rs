@@ -162,15 +162,51 @@ fn report_behind(
     report(warning, PgLogLevel::WARNING);
 }
 
-/// Renews a claim; raises 55000 when the caller no longer owns the machine id.
+/// Renews a claim, with what the node's generator reports; raises 55000 when the caller no longer
+/// owns the machine id.
 #[pg_extern(volatile, parallel_unsafe, name = "idgen_heartbeat")]
-fn node_heartbeat(
+#[allow(clippy::too_many_arguments)]
+fn node_heartbeat_reporting(
     service: Option<&str>,
     machine_id: Option<i16>,
     host: Option<Inet>,
     port: Option<i32>,
     version: Option<i64>,
     issued_until: default!(Option<TimestampWithTimeZone>, "NULL"),
+    clock_backward_waits: default!(Option<i64>, "NULL"),
+    clock_backward_refusals: default!(Option<i64>, "NULL"),
+    sequence_exhaustions: default!(Option<i64>, "NULL"),
+) -> TimestampWithTimeZone {
+    const F: &str = "idgen_heartbeat";
+    let counts =
+        or_raise(input::generator_counts(F, clock_backward_waits, clock_backward_refusals, sequence_exhaustions));
+    heartbeat(service, machine_id, host, port, version, issued_until, Some(counts))
+}
+
+/// `idgen_heartbeat` as the SQL of 0.4.0 to 0.5.1 declares it: six arguments, under this symbol
+/// (0.5.x) or `idgen_heartbeat_wrapper` (0.4.0, src/earlier_symbols.rs). It reports no counts.
+#[pg_extern(volatile, parallel_unsafe, sql = false)]
+fn node_heartbeat(
+    service: Option<&str>,
+    machine_id: Option<i16>,
+    host: Option<Inet>,
+    port: Option<i32>,
+    version: Option<i64>,
+    issued_until: Option<TimestampWithTimeZone>,
+) -> TimestampWithTimeZone {
+    heartbeat(service, machine_id, host, port, version, issued_until, None)
+}
+
+/// Renews a claim: the registry keeps the node's reports (`counts`, and its clock offset from
+/// `issued_until`) where its objects have the columns (0.6.0 on).
+fn heartbeat(
+    service: Option<&str>,
+    machine_id: Option<i16>,
+    host: Option<Inet>,
+    port: Option<i32>,
+    version: Option<i64>,
+    issued_until: Option<TimestampWithTimeZone>,
+    counts: Option<input::GeneratorCounts>,
 ) -> TimestampWithTimeZone {
     const F: &str = "idgen_heartbeat";
     ensure_registry_writable(F);
@@ -185,7 +221,8 @@ fn node_heartbeat(
             prepare_guard::wrote_in_transaction(F);
             durability::make_commit_durable();
             let lease_secs = policy.lease_secs();
-            match store::heartbeat(client, &held, lease_secs, policy.takeover_idle_1h_secs, reported) {
+            let counts = counts.filter(|_| crate::privilege::installed_keeps_fleet_reports());
+            match store::heartbeat(client, &held, lease_secs, policy.takeover_idle_1h_secs, reported, counts) {
                 Some(renewed) => {
                     report_behind(client, F, &held, &who, reported, renewed.watermark_before);
                     Ok(renewed.lease_until)

@@ -14,6 +14,7 @@ use crate::durability;
 use crate::history::{self, Who};
 use crate::settings::ClaimSettings;
 use idgen_core::facts::{RowFacts, WatermarkAhead};
+use idgen_core::fleet::{self, CapacityLevel};
 use idgen_core::format::iso_utc;
 use idgen_core::generator::Clock;
 use idgen_core::history::{Event, EventKind};
@@ -228,12 +229,25 @@ fn record_set_aside(client: &mut SpiClient, cx: &Context, machine_id: i16, water
     history::record(client, &event);
 }
 
-/// Records an ownership change. A reuse of a held row is not one (see `idgen_core::history`).
+/// Records an ownership change, or a service node's restart: its claim of the row it still held
+/// (a backend's reuse of its slot's row is neither; see `idgen_core::history`).
 fn record_gain(client: &mut SpiClient, cx: &Context, claimed_id: &ClaimedId, not_before_unix_ms: i64) {
+    let row = &claimed_id.row;
     if claimed_id.outcome == Outcome::Reused && !claimed_id.was_released {
+        if cx.node.backend_slot.is_some() || !crate::privilege::installed_keeps_fleet_reports() {
+            return;
+        }
+        let mut event = history::event(EventKind::Restart, cx.node, cx.who);
+        event.machine_id = Some(row.machine_id);
+        event.version = Some(row.version);
+        event.outcome = Some(claimed_id.outcome.label());
+        event.not_before = Some(iso_utc(not_before_unix_ms));
+        event.previous_version = Some(row.version - 1);
+        event.previous_bound =
+            row.bound.filter(|b| !b.is_infinity() && !b.is_neg_infinity()).map(|bound| iso_utc(unix_ms(bound)));
+        history::record(client, &event);
         return;
     }
-    let row = &claimed_id.row;
     let mut event = history::event(EventKind::of_claim(claimed_id.outcome), cx.node, cx.who);
     event.machine_id = Some(row.machine_id);
     event.version = Some(row.version);
@@ -251,15 +265,27 @@ fn record_gain(client: &mut SpiClient, cx: &Context, claimed_id: &ClaimedId, not
     history::record(client, &event);
 }
 
-/// Alerts when the claim left the service more than `idgen.capacity_alert` full.
+/// Alerts when the claim left the service above `idgen.capacity_warning` (or `idgen.capacity_critical`), with the level.
 fn alert_if_nearly_full(client: &mut SpiClient, cx: &Context, row: &ClaimedRow, notices: &mut Vec<Notice>) {
     let capacity = i64::from(cx.times.last_machine_id) - i64::from(cx.times.first_machine_id) + 1;
-    let threshold = cx.settings.capacity_alert;
+    let (warning, critical) = (cx.settings.capacity_warning, cx.settings.capacity_critical);
     let cooldown = cx.settings.policy.release_cooldown_secs;
     let in_use = store::count_in_use(client, &cx.node.service, cooldown, &cx.times);
-    if in_use as f64 / capacity as f64 > threshold {
-        let alert =
-            messages::capacity_alert(cx.function, cx.node, row.machine_id, row.version, in_use, capacity, threshold);
+    if let Some(level) = fleet::capacity_level(in_use, capacity, warning, critical) {
+        let threshold = match level {
+            CapacityLevel::Warning => warning,
+            CapacityLevel::Critical => critical,
+        };
+        let alert = messages::capacity_alert(
+            cx.function,
+            cx.node,
+            row.machine_id,
+            row.version,
+            in_use,
+            capacity,
+            level,
+            threshold,
+        );
         notices.push(Notice::Alert(alert));
     }
 }

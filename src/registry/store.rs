@@ -30,7 +30,7 @@ use crate::spi::{first_row, first_value, milliseconds as millis, ok as spi, run,
 use crate::statements as sql;
 use idgen_core::facts::RowFacts;
 use idgen_core::guard;
-use idgen_core::input::{Holding, NodeIdentity};
+use idgen_core::input::{GeneratorCounts, Holding, NodeIdentity};
 use idgen_core::watermark::{self, HolderKind};
 use pgrx::datum::{DatumWithOid, Inet, TimestampWithTimeZone};
 use pgrx::spi::{SpiClient, SpiHeapTupleData};
@@ -301,16 +301,30 @@ pub fn synchronous_standby_streaming(client: &mut SpiClient) -> bool {
 /// `takeover_secs`. Waits for a concurrent take-over of the same row to finish,
 /// because its answer depends on that take-over's outcome. Raises the watermark
 /// to the node's report, or to the server clock when the node reports none.
+/// With `counts` (objects of 0.6.0 on), the row also keeps what the node reported at this
+/// version: its clock offset (the report minus the server clock) and its generator's counts.
 pub fn heartbeat(
     client: &mut SpiClient,
     held: &Holding,
     lease_secs: i64,
     takeover_secs: i64,
     reported: Option<TimestampWithTimeZone>,
+    counts: Option<GeneratorCounts>,
 ) -> Option<Renewed> {
     let mut args = holding_args(held);
     args.extend([secs(lease_secs), reported.into(), secs(takeover_secs)]);
-    first_row(run(client, &sql::HEARTBEAT, None, &args))
+    let statement = match counts {
+        Some(c) => {
+            args.extend([
+                c.clock_backward_waits.into(),
+                c.clock_backward_refusals.into(),
+                c.sequence_exhaustions.into(),
+            ]);
+            &sql::HEARTBEAT_REPORTING
+        }
+        None => &sql::HEARTBEAT,
+    };
+    first_row(run(client, statement, None, &args))
         .map(|row| Renewed { lease_until: column(&row, 1), watermark_before: column(&row, 2) })
 }
 

@@ -42,64 +42,104 @@ fn alerts_so_far(listener: &mut Client) -> Vec<Value> {
     notifications_so_far(listener).iter().map(|n| serde_json::from_str(n.payload()).unwrap()).collect()
 }
 
+/// The capacity findings of idgen_health(), as `severity finding subject`.
+fn capacity_findings(client: &mut Client) -> Vec<String> {
+    client
+        .query(
+            "SELECT severity || ' ' || finding || ' ' || subject FROM idgen_health() WHERE finding IN ('capacity', 'settings_inconsistent')",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
 #[test]
-fn a_claim_that_leaves_a_service_above_the_capacity_alert_is_heard_by_listeners() {
-    let db = TestDb::create("capacity_alert");
+fn a_claim_that_leaves_a_service_above_a_capacity_level_is_heard_by_listeners_with_the_level() {
+    // A pool of 20 machine ids (idgen.machine_id_range): above 70 % (14 in use) is the warning
+    // level, above 85 % (17) the critical one. The settings are cluster-wide: the clock-step
+    // cluster's turn (its clock left real).
+    let (cluster, _turn) = clock_cluster_turn();
+    let _range = SystemSettings::set(&cluster.dsn, &[("idgen.machine_id_range", "0-19")]);
+    let db = TestDb::create_on(&cluster.dsn, "capacity_levels");
     let mut admin = db.connect();
-    // 818 of 1024 held: the next claim leaves 819 (79.98 %), the one after 820 (80.08 %), above 80 %.
     admin
         .batch_execute(
             "INSERT INTO system_nodes (service, machine_id, host, port, version)
-             SELECT 'cap', m, '192.0.2.1', 1000 + m, 1 FROM generate_series(0, 817) m",
+             SELECT 'cap', m, '192.0.2.1', 1000 + m, 1 FROM generate_series(0, 12) m",
         )
         .unwrap();
     let mut listener = db.connect();
     listener.batch_execute("LISTEN idgen_alert").unwrap();
     let (mut claimant, notices) = db.connect_recording();
-    assert_eq!(claim(&mut claimant, "cap", "10.0.0.1", 1).unwrap().machine_id, 818);
-    assert!(notices.take().is_empty(), "79.98 % full is below the threshold");
-    assert_eq!(claim(&mut claimant, "cap", "10.0.0.2", 1).unwrap().machine_id, 819);
+    assert_eq!(claim(&mut claimant, "cap", "10.0.0.1", 1).unwrap().machine_id, 13);
+    assert!(notices.take().is_empty(), "14 of 20 (70 %) is not above the warning level");
+    assert!(capacity_findings(&mut admin).is_empty());
+    assert_eq!(claim(&mut claimant, "cap", "10.0.0.2", 1).unwrap().machine_id, 14);
     let warned = notices.take();
     assert_eq!(warned.len(), 1, "{warned:?}");
     assert_eq!(
         warned[0].message(),
-        "idgen_claim: service \"cap\" is 80% full (820 of 1024 machine ids in use), above idgen.capacity_alert (80%)"
+        "idgen_claim: service \"cap\" is 75% full (15 of 20 machine ids in use), above idgen.capacity_warning (70%): warning"
     );
-    // A backend's claim of a free id alerts too, with its slot in the full payload.
+    let level = |admin: &mut Client| -> (Option<String>, bool, i32) {
+        let row = admin
+            .query_one(
+                "SELECT c.level, c.above_alert, m.capacity_level FROM idgen_capacity c JOIN idgen_metrics m USING (service)
+                  WHERE service = 'cap'",
+                &[],
+            )
+            .unwrap();
+        (row.get(0), row.get(1), row.get(2))
+    };
+    assert_eq!(level(&mut admin), (Some("warning".to_owned()), true, 1));
+    assert_eq!(capacity_findings(&mut admin), ["warning capacity cap"]);
+    // 16 and 17 of 20 stay warnings (85 % is not above 85 %); 18 is critical. A backend's claim
+    // of a free id alerts too, with its slot in the full payload.
+    claim(&mut claimant, "cap", "10.0.0.3", 1).unwrap();
+    claim(&mut claimant, "cap", "10.0.0.4", 1).unwrap();
+    notices.take();
     claimant.batch_execute("SELECT idgen_next_id('cap')").unwrap();
-    let backend_warning = notices.take();
-    let detail = backend_warning[0].detail().unwrap();
+    let critical = notices.take();
+    assert!(critical[0].message().ends_with("above idgen.capacity_critical (85%): critical"), "{critical:?}");
+    let detail = critical[0].detail().unwrap();
     let full: Value = serde_json::from_str(detail.strip_prefix("idgen_alert ").unwrap()).unwrap();
     assert!(full["holder"]["backend_slot"].is_i64(), "{full}");
+    assert_eq!(level(&mut admin), (Some("critical".to_owned()), true, 2));
+    assert_eq!(capacity_findings(&mut admin), ["critical capacity cap"]);
 
-    // The first alert a listener hears is the one of the claim that crossed the threshold.
+    // What listeners heard: one alert per claim above a level, with the level and its threshold.
     let heard = alerts_so_far(&mut listener);
-    assert_eq!(heard.len(), 2, "one alert for each claim above the threshold: {heard:?}");
+    assert_eq!(heard.len(), 4, "{heard:?}");
     assert_eq!(
         heard[0],
-        serde_json::json!({"event": "capacity", "service": "cap", "machine_id": 819, "held": 820,
-                           "capacity": 1024, "used_fraction": 0.801, "threshold": 0.8})
+        serde_json::json!({"event": "capacity", "service": "cap", "machine_id": 14, "held": 15, "capacity": 20,
+                           "used_fraction": 0.75, "level": "warning", "threshold": 0.7})
     );
-    assert_eq!(heard[1]["held"], 821);
+    assert_eq!(
+        (&heard[3]["held"], &heard[3]["level"], &heard[3]["threshold"]),
+        (&18.into(), &"critical".into(), &0.85.into())
+    );
     let validator = alert_schema();
     for payload in heard.iter().chain([&full]) {
         assert_valid(&validator, payload);
     }
-    // idgen_capacity and idgen_health() say the same.
-    let row = admin
-        .query_one("SELECT in_use, free, used::text, above_alert FROM idgen_capacity WHERE service = 'cap'", &[])
-        .unwrap();
-    assert_eq!(
-        (row.get::<_, i64>(0), row.get::<_, i64>(1), row.get::<_, String>(2), row.get::<_, bool>(3)),
-        (821, 203, "0.802".to_owned(), true)
+
+    // The warning level above the critical one is inconsistent: claims are refused, and
+    // idgen_health() says why.
+    let _inverted = SystemSettings::set(&cluster.dsn, &[("idgen.capacity_warning", "0.9")]);
+    let mut admin = db.connect();
+    let problem: Option<String> = admin.query_one("SELECT problem FROM idgen_policy()", &[]).unwrap().get(0);
+    assert!(
+        problem.as_deref().is_some_and(
+            |p| p.contains("idgen.capacity_warning (0.9) must not be above idgen.capacity_critical (0.85)")
+        ),
+        "{problem:?}"
     );
-    let findings: Vec<String> = admin
-        .query("SELECT severity || ' ' || finding || ' ' || subject FROM idgen_health()", &[])
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    assert_eq!(findings, ["warning capacity cap"]);
+    assert!(capacity_findings(&mut admin).contains(&"critical settings_inconsistent idgen.*".to_owned()));
+    let err = claim(&mut admin, "cap", "10.0.0.9", 1).unwrap_err();
+    assert_eq!(sqlstate(&err), "22023", "{err:?}");
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //! core/src/policy.rs, by the settings the cluster runs by.
 
 use idgen_cluster_tests::*;
+use idgen_core::fleet;
 use idgen_core::history::HISTORY_RETENTION_DEFAULT_SECS;
 use idgen_core::policy::{ClaimPolicy, NodeState, RowAges};
 use postgres::Client;
@@ -250,4 +251,62 @@ fn a_claim_counts_in_use_what_idgen_capacity_counts_in_use() {
          (idgen_node_state, sql/diagnostics.sql) {capacity}, of rows in the states {states:?}"
     );
     assert_eq!(capacity, held_idle.len() as i64 + 1, "in use: every held row and the one cooling down");
+}
+
+#[test]
+fn the_fleet_settings_default_to_the_cores_values() {
+    let db = TestDb::create("one_source_fleet_defaults");
+    let mut client = db.connect();
+    client.batch_execute("LOAD 'idgen'").unwrap();
+    let boot = |client: &mut Client, name: &str| -> String {
+        client.query_one("SELECT boot_val FROM pg_settings WHERE name = $1", &[&name]).unwrap().get(0)
+    };
+    let expected = [
+        ("idgen.capacity_warning", fleet::CAPACITY_WARNING_DEFAULT.to_string()),
+        ("idgen.capacity_critical", fleet::CAPACITY_CRITICAL_DEFAULT.to_string()),
+        ("idgen.capacity_alert", fleet::CAPACITY_ALERT_UNSET.to_string()),
+        ("idgen.clock_skew_alert", fleet::CLOCK_SKEW_ALERT_DEFAULT_MS.to_string()),
+        ("idgen.restart_loop_window", fleet::RESTART_LOOP_WINDOW_DEFAULT_SECS.to_string()),
+        ("idgen.restart_loop_claims", fleet::RESTART_LOOP_CLAIMS_DEFAULT.to_string()),
+    ];
+    for (name, rust) in expected {
+        let sql = boot(&mut client, name);
+        let same = sql == rust || sql.parse::<f64>().ok() == rust.parse::<f64>().ok();
+        assert!(same, "{name} defaults to {sql} (src/settings.rs), and core/src/fleet.rs has {rust}");
+    }
+}
+
+#[test]
+fn idgen_capacity_gives_the_level_the_claims_alert_computes() {
+    // idgen_capacity.level restates fleet::capacity_level (strictly above each threshold) in SQL:
+    // the counts of rows in use near each threshold, against the levels the cluster runs by.
+    let db = TestDb::create("one_source_capacity_level");
+    let mut client = db.connect();
+    let row =
+        client.query_one("SELECT capacity_warning, capacity_critical, machine_ids FROM idgen_policy()", &[]).unwrap();
+    let (warning, critical, capacity): (f64, f64, i32) = (row.get(0), row.get(1), row.get(2));
+    for in_use in 0..=1024i64 {
+        if in_use > 0 {
+            client
+                .execute(
+                    "INSERT INTO system_nodes (service, machine_id, host, port, version) VALUES ('cap', $1, '192.0.2.1', $2, 1)",
+                    &[&((in_use - 1) as i16), &(1000 + in_use as i32)],
+                )
+                .unwrap();
+        }
+        // Every count near a threshold, and a few others.
+        let used = in_use as f64 / f64::from(capacity);
+        if !((used - warning).abs() < 0.01 || (used - critical).abs() < 0.01 || in_use % 200 == 1) {
+            continue;
+        }
+        let sql: Option<String> = client
+            .query_opt("SELECT level FROM idgen_capacity WHERE service = 'cap'", &[])
+            .unwrap()
+            .and_then(|r| r.get(0));
+        let rust = fleet::capacity_level(in_use, i64::from(capacity), warning, critical).map(|l| l.label().to_owned());
+        assert_eq!(
+            sql, rust,
+            "{in_use} of {capacity} in use: idgen_capacity.level (sql/diagnostics.sql) and core/src/fleet.rs' capacity_level differ"
+        );
+    }
 }

@@ -49,7 +49,7 @@ fn a_service_role_needs_a_grant_and_never_writes_the_table_directly() {
     let version: i64 = admin.query_one("SELECT version FROM system_nodes", &[]).unwrap().get(0);
     assert_eq!(version, 2, "claimed at 1, released to 2, through the functions only");
     settings_are_for_superusers_only(&db);
-    admin.batch_execute(&format!("SELECT idgen_revoke_service('svc', '{SERVICE_ROLE}'); REVOKE ALL ON FUNCTION idgen_claim(text, inet, integer), idgen_heartbeat(text, smallint, inet, integer, bigint, timestamptz), idgen_release(text, smallint, inet, integer, bigint, timestamptz) FROM {SERVICE_ROLE}")).unwrap();
+    admin.batch_execute(&format!("SELECT idgen_revoke_service('svc', '{SERVICE_ROLE}'); REVOKE ALL ON FUNCTION idgen_claim(text, inet, integer), idgen_heartbeat(text, smallint, inet, integer, bigint, timestamptz, bigint, bigint, bigint), idgen_release(text, smallint, inet, integer, bigint, timestamptz) FROM {SERVICE_ROLE}")).unwrap();
 }
 
 #[test]

@@ -8,7 +8,7 @@ use idgen_cluster_tests::*;
 use postgres::Client;
 
 /// The version `ALTER EXTENSION idgen UPDATE` reaches: the library's (Cargo.toml).
-const LATEST: &str = "0.5.1";
+const LATEST: &str = "0.6.0";
 
 #[test]
 fn the_latest_version_here_is_the_librarys() {
@@ -138,7 +138,7 @@ fn an_update_keeps_rows_and_grants_and_gives_every_row_a_watermark() {
         .query_one(
             "SELECT format('%s %s %s %s',
                  has_function_privilege('idgen_t_upgrade_svc', 'idgen_claim(text, inet, integer)', 'EXECUTE'),
-                 has_function_privilege('idgen_t_upgrade_svc', 'idgen_heartbeat(text, smallint, inet, integer, bigint, timestamptz)', 'EXECUTE'),
+                 has_function_privilege('idgen_t_upgrade_svc', 'idgen_heartbeat(text, smallint, inet, integer, bigint, timestamptz, bigint, bigint, bigint)', 'EXECUTE'),
                  has_function_privilege('idgen_t_upgrade_svc', 'idgen_release(text, smallint, inet, integer, bigint, timestamptz)', 'EXECUTE'),
                  has_function_privilege('public', 'idgen_claim(text, inet, integer)', 'EXECUTE'))",
             &[],
@@ -263,11 +263,11 @@ fn calls_of_every_function(client: &mut Client) -> Vec<String> {
 #[test]
 fn every_function_of_an_older_installation_answers_clearly_and_none_crashes() {
     // Between installing a new build and ALTER EXTENSION UPDATE, the new library serves the old
-    // version's functions, whatever their signatures were. 0.4.0's and 0.5.0's keep working (this
+    // version's functions, whatever their signatures were. 0.4.0's to 0.5.1's keep working (this
     // library runs against their objects); older ones refuse with 55000 and the hint. Never a
     // crash, an internal error (XX000) or a missing relation (42P01).
-    for version in ["0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0"] {
-        let runs_against = ["0.4.0", "0.5.0"].contains(&version);
+    for version in ["0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.5.1"] {
+        let runs_against = ["0.4.0", "0.5.0", "0.5.1"].contains(&version);
         let db = TestDb::empty_on(&base_dsn(), &format!("upgrade_calls_{}", version.replace('.', "_")));
         let mut client = db.connect();
         client.batch_execute(&format!("CREATE EXTENSION idgen VERSION '{version}'")).unwrap();
@@ -382,4 +382,55 @@ fn an_update_fails_at_once_while_a_reader_uses_the_registry_and_blocks_no_claim(
     let version: String =
         admin.query_one("SELECT extversion FROM pg_extension WHERE extname = 'idgen'", &[]).unwrap().get(0);
     assert_eq!(version, LATEST);
+}
+
+#[test]
+fn an_update_from_0_5_1_is_a_fresh_install_and_keeps_holders_who_then_report() {
+    let db = TestDb::empty_on(&base_dsn(), "upgrade_from_0_5_1");
+    let mut client = db.connect();
+    client.batch_execute("CREATE EXTENSION idgen VERSION '0.5.1'").unwrap();
+    // A service node and a backend hold ids across the update; 0.5.1's heartbeat (six arguments)
+    // keeps working with this library before it.
+    let node = claim(&mut client, "svc", "10.0.0.7", 7).unwrap();
+    client
+        .query_one("SELECT idgen_heartbeat('svc', $1, '10.0.0.7', 7, $2, now())", &[&node.machine_id, &node.version])
+        .unwrap();
+    let mut backend = db.connect();
+    backend.query_one("SELECT idgen_next_id()", &[]).unwrap();
+    let before = registry_snapshot(&mut client);
+    client.batch_execute("ALTER EXTENSION idgen UPDATE").unwrap();
+    assert_eq!(registry_snapshot(&mut client), before, "every row, version and watermark is kept");
+    let fresh = TestDb::create("upgrade_from_0_5_1_fresh");
+    assert_eq!(
+        fingerprint(&mut client),
+        fingerprint(&mut fresh.connect()),
+        "0.5.1 updated differs from a fresh install"
+    );
+    // The holder heartbeats with its reports, which idgen_nodes shows; its backend mints on.
+    let mut client = db.connect();
+    client
+        .query_one(
+            "SELECT idgen_heartbeat('svc', $1, '10.0.0.7', 7, $2, clock_timestamp() + interval '3 seconds', 1, 2, 3)",
+            &[&node.machine_id, &node.version],
+        )
+        .unwrap();
+    let row = client
+        .query_one(
+            "SELECT clock_offset > interval '2 seconds', clock_backward_waits, clock_backward_refusals, sequence_exhaustions
+               FROM idgen_nodes WHERE service = 'svc'",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(
+        (row.get::<_, bool>(0), row.get::<_, i64>(1), row.get::<_, i64>(2), row.get::<_, i64>(3)),
+        (true, 1, 2, 3)
+    );
+    backend.query_one("SELECT idgen_next_id()", &[]).unwrap();
+    let findings: Vec<String> = client
+        .query("SELECT finding FROM idgen_health() ORDER BY finding", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(findings, ["clock_backward_refusals", "generator_waits", "holder_clock_skew"]);
 }

@@ -1,0 +1,116 @@
+//! What the diagnostics tell about a fleet of holders, beyond one claim: how full a service
+//! is (two levels), how far a holder's clock is off the server's, and which nodes restart in a
+//! loop or which machine ids flap between holders. The defaults of the settings that say when
+//! (`idgen.capacity_warning`, `idgen.capacity_critical`, `idgen.clock_skew_alert`,
+//! `idgen.restart_loop_window`, `idgen.restart_loop_claims`) live here; the views of
+//! `sql/diagnostics.sql` restate the levels' rule, and tests/cluster/tests/one_source.rs ties
+//! the two.
+
+use crate::error::{IdgenError, SqlState};
+use crate::policy::MINUTE;
+
+/// `idgen.capacity_warning`: a service more than this fraction in use is at the warning level.
+pub const CAPACITY_WARNING_DEFAULT: f64 = 0.70;
+/// `idgen.capacity_critical`: a service more than this fraction in use is at the critical level.
+pub const CAPACITY_CRITICAL_DEFAULT: f64 = 0.85;
+/// `idgen.clock_skew_alert`: a holder whose clock is further off the server's than this is reported.
+pub const CLOCK_SKEW_ALERT_DEFAULT_MS: i64 = 1_000;
+/// `idgen.restart_loop_window`: the window the restart and flapping counts look back over.
+pub const RESTART_LOOP_WINDOW_DEFAULT_SECS: i64 = 5 * MINUTE;
+/// `idgen.restart_loop_claims`: more claims than this by one node (or moves of one machine id
+/// between holders) within the window are a loop.
+pub const RESTART_LOOP_CLAIMS_DEFAULT: i64 = 3;
+/// `idgen.capacity_alert` before 0.6.0, and the value that says it is not set now.
+pub const CAPACITY_ALERT_UNSET: f64 = -1.0;
+
+/// How full a service is: `idgen_capacity.level`, the capacity alert's `level`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CapacityLevel {
+    Warning,
+    Critical,
+}
+
+impl CapacityLevel {
+    pub const ALL: [CapacityLevel; 2] = [CapacityLevel::Warning, CapacityLevel::Critical];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            CapacityLevel::Warning => "warning",
+            CapacityLevel::Critical => "critical",
+        }
+    }
+
+    /// The setting of the level's threshold.
+    pub fn setting(self) -> &'static str {
+        match self {
+            CapacityLevel::Warning => "idgen.capacity_warning",
+            CapacityLevel::Critical => "idgen.capacity_critical",
+        }
+    }
+
+    /// `idgen_metrics.capacity_level`: 0 below the warning level, 1 warning, 2 critical.
+    pub fn metric(level: Option<CapacityLevel>) -> i32 {
+        match level {
+            None => 0,
+            Some(CapacityLevel::Warning) => 1,
+            Some(CapacityLevel::Critical) => 2,
+        }
+    }
+}
+
+/// The level of a service with `in_use` of `capacity` machine ids in use: above (strictly) a
+/// threshold is at its level.
+pub fn capacity_level(in_use: i64, capacity: i64, warning: f64, critical: f64) -> Option<CapacityLevel> {
+    if capacity <= 0 {
+        return None;
+    }
+    let used = in_use as f64 / capacity as f64;
+    if used > critical {
+        Some(CapacityLevel::Critical)
+    } else if used > warning {
+        Some(CapacityLevel::Warning)
+    } else {
+        None
+    }
+}
+
+/// The two levels must be in order: warning at or below critical.
+pub fn capacity_levels_consistent(warning: f64, critical: f64) -> Result<(), IdgenError> {
+    if warning <= critical {
+        return Ok(());
+    }
+    Err(IdgenError::new(SqlState::InvalidParameterValue, "idgen settings are inconsistent")
+        .detail(format!(
+            "idgen.capacity_warning ({warning}) must not be above idgen.capacity_critical ({critical})."
+        ))
+        .hint("A superuser must correct the idgen.* settings (ALTER SYSTEM SET idgen.capacity_warning = ...; SELECT pg_reload_conf()). No machine id is handed out until then."))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_service_is_at_a_level_once_strictly_above_its_threshold() {
+        let level = |in_use| capacity_level(in_use, 100, 0.70, 0.85);
+        assert_eq!(level(70), None);
+        assert_eq!(level(71), Some(CapacityLevel::Warning));
+        assert_eq!(level(85), Some(CapacityLevel::Warning));
+        assert_eq!(level(86), Some(CapacityLevel::Critical));
+        assert_eq!(capacity_level(0, 0, 0.7, 0.85), None);
+        assert_eq!(CapacityLevel::metric(level(86)), 2);
+        assert_eq!(CapacityLevel::metric(None), 0);
+    }
+
+    #[test]
+    fn the_warning_level_may_not_be_above_the_critical_one() {
+        assert!(capacity_levels_consistent(CAPACITY_WARNING_DEFAULT, CAPACITY_CRITICAL_DEFAULT).is_ok());
+        assert!(capacity_levels_consistent(0.8, 0.8).is_ok());
+        let err = capacity_levels_consistent(0.9, 0.8).unwrap_err();
+        assert_eq!(err.sqlstate, SqlState::InvalidParameterValue);
+        assert!(err
+            .detail
+            .unwrap()
+            .contains("idgen.capacity_warning (0.9) must not be above idgen.capacity_critical (0.8)"));
+    }
+}

@@ -1,0 +1,678 @@
+-- idgen 0.5.1 -> 0.6.0: fleet findings (issue 21, the server's side).
+-- - idgen_heartbeat takes three more optional arguments, the counts a node's generator reports
+--   since its claim (clock_backward_waits, clock_backward_refusals, sequence_exhaustions), and
+--   the registry keeps them with the row, with the node's clock offset (its reported watermark
+--   minus the server clock at the heartbeat) and the version they were reported at.
+-- - The history records a service node's claim of the id it still held (event restart).
+-- - idgen_nodes shows the reports; idgen_capacity the level (warning, critical) of
+--   idgen.capacity_warning and idgen.capacity_critical, which replace idgen.capacity_alert;
+--   new views idgen_restart_loops and idgen_flapping_ids; idgen_metrics and idgen_health()
+--   report them all; idgen_policy() shows the new settings.
+-- idgen_policy() changes its columns: it is dropped and created again, with every diagnostic
+-- that reads it (they are all created again below, as a fresh install has them). The 0.6.0
+-- library also runs against 0.5.1's, 0.5.0's and 0.4.0's objects until this update.
+\echo Use "ALTER EXTENSION idgen UPDATE TO '0.6.0'" to load this file. \quit
+
+-- A reader of the history or of the registry, or an open claim, would make the update wait and
+-- every claim queue behind it: fail at once instead (55P03), and retry.
+LOCK TABLE idgen_private.idgen_history, idgen_private.nodes IN ACCESS EXCLUSIVE MODE NOWAIT;
+
+-- What heartbeats report, kept with the row.
+ALTER TABLE system_nodes
+    ADD COLUMN reports_version BIGINT,
+    ADD COLUMN clock_offset INTERVAL,
+    ADD COLUMN clock_backward_waits BIGINT,
+    ADD COLUMN clock_backward_refusals BIGINT,
+    ADD COLUMN sequence_exhaustions BIGINT,
+    ADD CONSTRAINT system_nodes_generator_counts_not_negative
+        CHECK (clock_backward_waits >= 0 AND clock_backward_refusals >= 0 AND sequence_exhaustions >= 0);
+COMMENT ON COLUMN system_nodes.reports_version IS
+    'The version the last heartbeat reported at: clock_offset and the generator counts below are of that holder, and count only while the row keeps this version (a claim or release raises it). NULL: no heartbeat reported since 0.6.0.';
+COMMENT ON COLUMN system_nodes.clock_offset IS
+    'How far the holder''s clock was ahead of the server''s (negative: behind) at its last heartbeat: the watermark it reported (its clock or its last stamp, whichever was later) minus the server clock at the heartbeat. NULL when it reported no watermark.';
+COMMENT ON COLUMN system_nodes.clock_backward_waits IS
+    'Reported by the holder''s last heartbeat: how often since its claim its clock stepped back and the generator waited it out. NULL: not reported.';
+COMMENT ON COLUMN system_nodes.clock_backward_refusals IS
+    'Reported by the holder''s last heartbeat: how often since its claim its clock stepped back further than it may wait, and the generator refused to issue. NULL: not reported.';
+COMMENT ON COLUMN system_nodes.sequence_exhaustions IS
+    'Reported by the holder''s last heartbeat: how often since its claim the generator used up a millisecond''s sequence and waited for the next. NULL: not reported.';
+-- The view the privileged SQL writes through gains the columns (it was bound to the old ones).
+CREATE OR REPLACE VIEW idgen_private.nodes AS SELECT * FROM system_nodes;
+
+-- The history's restart events.
+ALTER TABLE idgen_private.idgen_history DROP CONSTRAINT idgen_history_event_known;
+ALTER TABLE idgen_private.idgen_history ADD
+CONSTRAINT idgen_history_event_known CHECK (event OPERATOR(pg_catalog.=) ANY (ARRAY[
+        'claim', 'take_back', 'release', 'set_aside', 'ownership_lost', 'refused_full', 'refused_watermark',
+        'refused_no_standby', 'watermark_behind', 'restart']));
+COMMENT ON COLUMN idgen_private.idgen_history.event IS
+    'claim (a new id, or a node''s own released id back), take_back (from a released or idle holder; outcome names the tier), release, set_aside (a node''s own id left because its bound was too far ahead, or it is outside idgen.machine_id_range), ownership_lost (a holder learnt it lost the id), refused_full, refused_watermark, refused_no_standby (idgen.require_synchronous_standby), watermark_behind (a node reported a watermark behind the registry''s: its clock is behind), restart (a service node claimed the id it still held: it restarted without releasing). Losses, refusals and watermarks behind: at most one of each kind per service and minute.';
+COMMENT ON COLUMN idgen_private.idgen_history.outcome IS 'For claims, take-backs and restarts: new, reused, released, idle_7d, idle_1d or idle_1h.';
+COMMENT ON COLUMN idgen_private.idgen_history.not_before IS 'For claims, take-backs and restarts: the holder stamps IDs strictly after this.';
+COMMENT ON COLUMN idgen_private.idgen_history.previous_version IS 'For take-backs: its version; for restarts: the version of the node''s earlier process.';
+COMMENT ON COLUMN idgen_private.idgen_history.previous_bound IS 'For take-backs: the latest time it may have stamped, as the claim assumed; for restarts: the latest time the node''s earlier process may have stamped.';
+
+-- The heartbeat with its reports, under a symbol of its own (src/earlier_symbols.rs).
+DROP FUNCTION idgen_heartbeat(text, smallint, inet, integer, bigint, timestamptz);
+CREATE  FUNCTION "idgen_heartbeat"(
+	"service" TEXT, /* Option < & str > */
+	"machine_id" smallint, /* Option < i16 > */
+	"host" inet, /* Option < Inet > */
+	"port" INT, /* Option < i32 > */
+	"version" bigint, /* Option < i64 > */
+	"issued_until" timestamp with time zone DEFAULT NULL, /* Option < TimestampWithTimeZone > */
+	"clock_backward_waits" bigint DEFAULT NULL, /* Option < i64 > */
+	"clock_backward_refusals" bigint DEFAULT NULL, /* Option < i64 > */
+	"sequence_exhaustions" bigint DEFAULT NULL /* Option < i64 > */
+) RETURNS timestamp with time zone /* TimestampWithTimeZone */
+VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'node_heartbeat_reporting_wrapper';
+COMMENT ON FUNCTION idgen_heartbeat(text, smallint, inet, integer, bigint, timestamptz, bigint, bigint, bigint) IS
+    'Renew a claim (every idgen.heartbeat_interval, 5 minutes by default), reporting issued_until: the latest timestamp the node has stamped or its clock''s reading, whichever is later (NULL: the server clock stands in; the report minus the server clock is kept as the node''s clock_offset), and its generator''s counts since the claim: clock_backward_waits, clock_backward_refusals, sequence_exhaustions (NULL: not counted; negative: 22023, nothing written). Returns the new lease_until; raises SQLSTATE 55000 when ownership has moved: the caller must stop issuing IDs and exit.';
+GRANT EXECUTE ON FUNCTION idgen_heartbeat(text, smallint, inet, integer, bigint, timestamptz, bigint, bigint, bigint) TO PUBLIC;
+
+-- idgen_policy() with the new settings, and every diagnostic, as a fresh install creates them.
+DROP FUNCTION idgen_policy() CASCADE;
+DROP VIEW idgen_private.visible_events, idgen_registry_status, idgen_tombstones, idgen_events, idgen_visibility;
+CREATE  FUNCTION "idgen_policy"() RETURNS TABLE (
+	"lease" interval,  /* Interval */
+	"heartbeat_interval" interval,  /* Interval */
+	"lease_safety_margin" interval,  /* Interval */
+	"release_cooldown" interval,  /* Interval */
+	"takeover_idle_1h" interval,  /* Interval */
+	"takeover_idle_1d" interval,  /* Interval */
+	"takeover_idle_7d" interval,  /* Interval */
+	"capacity_warning" double precision,  /* f64 */
+	"capacity_critical" double precision,  /* f64 */
+	"history_retention" interval,  /* Interval */
+	"machine_ids" INT,  /* i32 */
+	"machine_id_first" INT,  /* i32 */
+	"machine_id_last" INT,  /* i32 */
+	"require_synchronous_standby" bool,  /* bool */
+	"problem" TEXT,  /* Option < String > */
+	"clock_skew_alert" interval,  /* Interval */
+	"restart_loop_window" interval,  /* Interval */
+	"restart_loop_claims" INT,  /* i32 */
+	"deprecated_capacity_alert" double precision  /* Option < f64 > */
+)
+STRICT STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'policy_wrapper';
+
+CREATE VIEW idgen_visibility AS
+SELECT pg_catalog.pg_has_role(CURRENT_USER, 'pg_monitor'::name, 'MEMBER'::text)
+       OR EXISTS (SELECT FROM pg_catalog.pg_extension e
+                   WHERE e.extname OPERATOR(pg_catalog.=) 'idgen'::name
+                     AND pg_catalog.pg_has_role(CURRENT_USER, e.extowner, 'MEMBER'::text)) AS reads_all,
+       ARRAY(SELECT DISTINCT m.service::text FROM idgen_private.idgen_service_members m
+              WHERE pg_catalog.pg_has_role(CURRENT_USER, m.member::pg_catalog.oid, 'MEMBER'::text)) AS services;
+COMMENT ON VIEW idgen_visibility IS
+    'Which services the current role may read in the idgen views: all of them (reads_all: superusers, the extension owner, pg_monitor), or those granted to it with idgen_grant_service.';
+COMMENT ON COLUMN idgen_visibility.reads_all IS 'True when the role reads every service.';
+COMMENT ON COLUMN idgen_visibility.services IS 'The services granted to the role (or to roles it is a member of).';
+
+CREATE VIEW idgen_nodes WITH (security_barrier) AS
+SELECT n.service,
+       n.machine_id,
+       CASE WHEN n.backend_slot IS NULL THEN 'service'::text ELSE 'backend'::text END AS kind,
+       idgen_node_state(n.last_seen, n.released_at, n.lease_until, n.takeover_at) AS state,
+       idgen_node_name(n.host, n.port, n.backend_slot) AS holder,
+       pg_catalog.date_trunc('second'::text, pg_catalog.now() OPERATOR(pg_catalog.-) n.last_seen) AS idle,
+       COALESCE(n.lease_until, n.last_seen OPERATOR(pg_catalog.+) p.lease) AS lease_until,
+       n.issued_until,
+       idgen_private.holder_bound(n, p.lease, p.takeover_idle_1h) AS bound,
+       n.version,
+       n.machine_id OPERATOR(pg_catalog.>=) p.machine_id_first
+           AND n.machine_id OPERATOR(pg_catalog.<=) p.machine_id_last AS in_range,
+       CASE WHEN n.reports_version OPERATOR(pg_catalog.=) n.version THEN n.clock_offset END AS clock_offset,
+       CASE WHEN n.reports_version OPERATOR(pg_catalog.=) n.version THEN n.clock_backward_waits END AS clock_backward_waits,
+       CASE WHEN n.reports_version OPERATOR(pg_catalog.=) n.version THEN n.clock_backward_refusals END AS clock_backward_refusals,
+       CASE WHEN n.reports_version OPERATOR(pg_catalog.=) n.version THEN n.sequence_exhaustions END AS sequence_exhaustions,
+       a.pid,
+       pg_catalog.pg_get_userbyid(a.usesysid) AS "user",
+       (SELECT d.datname FROM pg_catalog.pg_database d WHERE d.oid OPERATOR(pg_catalog.=) a.datid) AS database,
+       a.application_name,
+       a.backend_start,
+       n.host,
+       n.port,
+       n.backend_slot,
+       n.last_seen,
+       n.released_at,
+       n.created_at,
+       n.takeover_at
+  FROM idgen_private.nodes n
+ CROSS JOIN idgen_policy() p
+ CROSS JOIN idgen_visibility v
+  LEFT JOIN pg_catalog.pg_stat_get_activity(NULL::integer) a
+         ON a.pid OPERATOR(pg_catalog.=) idgen_slot_pid(n.host, n.port, n.backend_slot, n.last_seen)
+ WHERE v.reads_all OR n.service::text OPERATOR(pg_catalog.=) ANY (v.services);
+COMMENT ON VIEW idgen_nodes IS
+    'Every registry row (system_nodes) you may read, with its kind, its state by the claim''s own rules, its lease and watermark, and for a backend row the live connection now in its slot.';
+COMMENT ON COLUMN idgen_nodes.service IS 'The service.';
+COMMENT ON COLUMN idgen_nodes.machine_id IS 'The Snowflake machine id.';
+COMMENT ON COLUMN idgen_nodes.kind IS 'service (a node that called idgen_claim) or backend (a database backend''s own lease).';
+COMMENT ON COLUMN idgen_nodes.state IS
+    'live (inside its lease), past_lease (its holder must have stopped issuing; not takeable yet), idle_1h / idle_1d / idle_7d (idle long enough for that take-back tier), cooling_down (released, within idgen.release_cooldown), released (released, free for the next claim).';
+COMMENT ON COLUMN idgen_nodes.holder IS 'The holder: host:port, or backend slot N of host:port.';
+COMMENT ON COLUMN idgen_nodes.idle IS 'Time since the last claim or heartbeat (to the second).';
+COMMENT ON COLUMN idgen_nodes.lease_until IS 'When the holder must stop issuing unless it heartbeats: the lease it was granted (for a row that records none, last_seen plus today''s lease).';
+COMMENT ON COLUMN idgen_nodes.issued_until IS 'The watermark: the latest timestamp the holders of this id reported, or (a backend) the end of the window it may issue in, or its last stamp once it stopped.';
+COMMENT ON COLUMN idgen_nodes.bound IS 'The latest time any holder of this id may have stamped: the next holder starts after it (for a held service node, its last report plus its lease).';
+COMMENT ON COLUMN idgen_nodes.version IS 'Ownership epoch.';
+COMMENT ON COLUMN idgen_nodes.in_range IS 'Inside this server''s idgen.machine_id_range: claims here hand out only such ids. A holder outside keeps its id until it stops.';
+COMMENT ON COLUMN idgen_nodes.clock_offset IS 'Service nodes: how far the holder''s clock was ahead of the server''s (negative: behind) at its last heartbeat, from the watermark it reported (its clock or its last stamp, whichever was later) minus the server clock. NULL: not reported by this holder (no watermark, or no heartbeat since its claim). idgen_health() reports holder_clock_skew past idgen.clock_skew_alert.';
+COMMENT ON COLUMN idgen_nodes.clock_backward_waits IS 'Service nodes, as their last heartbeat reported: how often since the claim the generator''s clock stepped back and it waited. NULL: not reported by this holder.';
+COMMENT ON COLUMN idgen_nodes.clock_backward_refusals IS 'Service nodes, as their last heartbeat reported: how often since the claim the clock stepped back further than the generator may wait, and it refused to issue. NULL: not reported by this holder.';
+COMMENT ON COLUMN idgen_nodes.sequence_exhaustions IS 'Service nodes, as their last heartbeat reported: how often since the claim the generator used up a millisecond''s sequence and waited for the next. NULL: not reported by this holder.';
+COMMENT ON COLUMN idgen_nodes.pid IS 'Backend rows of this server: the process holding the row, if it still runs (a process that took the slot after the row was last written is not shown: it has not used the row).';
+COMMENT ON COLUMN idgen_nodes."user" IS 'That process''s user (as pg_stat_activity.usename).';
+COMMENT ON COLUMN idgen_nodes.database IS 'That process''s database.';
+COMMENT ON COLUMN idgen_nodes.application_name IS 'That process''s application_name.';
+COMMENT ON COLUMN idgen_nodes.backend_start IS 'When that process started (visible to its own user, superusers and pg_read_all_stats).';
+COMMENT ON COLUMN idgen_nodes.host IS 'The holder''s address.';
+COMMENT ON COLUMN idgen_nodes.port IS 'The holder''s port.';
+COMMENT ON COLUMN idgen_nodes.backend_slot IS 'The backend slot; NULL for service nodes.';
+COMMENT ON COLUMN idgen_nodes.last_seen IS 'Last claim or heartbeat.';
+COMMENT ON COLUMN idgen_nodes.released_at IS 'When it was released; NULL while held.';
+COMMENT ON COLUMN idgen_nodes.created_at IS 'When the machine id was first registered for the service.';
+COMMENT ON COLUMN idgen_nodes.takeover_at IS 'No take-back before this time, as granted with the lease (NULL: not recorded).';
+
+CREATE VIEW idgen_capacity WITH (security_barrier) AS
+SELECT s.service,
+       p.machine_ids AS capacity,
+       s.in_use,
+       p.machine_ids OPERATOR(pg_catalog.-) s.in_use AS free,
+       pg_catalog.round(s.in_use::numeric OPERATOR(pg_catalog./) p.machine_ids::numeric, 3) AS used,
+       (s.in_use::float8 OPERATOR(pg_catalog./) p.machine_ids::float8) OPERATOR(pg_catalog.>) p.capacity_warning AS above_alert,
+       CASE WHEN (s.in_use::float8 OPERATOR(pg_catalog./) p.machine_ids::float8) OPERATOR(pg_catalog.>) p.capacity_critical THEN 'critical'::text
+            WHEN (s.in_use::float8 OPERATOR(pg_catalog./) p.machine_ids::float8) OPERATOR(pg_catalog.>) p.capacity_warning THEN 'warning'::text
+       END AS level,
+       s.held,
+       s.live,
+       s.past_lease,
+       s.takeable_7d,
+       s.takeable_1d,
+       s.takeable_1h,
+       s.cooling_down,
+       s.released,
+       o.machine_id AS oldest_idle_machine_id,
+       o.holder AS oldest_idle_holder,
+       o.idle AS oldest_idle
+  FROM (SELECT n.service,
+               pg_catalog.count(*) FILTER (WHERE n.state OPERATOR(pg_catalog.<>) 'released'::text) AS in_use,
+               pg_catalog.count(*) FILTER (WHERE n.released_at IS NULL) AS held,
+               pg_catalog.count(*) FILTER (WHERE n.state OPERATOR(pg_catalog.=) 'live'::text) AS live,
+               pg_catalog.count(*) FILTER (WHERE n.state OPERATOR(pg_catalog.=) 'past_lease'::text) AS past_lease,
+               pg_catalog.count(*) FILTER (WHERE n.state OPERATOR(pg_catalog.=) 'idle_7d'::text) AS takeable_7d,
+               pg_catalog.count(*) FILTER (WHERE n.state OPERATOR(pg_catalog.=) 'idle_1d'::text) AS takeable_1d,
+               pg_catalog.count(*) FILTER (WHERE n.state OPERATOR(pg_catalog.=) 'idle_1h'::text) AS takeable_1h,
+               pg_catalog.count(*) FILTER (WHERE n.state OPERATOR(pg_catalog.=) 'cooling_down'::text) AS cooling_down,
+               pg_catalog.count(*) FILTER (WHERE n.state OPERATOR(pg_catalog.=) 'released'::text) AS released
+          FROM idgen_nodes n WHERE n.in_range GROUP BY n.service) s
+ CROSS JOIN idgen_policy() p
+  LEFT JOIN LATERAL (SELECT n.machine_id, n.holder, n.idle FROM idgen_nodes n
+                      WHERE n.service OPERATOR(pg_catalog.=) s.service AND n.in_range AND n.released_at IS NULL
+                      ORDER BY n.last_seen, n.machine_id LIMIT 1) o ON true;
+COMMENT ON VIEW idgen_capacity IS
+    'Per service you may read, within this server''s idgen.machine_id_range: how many machine ids are in use (held, or cooling down after a release), free for the next claim, and takeable per tier, and the oldest idle holder. A claim that leaves a service above idgen.capacity_warning or idgen.capacity_critical raises an idgen_alert with the level.';
+COMMENT ON COLUMN idgen_capacity.service IS 'The service.';
+COMMENT ON COLUMN idgen_capacity.capacity IS 'Machine ids a service can have on this server (idgen.machine_id_range, by default the ID layout''s 1,024).';
+COMMENT ON COLUMN idgen_capacity.in_use IS 'Held, or released and still cooling down: a claim gets none of them without a take-back.';
+COMMENT ON COLUMN idgen_capacity.free IS 'Never registered, or released past the cooldown: the next claims get these first.';
+COMMENT ON COLUMN idgen_capacity.used IS 'in_use / capacity.';
+COMMENT ON COLUMN idgen_capacity.above_alert IS 'used is above idgen.capacity_warning (level is not NULL).';
+COMMENT ON COLUMN idgen_capacity.level IS 'warning (used above idgen.capacity_warning), critical (above idgen.capacity_critical), or NULL below both.';
+COMMENT ON COLUMN idgen_capacity.held IS 'Rows not released (live, past their lease, or idle).';
+COMMENT ON COLUMN idgen_capacity.live IS 'Held inside their lease.';
+COMMENT ON COLUMN idgen_capacity.past_lease IS 'Held past their lease, not yet takeable.';
+COMMENT ON COLUMN idgen_capacity.takeable_7d IS 'Held, idle long enough for the 7-day tier.';
+COMMENT ON COLUMN idgen_capacity.takeable_1d IS 'Held, idle long enough for the 1-day tier (and not the 7-day one).';
+COMMENT ON COLUMN idgen_capacity.takeable_1h IS 'Held, idle long enough for the 1-hour tier only (taking one raises an alert).';
+COMMENT ON COLUMN idgen_capacity.cooling_down IS 'Released within idgen.release_cooldown.';
+COMMENT ON COLUMN idgen_capacity.released IS 'Released past the cooldown (counted in free).';
+COMMENT ON COLUMN idgen_capacity.oldest_idle_machine_id IS 'The held machine id seen longest ago.';
+COMMENT ON COLUMN idgen_capacity.oldest_idle_holder IS 'Its holder.';
+COMMENT ON COLUMN idgen_capacity.oldest_idle IS 'How long it has been idle.';
+
+CREATE VIEW idgen_events WITH (security_barrier) AS
+SELECT h.at,
+       h.event,
+       h.service,
+       h.machine_id,
+       h.version,
+       h.outcome,
+       idgen_node_name(h.host, h.port, h.backend_slot) AS holder,
+       h.role,
+       h.pid,
+       idgen_node_name(h.previous_host, h.previous_port, h.previous_backend_slot) AS previous_holder,
+       h.previous_version,
+       h.previous_idle_seconds::float8 OPERATOR(pg_catalog.*) interval '1 second' AS previous_idle,
+       h.not_before,
+       h.issued_until,
+       h.previous_bound,
+       h.detail,
+       h.event_id,
+       h.host,
+       h.port,
+       h.backend_slot,
+       h.previous_host,
+       h.previous_port,
+       h.previous_backend_slot
+  FROM idgen_private.idgen_history h
+ CROSS JOIN idgen_visibility v
+ WHERE v.reads_all OR h.service::text OPERATOR(pg_catalog.=) ANY (v.services);
+COMMENT ON VIEW idgen_events IS
+    'The ownership history (idgen_history) of the services you may read: who got which machine id when and how, who it was taken from, restarts, releases, losses and refused claims. A database backend''s reuse of its slot''s held row is not recorded (ownership does not move); a service node''s claim of the row it still held is a restart.';
+COMMENT ON COLUMN idgen_events.at IS 'When it happened.';
+COMMENT ON COLUMN idgen_events.event IS 'claim, take_back, restart (a service node claimed the id it still held), release, set_aside, ownership_lost, refused_full, refused_watermark, refused_no_standby or watermark_behind.';
+COMMENT ON COLUMN idgen_events.service IS 'The service.';
+COMMENT ON COLUMN idgen_events.machine_id IS 'The machine id; NULL for refused_full and refused_no_standby.';
+COMMENT ON COLUMN idgen_events.version IS 'Ownership epoch after the event (or the one a loser held).';
+COMMENT ON COLUMN idgen_events.outcome IS 'Claims, take-backs and restarts: new, reused, released, idle_7d, idle_1d, idle_1h.';
+COMMENT ON COLUMN idgen_events.holder IS 'The node: host:port, or backend slot N of host:port.';
+COMMENT ON COLUMN idgen_events.role IS 'The role that called idgen.';
+COMMENT ON COLUMN idgen_events.pid IS 'The server process that recorded it.';
+COMMENT ON COLUMN idgen_events.previous_holder IS 'Take-backs: who the id was taken from.';
+COMMENT ON COLUMN idgen_events.previous_version IS 'Take-backs: its version; restarts: the version of the node''s earlier process.';
+COMMENT ON COLUMN idgen_events.previous_idle IS 'Take-backs: how long it had been idle.';
+COMMENT ON COLUMN idgen_events.not_before IS 'Claims, take-backs and restarts: the holder stamps after this.';
+COMMENT ON COLUMN idgen_events.issued_until IS 'Releases and set-asides: the watermark left.';
+COMMENT ON COLUMN idgen_events.previous_bound IS 'Take-backs: the latest time the previous holder may have stamped; restarts: the node''s earlier process.';
+COMMENT ON COLUMN idgen_events.detail IS 'Refusals and losses: what the caller was told.';
+COMMENT ON COLUMN idgen_events.event_id IS 'Order of recording.';
+COMMENT ON COLUMN idgen_events.host IS 'The node''s address.';
+COMMENT ON COLUMN idgen_events.port IS 'The node''s port.';
+COMMENT ON COLUMN idgen_events.backend_slot IS 'The backend slot; NULL for service nodes.';
+COMMENT ON COLUMN idgen_events.previous_host IS 'Take-backs: the previous holder''s address.';
+COMMENT ON COLUMN idgen_events.previous_port IS 'Take-backs: its port.';
+COMMENT ON COLUMN idgen_events.previous_backend_slot IS 'Take-backs: its backend slot, if a backend.';
+
+CREATE VIEW idgen_restart_loops WITH (security_barrier) AS
+SELECT e.service,
+       e.holder,
+       pg_catalog.count(*) AS claims,
+       pg_catalog.min(e.at) AS first_at,
+       pg_catalog.max(e.at) AS last_at,
+       pg_catalog.string_agg(DISTINCT e.machine_id::text, ', '::text) AS machine_ids,
+       e.host,
+       e.port
+  FROM idgen_events e
+ CROSS JOIN idgen_policy() p
+ WHERE e.event OPERATOR(pg_catalog.=) ANY (ARRAY['claim'::text, 'take_back'::text, 'restart'::text])
+   AND e.backend_slot IS NULL
+   AND e.at OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) p.restart_loop_window)
+ GROUP BY e.service, e.holder, e.host, e.port, p.restart_loop_claims
+HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) p.restart_loop_claims;
+COMMENT ON VIEW idgen_restart_loops IS
+    'Service nodes (service, host, port) of the services you may read that claimed more than idgen.restart_loop_claims times within idgen.restart_loop_window: claims, take-backs and restarts (a claim of the id the node still held) in the history. A node in a loop takes another machine id at each start it cannot reuse its own: the service fills.';
+COMMENT ON COLUMN idgen_restart_loops.service IS 'The service.';
+COMMENT ON COLUMN idgen_restart_loops.holder IS 'The node: host:port.';
+COMMENT ON COLUMN idgen_restart_loops.claims IS 'Its claims (claim, take_back and restart events) within the window.';
+COMMENT ON COLUMN idgen_restart_loops.first_at IS 'The first of them in the window.';
+COMMENT ON COLUMN idgen_restart_loops.last_at IS 'The last of them.';
+COMMENT ON COLUMN idgen_restart_loops.machine_ids IS 'The machine ids it got.';
+COMMENT ON COLUMN idgen_restart_loops.host IS 'The node''s address.';
+COMMENT ON COLUMN idgen_restart_loops.port IS 'The node''s port.';
+
+CREATE VIEW idgen_flapping_ids WITH (security_barrier) AS
+SELECT e.service,
+       e.machine_id,
+       pg_catalog.count(*) AS moves,
+       pg_catalog.min(e.at) AS first_at,
+       pg_catalog.max(e.at) AS last_at,
+       pg_catalog.string_agg(DISTINCT e.holder, ', '::text) AS holders
+  FROM idgen_events e
+ CROSS JOIN idgen_policy() p
+ WHERE e.event OPERATOR(pg_catalog.=) 'take_back'::text
+   AND e.at OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) p.restart_loop_window)
+   AND (e.previous_host IS NULL
+        OR e.previous_host OPERATOR(pg_catalog.<>) e.host
+        OR e.previous_port OPERATOR(pg_catalog.<>) e.port
+        OR COALESCE(e.previous_backend_slot, -1) OPERATOR(pg_catalog.<>) COALESCE(e.backend_slot, -1))
+ GROUP BY e.service, e.machine_id, p.restart_loop_claims
+HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) p.restart_loop_claims;
+COMMENT ON VIEW idgen_flapping_ids IS
+    'Machine ids of the services you may read that moved from one holder to another (take-backs of released or idle ids) more than idgen.restart_loop_claims times within idgen.restart_loop_window.';
+COMMENT ON COLUMN idgen_flapping_ids.service IS 'The service.';
+COMMENT ON COLUMN idgen_flapping_ids.machine_id IS 'The machine id.';
+COMMENT ON COLUMN idgen_flapping_ids.moves IS 'Take-backs by another holder within the window.';
+COMMENT ON COLUMN idgen_flapping_ids.first_at IS 'The first of them in the window.';
+COMMENT ON COLUMN idgen_flapping_ids.last_at IS 'The last of them.';
+COMMENT ON COLUMN idgen_flapping_ids.holders IS 'The holders that took it.';
+
+CREATE VIEW idgen_metrics WITH (security_barrier) AS
+SELECT c.service,
+       c.held,
+       c.in_use,
+       c.capacity,
+       c.free,
+       c.used::float8 AS used_ratio,
+       COALESCE(t.take_backs_released, 0)::bigint AS take_backs_released,
+       COALESCE(t.take_backs_7d, 0)::bigint AS take_backs_7d,
+       COALESCE(t.take_backs_1d, 0)::bigint AS take_backs_1d,
+       COALESCE(t.take_backs_1h, 0)::bigint AS take_backs_1h,
+       COALESCE(t.ownership_losses, 0)::bigint AS ownership_losses,
+       COALESCE(t.refused_claims, 0)::bigint AS refused_claims,
+       COALESCE(pg_catalog.date_part('epoch'::text, c.oldest_idle), 0::float8) AS oldest_idle_seconds,
+       COALESCE(t.history_events_purged, 0)::bigint AS history_events_purged,
+       COALESCE(t.restarts, 0)::bigint AS restarts,
+       COALESCE(r.restart_loops, 0)::bigint AS restart_loops,
+       COALESCE(f.flapping_ids, 0)::bigint AS flapping_ids,
+       COALESCE(g.max_clock_offset_seconds, 0::float8) AS max_clock_offset_seconds,
+       COALESCE(g.clock_backward_waits, 0)::bigint AS clock_backward_waits,
+       COALESCE(g.clock_backward_refusals, 0)::bigint AS clock_backward_refusals,
+       COALESCE(g.sequence_exhaustions, 0)::bigint AS sequence_exhaustions,
+       CASE WHEN c.level OPERATOR(pg_catalog.=) 'critical'::text THEN 2
+            WHEN c.level OPERATOR(pg_catalog.=) 'warning'::text THEN 1 ELSE 0 END AS capacity_level
+  FROM idgen_capacity c
+  LEFT JOIN (SELECT n.service,
+                    pg_catalog.max(pg_catalog.abs(pg_catalog.date_part('epoch'::text, n.clock_offset))) AS max_clock_offset_seconds,
+                    pg_catalog.sum(n.clock_backward_waits) AS clock_backward_waits,
+                    pg_catalog.sum(n.clock_backward_refusals) AS clock_backward_refusals,
+                    pg_catalog.sum(n.sequence_exhaustions) AS sequence_exhaustions
+               FROM idgen_nodes n WHERE n.released_at IS NULL GROUP BY n.service) g
+         ON g.service OPERATOR(pg_catalog.=) c.service
+  LEFT JOIN (SELECT l.service, pg_catalog.count(*) AS restart_loops FROM idgen_restart_loops l GROUP BY l.service) r
+         ON r.service OPERATOR(pg_catalog.=) c.service
+  LEFT JOIN (SELECT i.service, pg_catalog.count(*) AS flapping_ids FROM idgen_flapping_ids i GROUP BY i.service) f
+         ON f.service OPERATOR(pg_catalog.=) c.service
+  LEFT JOIN LATERAL (
+       SELECT pg_catalog.sum(k.n) FILTER (WHERE k.event OPERATOR(pg_catalog.=) 'take_back'::text
+                                           AND k.outcome OPERATOR(pg_catalog.=) 'released'::text) AS take_backs_released,
+              pg_catalog.sum(k.n) FILTER (WHERE k.event OPERATOR(pg_catalog.=) 'take_back'::text
+                                           AND k.outcome OPERATOR(pg_catalog.=) 'idle_7d'::text) AS take_backs_7d,
+              pg_catalog.sum(k.n) FILTER (WHERE k.event OPERATOR(pg_catalog.=) 'take_back'::text
+                                           AND k.outcome OPERATOR(pg_catalog.=) 'idle_1d'::text) AS take_backs_1d,
+              pg_catalog.sum(k.n) FILTER (WHERE k.event OPERATOR(pg_catalog.=) 'take_back'::text
+                                           AND k.outcome OPERATOR(pg_catalog.=) 'idle_1h'::text) AS take_backs_1h,
+              pg_catalog.sum(k.n) FILTER (WHERE k.event OPERATOR(pg_catalog.=) 'ownership_lost'::text) AS ownership_losses,
+              pg_catalog.sum(k.n) FILTER (WHERE k.event OPERATOR(pg_catalog.=) ANY (ARRAY['refused_full'::text, 'refused_watermark'::text, 'refused_no_standby'::text])) AS refused_claims,
+              pg_catalog.sum(k.n) FILTER (WHERE k.purged) AS history_events_purged,
+              pg_catalog.sum(k.n) FILTER (WHERE k.event OPERATOR(pg_catalog.=) 'restart'::text) AS restarts
+         FROM (SELECT h.event, h.outcome, pg_catalog.count(*) AS n, false AS purged FROM idgen_private.idgen_history h
+                WHERE h.service OPERATOR(pg_catalog.=) c.service GROUP BY h.event, h.outcome
+               UNION ALL
+               SELECT p.event, CASE WHEN p.outcome OPERATOR(pg_catalog.=) ''::text THEN NULL ELSE p.outcome END, p.events, true
+                 FROM idgen_private.idgen_history_purged p WHERE p.service OPERATOR(pg_catalog.=) c.service) k
+  ) t ON true;
+COMMENT ON VIEW idgen_metrics IS
+    'One row per service you may read, numeric columns only, for postgres_exporter (see the README''s queries.yaml). The counters count every event since the extension was created, purged ones included.';
+COMMENT ON COLUMN idgen_metrics.service IS 'The service (a label).';
+COMMENT ON COLUMN idgen_metrics.held IS 'Machine ids held (not released).';
+COMMENT ON COLUMN idgen_metrics.in_use IS 'Held or cooling down.';
+COMMENT ON COLUMN idgen_metrics.capacity IS 'Machine ids a service can have.';
+COMMENT ON COLUMN idgen_metrics.free IS 'Free for the next claim without a take-back.';
+COMMENT ON COLUMN idgen_metrics.used_ratio IS 'in_use / capacity, 0 to 1.';
+COMMENT ON COLUMN idgen_metrics.take_backs_released IS 'Counter: released ids taken over by another node.';
+COMMENT ON COLUMN idgen_metrics.take_backs_7d IS 'Counter: take-backs in the 7-day tier.';
+COMMENT ON COLUMN idgen_metrics.take_backs_1d IS 'Counter: take-backs in the 1-day tier.';
+COMMENT ON COLUMN idgen_metrics.take_backs_1h IS 'Counter: take-backs in the 1-hour tier (each also alerted).';
+COMMENT ON COLUMN idgen_metrics.ownership_losses IS 'Counter: holders that learnt their id had moved (at most one per minute).';
+COMMENT ON COLUMN idgen_metrics.refused_claims IS 'Counter: claims refused (service full, watermark ahead, or no synchronous standby), at most one of each kind per minute.';
+COMMENT ON COLUMN idgen_metrics.oldest_idle_seconds IS 'Idle time of the held id seen longest ago, in seconds.';
+COMMENT ON COLUMN idgen_metrics.history_events_purged IS 'Counter: history events removed by idgen_purge_history().';
+COMMENT ON COLUMN idgen_metrics.restarts IS 'Counter: service nodes that claimed the id they still held (restarts without a release).';
+COMMENT ON COLUMN idgen_metrics.restart_loops IS 'Service nodes in a restart loop now (idgen_restart_loops).';
+COMMENT ON COLUMN idgen_metrics.flapping_ids IS 'Machine ids moving between holders now (idgen_flapping_ids).';
+COMMENT ON COLUMN idgen_metrics.max_clock_offset_seconds IS 'The largest clock offset (ahead or behind, in seconds) a holder of the service reported at its last heartbeat; 0 when none reported.';
+COMMENT ON COLUMN idgen_metrics.clock_backward_waits IS 'The holders'' clock steps back waited out, as their last heartbeats reported (each since its claim: a restart starts it again).';
+COMMENT ON COLUMN idgen_metrics.clock_backward_refusals IS 'The holders'' clock steps back refused, as their last heartbeats reported (each since its claim).';
+COMMENT ON COLUMN idgen_metrics.sequence_exhaustions IS 'The holders'' waits for the next millisecond after using up one''s sequence, as their last heartbeats reported (each since its claim).';
+COMMENT ON COLUMN idgen_metrics.capacity_level IS '0 below idgen.capacity_warning, 1 above it (warning), 2 above idgen.capacity_critical (critical).';
+
+CREATE VIEW idgen_tombstones WITH (security_barrier) AS
+SELECT t.service,
+       t.machine_id,
+       t.bound,
+       t.bound OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp() AS ahead,
+       t.version,
+       t.removed_at
+  FROM idgen_private.idgen_tombstones t
+ CROSS JOIN idgen_visibility v
+ WHERE v.reads_all OR t.service::text OPERATOR(pg_catalog.=) ANY (v.services);
+COMMENT ON VIEW idgen_tombstones IS
+    'Machine ids of the services you may read whose registry rows were deleted or truncated by hand: no claim hands one out before its bound, and a row restored for it takes the bound and a newer version.';
+COMMENT ON COLUMN idgen_tombstones.service IS 'The service.';
+COMMENT ON COLUMN idgen_tombstones.machine_id IS 'The machine id whose row was removed.';
+COMMENT ON COLUMN idgen_tombstones.bound IS 'The latest time a holder of the removed rows may stamp: claims of the id stamp after it.';
+COMMENT ON COLUMN idgen_tombstones.ahead IS 'The bound is still ahead of the clock: claims skip the id until then.';
+COMMENT ON COLUMN idgen_tombstones.version IS 'The highest version the removed rows had; a row restored for the id gets a newer one.';
+COMMENT ON COLUMN idgen_tombstones.removed_at IS 'When the last of them was removed.';
+
+CREATE VIEW idgen_registry_status AS
+SELECT r.created_at,
+       (SELECT pg_catalog.count(*) FROM idgen_tombstones t) AS tombstones,
+       (SELECT pg_catalog.max(t.bound) FROM idgen_tombstones t WHERE t.ahead) AS held_back_until
+  FROM idgen_private.idgen_registry r;
+COMMENT ON VIEW idgen_registry_status IS 'When this registry was created, and what it keeps of rows removed by hand (idgen_tombstones) in the services you may read.';
+COMMENT ON COLUMN idgen_registry_status.created_at IS 'When the registry was created (CREATE EXTENSION).';
+COMMENT ON COLUMN idgen_registry_status.tombstones IS 'Machine ids whose rows were deleted or truncated by hand: claims stamp after their bound.';
+COMMENT ON COLUMN idgen_registry_status.held_back_until IS 'The latest tombstone bound still ahead of the clock: until then some machine ids are skipped by claims. NULL: none.';
+
+-- What idgen_explain reads, as its caller: the views above, reached through names in a
+-- schema no lower role controls (bound when created, like every view).
+CREATE VIEW idgen_private.visible_events AS SELECT * FROM idgen_events;
+CREATE VIEW idgen_private.visible_nodes AS SELECT * FROM idgen_nodes;
+CREATE VIEW idgen_private.visible_metrics AS SELECT * FROM idgen_metrics;
+COMMENT ON VIEW idgen_private.visible_events IS 'idgen_events, as idgen_explain reads it (bound when created).';
+COMMENT ON VIEW idgen_private.visible_nodes IS 'idgen_nodes, as idgen_explain reads it (bound when created).';
+COMMENT ON VIEW idgen_private.visible_metrics IS 'idgen_metrics, as idgen_explain reads it (bound when created).';
+
+-- One row per finding; none means healthy. Reads only the views above, as the caller.
+-- jit = off: compiling its plan would take far longer than running it (it reads every
+-- registry row a few times); the SET also keeps it from being inlined into the caller's
+-- query, whose plan would then be JIT-compiled instead. ROWS: a healthy registry has none.
+CREATE FUNCTION idgen_health()
+    RETURNS TABLE (severity text, finding text, subject text, detail text, action text)
+    LANGUAGE sql STABLE
+    SET jit = off
+    ROWS 10
+BEGIN ATOMIC
+SELECT f.severity, f.finding, f.subject, f.detail, f.action FROM (
+    SELECT 'critical'::text AS severity, 'settings_inconsistent'::text AS finding, 'idgen.*'::text AS subject,
+           p.problem AS detail,
+           'Correct the idgen.* settings (ALTER SYSTEM SET ..., then SELECT pg_reload_conf()). Until then no machine id is claimed or renewed.'::text AS action
+      FROM idgen_policy() p WHERE p.problem IS NOT NULL
+    UNION ALL
+    SELECT 'critical', 'server_clock_behind', 'registry',
+           pg_catalog.format('The newest registry write (last_seen %s) is %s ahead of the server clock: the clock stepped back.',
+                             x.newest, x.newest OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp()),
+           'Fix the time source (chronyc tracking, timedatectl). Backends wait out up to idgen.max_clock_backward and then refuse; IDs never reuse time. Do not move the clock back further.'
+      FROM (SELECT pg_catalog.max(n.last_seen) AS newest FROM idgen_nodes n) x
+     WHERE x.newest OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
+    UNION ALL
+    SELECT 'warning', 'tombstone_ahead', t.service,
+           pg_catalog.format('%s machine ids whose rows were deleted or truncated by hand may still be stamped by their holders until %s (machine ids %s): claims skip them until then.',
+                             t.n, t.until, t.ids),
+           'Nothing else is held back: claims take other ids meanwhile. Next time free ids with idgen_release, not DELETE or TRUNCATE (README: freeing an id by hand).'
+      FROM (SELECT s.service, pg_catalog.count(*) AS n, pg_catalog.max(s.bound) AS until,
+                   pg_catalog.string_agg(s.machine_id::text, ', '::text ORDER BY s.machine_id) AS ids
+              FROM idgen_tombstones s WHERE s.ahead GROUP BY s.service) t
+    UNION ALL
+    SELECT CASE WHEN c.level OPERATOR(pg_catalog.=) 'critical'::text
+                  OR (c.free OPERATOR(pg_catalog.=) 0
+                      AND (c.takeable_7d OPERATOR(pg_catalog.+) c.takeable_1d OPERATOR(pg_catalog.+) c.takeable_1h) OPERATOR(pg_catalog.=) 0)
+                THEN 'critical' ELSE 'warning' END,
+           'capacity', c.service,
+           pg_catalog.format('%s of %s machine ids in use (%s), above idgen.capacity_%s (%s); %s free, takeable 7d/1d/1h: %s/%s/%s; oldest idle: machine id %s, %s, idle %s.',
+                             c.in_use, c.capacity, c.used, c.level,
+                             CASE WHEN c.level OPERATOR(pg_catalog.=) 'critical'::text THEN p.capacity_critical ELSE p.capacity_warning END,
+                             c.free, c.takeable_7d, c.takeable_1d, c.takeable_1h,
+                             c.oldest_idle_machine_id, c.oldest_idle_holder, c.oldest_idle),
+           pg_catalog.format('Find why so many nodes hold ids: SELECT * FROM idgen_nodes WHERE service = %L ORDER BY last_seen; release the ids of nodes stopped for good (README: freeing an id by hand), or give the nodes their own service names.', c.service)
+      FROM idgen_capacity c CROSS JOIN idgen_policy() p WHERE c.level IS NOT NULL
+    UNION ALL
+    SELECT 'warning', 'holder_clock_skew', pg_catalog.format('%s machine id %s', n.service, n.machine_id),
+           pg_catalog.format('%s''s clock was %s %s the server''s at its last heartbeat (%s ago), more than idgen.clock_skew_alert (%s).',
+                             n.holder, GREATEST(n.clock_offset, OPERATOR(pg_catalog.-) n.clock_offset),
+                             CASE WHEN n.clock_offset OPERATOR(pg_catalog.>) interval '0' THEN 'ahead of'::text ELSE 'behind'::text END,
+                             n.idle, p.clock_skew_alert),
+           'Check the node''s time synchronisation (chronyc tracking, timedatectl). A clock ahead keeps its machine id from other nodes for as long after it stops; a clock behind stamps behind the server''s time, and behind its not_before after a claim.'
+      FROM idgen_nodes n CROSS JOIN idgen_policy() p
+     WHERE n.released_at IS NULL
+       AND (n.clock_offset OPERATOR(pg_catalog.>) p.clock_skew_alert
+            OR n.clock_offset OPERATOR(pg_catalog.<) (OPERATOR(pg_catalog.-) p.clock_skew_alert))
+    UNION ALL
+    SELECT 'warning', 'clock_backward_refusals', pg_catalog.format('%s machine id %s', n.service, n.machine_id),
+           pg_catalog.format('%s reports %s clock steps back since its claim that were too large to wait out: its generator refused to issue IDs meanwhile.', n.holder, n.clock_backward_refusals),
+           'Fix the node''s time source (chronyc tracking, timedatectl); its generator issues again once its clock passes its last stamp. Its clock_offset in idgen_nodes shows how far it is off.'
+      FROM idgen_nodes n
+     WHERE n.released_at IS NULL AND n.clock_backward_refusals OPERATOR(pg_catalog.>) 0
+    UNION ALL
+    SELECT 'warning', 'restart_loop', pg_catalog.format('%s %s', r.service, r.holder),
+           pg_catalog.format('%s claimed %s times within idgen.restart_loop_window (%s), from %s to %s (machine ids %s): it restarts in a loop.',
+                             r.holder, r.claims, p.restart_loop_window, r.first_at, r.last_at, r.machine_ids),
+           pg_catalog.format('Find why the node exits (its logs: a crash, an OOM kill, a failing health check): SELECT * FROM idgen_events WHERE service = %L AND host = %L AND port = %s ORDER BY at. A start that cannot reuse its id takes another one, so the service fills.', r.service, pg_catalog.host(r.host), r.port)
+      FROM idgen_restart_loops r CROSS JOIN idgen_policy() p
+    UNION ALL
+    SELECT 'warning', 'id_flapping', pg_catalog.format('%s machine id %s', f.service, f.machine_id),
+           pg_catalog.format('Machine id %s moved between holders %s times within idgen.restart_loop_window (%s), from %s to %s (taken by %s).',
+                             f.machine_id, f.moves, p.restart_loop_window, f.first_at, f.last_at, f.holders),
+           pg_catalog.format('Nodes take the id from each other: look for nodes that release and restart at once, or that stop heartbeating: SELECT * FROM idgen_events WHERE service = %L AND machine_id = %s ORDER BY at.', f.service, f.machine_id)
+      FROM idgen_flapping_ids f CROSS JOIN idgen_policy() p
+    UNION ALL
+    SELECT 'warning', 'setting_deprecated', 'idgen.capacity_alert',
+           pg_catalog.format('idgen.capacity_alert is set (%s), but since idgen 0.6.0 it has no effect: idgen.capacity_warning (%s) and idgen.capacity_critical (%s) replace it.',
+                             p.deprecated_capacity_alert, p.capacity_warning, p.capacity_critical),
+           'ALTER SYSTEM RESET idgen.capacity_alert; ALTER SYSTEM SET idgen.capacity_warning = ... (and idgen.capacity_critical); SELECT pg_reload_conf();'
+      FROM idgen_policy() p
+     WHERE p.deprecated_capacity_alert IS NOT NULL
+    UNION ALL
+    SELECT 'warning', 'holder_past_lease', pg_catalog.format('%s machine id %s', n.service, n.machine_id),
+           pg_catalog.format('%s last heartbeat %s ago; its lease ended at %s, so it must have stopped issuing IDs.', n.holder, n.idle, n.lease_until),
+           'If the node still runs, it lost the database or its heartbeat died: restart it (it claims its id back). If it is gone for good, nothing is needed: the id is taken back after idgen.takeover_idle_1h, or release it by hand.'
+      FROM idgen_nodes n
+     WHERE n.kind OPERATOR(pg_catalog.=) 'service'::text
+       AND n.state OPERATOR(pg_catalog.=) ANY (ARRAY['past_lease'::text, 'idle_1h'::text])
+    UNION ALL
+    SELECT 'warning', 'watermark_ahead', pg_catalog.format('%s machine id %s', n.service, n.machine_id),
+           pg_catalog.format('Its watermark %s is %s ahead of the server clock, more than a lease and a heartbeat interval: %s reported time from a clock that ran ahead, or the server clock stepped back.',
+                             n.issued_until, n.issued_until OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp(), n.holder),
+           'No other node can use this id until then (claims skip it). Check the clocks of the node and of the server.'
+      FROM idgen_nodes n CROSS JOIN idgen_policy() p
+     WHERE n.issued_until OPERATOR(pg_catalog.>)
+           (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) p.lease OPERATOR(pg_catalog.+) p.heartbeat_interval)
+    UNION ALL
+    SELECT 'warning', 'watermark_behind', pg_catalog.format('%s machine id %s', w.service, w.machine_id),
+           pg_catalog.format('%s reported a watermark behind the one the registry holds (last at %s): %s', w.holder, w.at, w.detail),
+           'Check the node''s clock (NTP) and that it reports UTC; a node stamping behind its not_before may repeat IDs of the id''s earlier holder: stop it, fix the clock, restart it.'
+      FROM (SELECT DISTINCT ON (e.service, e.machine_id) e.service, e.machine_id, e.holder, e.at, e.detail
+              FROM idgen_events e
+             WHERE e.event OPERATOR(pg_catalog.=) 'watermark_behind'::text
+               AND e.at OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) interval '1 day')
+             ORDER BY e.service, e.machine_id, e.at DESC) w
+    UNION ALL
+    SELECT 'warning', 'outside_range', o.service,
+           pg_catalog.format('%s rows outside idgen.machine_id_range (%s-%s) may still be stamped until %s (machine ids %s): %s of them held.',
+                             o.n, p.machine_id_first, p.machine_id_last, o.until, o.ids, o.held),
+           'This server hands them out no more; their holders keep them until they stop, and move inside the range on restart. Do not give these ids to another server before that time has passed and none is held here (README: sharding).'
+      FROM (SELECT n.service, pg_catalog.count(*) AS n, pg_catalog.count(*) FILTER (WHERE n.released_at IS NULL) AS held,
+                   pg_catalog.max(n.issued_until) AS until,
+                   pg_catalog.string_agg(n.machine_id::text, ', '::text ORDER BY n.machine_id) AS ids
+              FROM idgen_nodes n
+             WHERE NOT n.in_range
+               AND (n.released_at IS NULL OR n.issued_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp())
+             GROUP BY n.service) o
+     CROSS JOIN idgen_policy() p
+    UNION ALL
+    SELECT CASE WHEN r.names THEN 'critical' ELSE 'warning' END,
+           CASE WHEN r.names THEN 'synchronous_standby_missing' ELSE 'replication_async' END,
+           'replication',
+           CASE WHEN r.names
+                THEN pg_catalog.format('synchronous_standby_names is %L but no synchronous standby streams: every registry write waits for one (claims, heartbeats and lease renewals hang).', pg_catalog.current_setting('synchronous_standby_names'))
+                ELSE pg_catalog.format('%s standbys stream from this server, none synchronously: a failover to one of them can lose committed claims, and hand a machine id out twice.', r.standbys)
+           END,
+           CASE WHEN r.names
+                THEN 'Bring a standby back, or change synchronous_standby_names; do not turn synchronous_commit off for idgen (it raises it for its own writes anyway).'
+                ELSE 'Make a standby synchronous (synchronous_standby_names), or keep failover off that standby; idgen.require_synchronous_standby = on refuses claims meanwhile.'
+           END
+      FROM (SELECT pg_catalog.count(*) FILTER (WHERE s.state OPERATOR(pg_catalog.=) 'streaming'::text) AS standbys,
+                   pg_catalog.count(*) FILTER (WHERE s.state OPERATOR(pg_catalog.=) 'streaming'::text
+                                              AND s.sync_state OPERATOR(pg_catalog.=) ANY (ARRAY['sync'::text, 'quorum'::text])) AS synchronous,
+                   pg_catalog.current_setting('synchronous_standby_names') OPERATOR(pg_catalog.<>) ''::text AS names
+              FROM pg_catalog.pg_stat_get_wal_senders() s
+             -- Standbys only: a logical-replication walsender serves a database, not a failover.
+             WHERE (SELECT a.datid FROM pg_catalog.pg_stat_get_activity(s.pid) a) IS NULL) r
+     WHERE r.synchronous OPERATOR(pg_catalog.=) 0 AND (r.names OR r.standbys OPERATOR(pg_catalog.>) 0)
+    UNION ALL
+    SELECT 'notice', 'generator_waits', pg_catalog.format('%s machine id %s', n.service, n.machine_id),
+           pg_catalog.format('%s reports, since its claim, %s clock steps back waited out and %s waits for the next millisecond after using up a millisecond''s sequence.',
+                             n.holder, COALESCE(n.clock_backward_waits, 0), COALESCE(n.sequence_exhaustions, 0)),
+           'Nothing is wrong: its IDs stay unique. Many clock waits: check its time source. Many sequence waits: the node issues at its limit; spread the load over more nodes.'
+      FROM idgen_nodes n
+     WHERE n.released_at IS NULL
+       AND (n.clock_backward_waits OPERATOR(pg_catalog.>) 0 OR n.sequence_exhaustions OPERATOR(pg_catalog.>) 0)
+    UNION ALL
+    SELECT 'notice', 'stale_backend_rows', b.service,
+           pg_catalog.format('%s backend rows idle longer than idgen.takeover_idle_7d (machine ids %s): their slots have not used idgen since.', b.n, b.ids),
+           'Nothing is wrong: the next claims of the service take them back first. To tidy up, see the README (freeing an id by hand).'
+      FROM (SELECT n.service, pg_catalog.count(*) AS n, pg_catalog.string_agg(n.machine_id::text, ', '::text ORDER BY n.machine_id) AS ids
+              FROM idgen_nodes n
+             WHERE n.kind OPERATOR(pg_catalog.=) 'backend'::text AND n.state OPERATOR(pg_catalog.=) 'idle_7d'::text
+             GROUP BY n.service) b
+    UNION ALL
+    SELECT 'notice', 'history_purge_due', 'idgen_history',
+           pg_catalog.format('The oldest history event is from %s, older than idgen.history_retention (%s).', e.oldest, p.history_retention),
+           'SELECT idgen_purge_history(); and schedule it daily (cron or pg_cron).'
+      FROM (SELECT pg_catalog.min(e.at) AS oldest FROM idgen_events e) e CROSS JOIN idgen_policy() p
+     WHERE e.oldest OPERATOR(pg_catalog.<)
+           (pg_catalog.now() OPERATOR(pg_catalog.-) p.history_retention OPERATOR(pg_catalog.-) interval '1 day')
+) f
+ORDER BY CASE WHEN f.severity OPERATOR(pg_catalog.=) 'critical'::text THEN 1
+              WHEN f.severity OPERATOR(pg_catalog.=) 'warning'::text THEN 2 ELSE 3 END, f.finding, f.subject;
+END;
+COMMENT ON FUNCTION idgen_health() IS
+    'What the person on call must know, one row per finding (severity critical, warning or notice; what; which rows; what to do), over the services you may read. No rows: healthy.';
+
+GRANT SELECT ON idgen_visibility, idgen_nodes, idgen_capacity, idgen_events, idgen_metrics, idgen_tombstones,
+    idgen_restart_loops, idgen_flapping_ids,
+    idgen_registry_status TO PUBLIC;
+GRANT SELECT ON idgen_private.visible_events, idgen_private.visible_nodes, idgen_private.visible_metrics TO PUBLIC;
+
+-- The planner's estimates: idgen_policy() returns one row (the default of 1,000 made every
+-- view that joins it cost a thousand times its size, and JIT-compile), idgen_explain() one
+-- per service. tests/cluster/tests/diagnostics.rs keeps every plan under jit_above_cost.
+ALTER FUNCTION idgen_policy() ROWS 1;
+ALTER FUNCTION idgen_explain(bigint, text) ROWS 1;
+
+COMMENT ON FUNCTION idgen_policy() IS
+    'The effective idgen settings as the claim uses them, one row: the lease, heartbeat interval, cooldown, take-back ages, the capacity levels (idgen.capacity_warning, idgen.capacity_critical), history retention, the machine ids a service can have on this server (idgen.machine_id_range: count, first, last), whether claims require a synchronous standby, problem (why the settings are inconsistent, or NULL), what idgen_health() reports by: idgen.clock_skew_alert, idgen.restart_loop_window, idgen.restart_loop_claims, and deprecated_capacity_alert (idgen.capacity_alert when set: it has no effect since 0.6.0).';
+COMMENT ON FUNCTION idgen_node_state(timestamptz, timestamptz, timestamptz, timestamptz) IS
+    'The state of a registry row from its last_seen, released_at, lease_until and takeover_at, by the claim''s own rules: live, past_lease, idle_1h, idle_1d, idle_7d, cooling_down or released.';
+COMMENT ON FUNCTION idgen_node_name(inet, integer, integer) IS 'How idgen names a node: host:port, or backend slot N of host:port.';
+COMMENT ON FUNCTION idgen_slot_pid(inet, integer, integer) IS
+    'For a backend row of this server (host idgen.node_host, this port): the pid of the process in its slot now, whoever it is, or NULL.';
+COMMENT ON FUNCTION idgen_slot_pid(inet, integer, integer, timestamptz) IS
+    'For a backend row of this server (host idgen.node_host, this port) last written at last_seen: the pid of the process in its slot if it started before then (it holds the row), or NULL.';
+COMMENT ON FUNCTION idgen_explain(bigint, text) IS
+    'Who made an ID: decodes it and names the holder of its machine id at its timestamp, with the version then in force, from the history and the registry; one row per service you may read (or the one given). Says when the history does not reach back that far, and warns when two holders overlap.';
+
+CREATE FUNCTION idgen_purge_history(older_than interval DEFAULT NULL)
+    RETURNS bigint
+    LANGUAGE sql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    WITH cutoff AS (
+        SELECT pg_catalog.now() OPERATOR(pg_catalog.-) idgen_private.purge_age(older_than, p.history_retention) AS at
+          FROM @extschema@.idgen_policy() p
+    ), purged AS (
+        DELETE FROM idgen_private.idgen_history h USING cutoff c
+         WHERE h.at OPERATOR(pg_catalog.<) c.at
+        RETURNING h.service, h.event, COALESCE(h.outcome, ''::text) AS outcome
+    ), counted AS (
+        INSERT INTO idgen_private.idgen_history_purged AS t (service, event, outcome, events, last_purged_at)
+        SELECT p.service, p.event, p.outcome, pg_catalog.count(*), pg_catalog.now() FROM purged p
+         GROUP BY p.service, p.event, p.outcome
+        ON CONFLICT (service, event, outcome) DO UPDATE
+           SET events = t.events OPERATOR(pg_catalog.+) excluded.events, last_purged_at = excluded.last_purged_at
+        RETURNING t.events
+    )
+    SELECT pg_catalog.count(*) FROM purged;
+END;
+COMMENT ON FUNCTION idgen_purge_history(interval) IS
+    'Removes history events older than older_than (default: the setting idgen.history_retention, 90 days) and returns how many; the metrics keep counting them. Superusers and the extension owner, or roles granted EXECUTE. Schedule it daily (cron, pg_cron).';
+REVOKE EXECUTE ON FUNCTION idgen_purge_history(interval) FROM PUBLIC;
+COMMENT ON FUNCTION idgen_private.purge_age(interval, interval) IS
+    'The age idgen_purge_history removes events by: older_than, or the retention when it is NULL. Refuses (22023) an age of zero or less, which would remove every event.';
+REVOKE EXECUTE ON FUNCTION idgen_private.purge_age(interval, interval) FROM PUBLIC;
