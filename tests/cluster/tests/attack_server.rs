@@ -1,0 +1,69 @@
+//! Attacks on what 0.6.0 changed on the server (review branch attack-server). Each test asserts
+//! what a correct server should do; a failing test is a finding.
+
+use idgen_cluster_tests::*;
+use postgres::Client;
+
+fn service_role(admin: &mut Client, role: &str, service: &str) {
+    ensure_login_role(admin, role);
+    admin.query_one("SELECT idgen_grant_service($1, $2)", &[&service, &role]).unwrap();
+}
+
+/// A service role reports the largest counts it may (each one valid on its own: not negative) for
+/// two of its nodes. idgen_metrics sums them as numeric and casts the sum to bigint: the view then
+/// fails with 22003 for every reader of that service, the superuser and pg_monitor (the Prometheus
+/// exporter) included, until the nodes heartbeat again or release.
+#[test]
+fn hostile_generator_counts_of_one_service_break_idgen_metrics_for_every_reader() {
+    let db = TestDb::create("attack_metrics_counts");
+    let mut admin = db.connect();
+    service_role(&mut admin, "attack_counts_svc", "svc");
+    admin.batch_execute("SET ROLE attack_counts_svc").unwrap();
+    for host in ["10.0.0.1", "10.0.0.2"] {
+        let held = claim(&mut admin, "svc", host, 1).unwrap();
+        admin
+            .query_one(
+                "SELECT idgen_heartbeat('svc', $1, $2::text::inet, 1, $3, NULL, $4, 0, 0)",
+                &[&held.machine_id, &host, &held.version, &i64::MAX],
+            )
+            .unwrap();
+    }
+    admin.batch_execute("RESET ROLE").unwrap();
+    // A second service, healthy, read by the same monitoring query.
+    claim(&mut admin, "other", "10.0.0.9", 1).unwrap();
+    let metrics = admin.query("SELECT service, clock_backward_waits FROM idgen_metrics ORDER BY service", &[]);
+    assert!(metrics.is_ok(), "idgen_metrics fails for the superuser: {:?}", metrics.err().map(|e| db_error(&e).message().to_owned()));
+}
+
+/// ALTER EXTENSION idgen UPDATE from 0.5.1 runs `DROP FUNCTION idgen_policy() CASCADE`: every
+/// object outside the extension that depends on idgen_nodes, idgen_capacity, idgen_metrics (views
+/// over them, SQL functions, row-level security policies) is dropped, silently (an extension
+/// script runs with client_min_messages = warning). A RESTRICTIVE policy that referred to
+/// idgen_nodes disappears and the table's rows it hid become visible.
+#[test]
+fn an_update_from_0_5_1_drops_no_object_outside_the_extension() {
+    let db = TestDb::empty_on(&base_dsn(), "attack_update_cascade");
+    let mut admin = db.connect();
+    admin
+        .batch_execute(
+            "CREATE EXTENSION idgen VERSION '0.5.1';
+             CREATE VIEW my_monitor AS SELECT service, held FROM idgen_capacity;
+             CREATE TABLE secrets (service text, v text);
+             INSERT INTO secrets VALUES ('svc', 'hidden while svc holds ids');
+             ALTER TABLE secrets ENABLE ROW LEVEL SECURITY;
+             CREATE POLICY readable ON secrets USING (true);
+             CREATE POLICY only_unheld ON secrets AS RESTRICTIVE
+                 USING (NOT EXISTS (SELECT FROM idgen_nodes n WHERE n.service = secrets.service));",
+        )
+        .unwrap();
+    let before: i64 = admin.query_one("SELECT count(*) FROM pg_policy", &[]).unwrap().get(0);
+    let updated = admin.batch_execute("ALTER EXTENSION idgen UPDATE TO '0.6.0'");
+    let policies: i64 = admin.query_one("SELECT count(*) FROM pg_policy", &[]).unwrap().get(0);
+    let view: Option<String> = admin.query_one("SELECT to_regclass('my_monitor')::text", &[]).unwrap().get(0);
+    assert_eq!(
+        (policies, view.as_deref()),
+        (before, Some("my_monitor")),
+        "the update (result {:?}) dropped objects outside the extension",
+        updated.map_err(|e| e.to_string())
+    );
+}
