@@ -67,3 +67,36 @@ fn an_update_from_0_5_1_drops_no_object_outside_the_extension() {
         updated.map_err(|e| e.to_string())
     );
 }
+
+/// The same update drops and recreates idgen_purge_history, idgen_events, idgen_nodes,
+/// idgen_metrics, ...: the privileges a superuser set on them are lost. A purge role's EXECUTE
+/// grant is gone (its daily purge fails with 42501 from then on), and a REVOKE SELECT ... FROM
+/// PUBLIC on the views is undone (every role can read them again).
+#[test]
+fn an_update_from_0_5_1_keeps_the_privileges_set_on_the_extensions_objects() {
+    let db = TestDb::empty_on(&base_dsn(), "attack_update_acls");
+    let mut admin = db.connect();
+    ensure_login_role(&mut admin, "attack_purger");
+    admin
+        .batch_execute(
+            "CREATE EXTENSION idgen VERSION '0.5.1';
+             GRANT EXECUTE ON FUNCTION idgen_purge_history(interval) TO attack_purger;
+             REVOKE SELECT ON idgen_events, idgen_nodes, idgen_metrics FROM PUBLIC;",
+        )
+        .unwrap();
+    let privileges = |admin: &mut Client| -> (bool, bool, bool) {
+        let row = admin
+            .query_one(
+                "SELECT has_function_privilege('attack_purger', 'idgen_purge_history(interval)', 'EXECUTE'),
+                        has_table_privilege('attack_purger', 'idgen_events', 'SELECT'),
+                        has_table_privilege('attack_purger', 'idgen_nodes', 'SELECT')",
+                &[],
+            )
+            .unwrap();
+        (row.get(0), row.get(1), row.get(2))
+    };
+    let before = privileges(&mut admin);
+    assert_eq!(before, (true, false, false));
+    admin.batch_execute("ALTER EXTENSION idgen UPDATE TO '0.6.0'").unwrap();
+    assert_eq!(privileges(&mut admin), before, "the update changed the privileges set on idgen's objects");
+}
