@@ -100,3 +100,18 @@ fn an_update_from_0_5_1_keeps_the_privileges_set_on_the_extensions_objects() {
     admin.batch_execute("ALTER EXTENSION idgen UPDATE TO '0.6.0'").unwrap();
     assert_eq!(privileges(&mut admin), before, "the update changed the privileges set on idgen's objects");
 }
+
+/// Any role may read idgen_events (SELECT is granted to PUBLIC): a view of its own over it, even a
+/// temporary one, makes the update's `DROP VIEW ... idgen_events` (without CASCADE) fail, for as
+/// long as the role keeps it. The update is a refusal the role controls.
+#[test]
+fn a_role_without_rights_on_idgen_cannot_block_the_update_from_0_5_1() {
+    let db = TestDb::empty_on(&base_dsn(), "attack_update_blocked");
+    let mut admin = db.connect();
+    ensure_login_role(&mut admin, "attack_nobody");
+    admin.batch_execute("CREATE EXTENSION idgen VERSION '0.5.1'").unwrap();
+    let mut nobody = postgres::Client::connect(&format!("{} user=attack_nobody", db.dsn()), postgres::NoTls).unwrap();
+    nobody.batch_execute("CREATE TEMP VIEW mine AS SELECT * FROM idgen_events").unwrap();
+    let updated = admin.batch_execute("ALTER EXTENSION idgen UPDATE TO '0.6.0'");
+    assert!(updated.is_ok(), "a role without rights blocked the update: {:?}", updated.err().map(|e| db_error(&e).message().to_owned()));
+}
