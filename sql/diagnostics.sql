@@ -275,9 +275,10 @@ SELECT c.service,
        COALESCE(r.restart_loops, 0)::bigint AS restart_loops,
        COALESCE(f.flapping_ids, 0)::bigint AS flapping_ids,
        COALESCE(g.max_clock_offset_seconds, 0::float8) AS max_clock_offset_seconds,
-       COALESCE(g.clock_backward_waits, 0)::bigint AS clock_backward_waits,
-       COALESCE(g.clock_backward_refusals, 0)::bigint AS clock_backward_refusals,
-       COALESCE(g.sequence_exhaustions, 0)::bigint AS sequence_exhaustions,
+       -- Sums of bigint counts are numeric: capped, so that no report can make the view fail.
+       LEAST(COALESCE(g.clock_backward_waits, 0), 9223372036854775807)::bigint AS clock_backward_waits,
+       LEAST(COALESCE(g.clock_backward_refusals, 0), 9223372036854775807)::bigint AS clock_backward_refusals,
+       LEAST(COALESCE(g.sequence_exhaustions, 0), 9223372036854775807)::bigint AS sequence_exhaustions,
        CASE WHEN c.level OPERATOR(pg_catalog.=) 'critical'::text THEN 2
             WHEN c.level OPERATOR(pg_catalog.=) 'warning'::text THEN 1 ELSE 0 END AS capacity_level
   FROM idgen_capacity c
@@ -453,6 +454,13 @@ SELECT f.severity, f.finding, f.subject, f.detail, f.action FROM (
            'ALTER SYSTEM RESET idgen.capacity_alert; ALTER SYSTEM SET idgen.capacity_warning = ... (and idgen.capacity_critical); SELECT pg_reload_conf();'
       FROM idgen_policy() p
      WHERE p.deprecated_capacity_alert IS NOT NULL
+    UNION ALL
+    SELECT 'warning', 'capacity_levels_inverted', 'idgen.capacity_warning',
+           pg_catalog.format('idgen.capacity_warning (%s) is above idgen.capacity_critical (%s): the warning level is taken as the critical one.',
+                             pg_catalog.current_setting('idgen.capacity_warning', true), p.capacity_critical),
+           'ALTER SYSTEM SET idgen.capacity_warning = ... (at or below idgen.capacity_critical); SELECT pg_reload_conf();'
+      FROM idgen_policy() p
+     WHERE pg_catalog.current_setting('idgen.capacity_warning', true)::pg_catalog.float8 OPERATOR(pg_catalog.>) p.capacity_critical
     UNION ALL
     SELECT 'warning', 'holder_past_lease', pg_catalog.format('%s machine id %s', n.service, n.machine_id),
            pg_catalog.format('%s last heartbeat %s ago; its lease ended at %s, so it must have stopped issuing IDs.', n.holder, n.idle, n.lease_until),

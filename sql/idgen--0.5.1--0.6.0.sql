@@ -17,6 +17,99 @@
 -- every claim queue behind it: fail at once instead (55P03), and retry.
 LOCK TABLE idgen_private.idgen_history, idgen_private.nodes IN ACCESS EXCLUSIVE MODE NOWAIT;
 
+-- This update drops idgen_policy() (its columns change) with every view and function that reads
+-- it, the old idgen_heartbeat, and five views, and creates them again. An object outside the
+-- extension that depends on any of them (a view, an SQL-standard function, a row security policy
+-- of a user's) would be dropped with them, silently, or block the update: refuse first, naming
+-- each, so that nothing outside idgen changes. Every name is pg_catalog's or the extension's own
+-- (found through pg_depend, not the search_path).
+DO $refuse_outside_dependents$
+DECLARE
+    outside text;
+BEGIN
+    WITH RECURSIVE member AS (
+        SELECT d.classid, d.objid
+          FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid
+         WHERE e.extname OPERATOR(pg_catalog.=) 'idgen'::pg_catalog.name
+           AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+           AND d.deptype OPERATOR(pg_catalog.=) 'e'::"char"
+    ), recreated AS (
+        SELECT m.classid, m.objid
+          FROM member m JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) m.objid
+         WHERE m.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+           AND p.proname OPERATOR(pg_catalog.=) ANY (ARRAY['idgen_policy', 'idgen_heartbeat']::pg_catalog.name[])
+        UNION ALL
+        SELECT m.classid, m.objid
+          FROM member m JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) m.objid
+         WHERE m.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+           AND c.relname OPERATOR(pg_catalog.=) ANY (ARRAY['visible_events', 'idgen_registry_status',
+               'idgen_tombstones', 'idgen_events', 'idgen_visibility']::pg_catalog.name[])
+    ), dropped(classid, objid) AS (
+        SELECT r.classid, r.objid FROM recreated r
+        UNION
+        -- What depends on a dropped object; a view's rule stands for its view.
+        SELECT x.classid, x.objid
+          FROM dropped a
+          JOIN pg_catalog.pg_depend d
+            ON d.refclassid OPERATOR(pg_catalog.=) a.classid AND d.refobjid OPERATOR(pg_catalog.=) a.objid
+           AND d.deptype OPERATOR(pg_catalog.=) 'n'::"char"
+          LEFT JOIN pg_catalog.pg_rewrite w
+            ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+           AND w.oid OPERATOR(pg_catalog.=) d.objid
+         CROSS JOIN LATERAL (SELECT CASE WHEN w.oid IS NULL THEN d.classid
+                                         ELSE 'pg_catalog.pg_class'::pg_catalog.regclass::pg_catalog.oid END,
+                                    COALESCE(w.ev_class, d.objid)) x(classid, objid)
+    )
+    SELECT pg_catalog.string_agg(pg_catalog.format('%s (owner %s)',
+               pg_catalog.pg_describe_object(a.classid, a.objid, 0),
+               COALESCE(pg_catalog.pg_get_userbyid((SELECT c.relowner FROM pg_catalog.pg_class c
+                                                     WHERE a.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+                                                       AND c.oid OPERATOR(pg_catalog.=) a.objid)),
+                        pg_catalog.pg_get_userbyid((SELECT p.proowner FROM pg_catalog.pg_proc p
+                                                     WHERE a.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+                                                       AND p.oid OPERATOR(pg_catalog.=) a.objid)),
+                        pg_catalog.pg_get_userbyid((SELECT c.relowner FROM pg_catalog.pg_policy y
+                                                      JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) y.polrelid
+                                                     WHERE a.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_policy'::pg_catalog.regclass
+                                                       AND y.oid OPERATOR(pg_catalog.=) a.objid)),
+                        'unknown')), '; ')
+      INTO outside
+      FROM dropped a
+     WHERE NOT EXISTS (SELECT FROM member m
+                        WHERE m.classid OPERATOR(pg_catalog.=) a.classid AND m.objid OPERATOR(pg_catalog.=) a.objid);
+    IF outside IS NOT NULL THEN
+        RAISE EXCEPTION 'idgen cannot update to 0.6.0: objects outside the extension depend on views and functions the update creates again'
+            USING ERRCODE = 'dependent_objects_still_exist',
+                  DETAIL = pg_catalog.format('Depending on them: %s. The update would drop them or stop at them. Nothing was changed.', outside),
+                  HINT = 'Drop those objects (a temporary one goes with its session: pg_terminate_backend), run ALTER EXTENSION idgen UPDATE, then create them again.';
+    END IF;
+END
+$refuse_outside_dependents$;
+
+-- The privileges set on idgen's objects (a REVOKE ... FROM PUBLIC on a view, an EXECUTE granted
+-- to a purge role) are kept for the objects created again: saved here, set again at the end.
+CREATE TABLE idgen_private.update_saved_privileges (object text PRIMARY KEY, kind "char", owner pg_catalog.oid, acl pg_catalog.aclitem[]);
+INSERT INTO idgen_private.update_saved_privileges
+SELECT 'TABLE ' OPERATOR(pg_catalog.||) c.oid::pg_catalog.regclass::pg_catalog.text, 'r', c.relowner, c.relacl
+  FROM pg_catalog.pg_depend d
+  JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid
+  JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.objid
+  JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+ WHERE e.extname OPERATOR(pg_catalog.=) 'idgen'::pg_catalog.name AND d.deptype OPERATOR(pg_catalog.=) 'e'::"char"
+   AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass AND c.relacl IS NOT NULL
+UNION ALL
+SELECT 'FUNCTION ' OPERATOR(pg_catalog.||) CASE WHEN p.proname OPERATOR(pg_catalog.=) 'idgen_heartbeat'::pg_catalog.name
+            -- the heartbeat gains three arguments: its privileges go to the new one
+            THEN pg_catalog.replace(p.oid::pg_catalog.regprocedure::pg_catalog.text, 'time zone)', 'time zone,bigint,bigint,bigint)')
+            ELSE p.oid::pg_catalog.regprocedure::pg_catalog.text END,
+       'f', p.proowner, p.proacl
+  FROM pg_catalog.pg_depend d
+  JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid
+  JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) d.objid
+  JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) p.pronamespace
+ WHERE e.extname OPERATOR(pg_catalog.=) 'idgen'::pg_catalog.name AND d.deptype OPERATOR(pg_catalog.=) 'e'::"char"
+   AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass AND p.proacl IS NOT NULL;
+
 -- What heartbeats report, kept with the row.
 ALTER TABLE system_nodes
     ADD COLUMN reports_version BIGINT,
@@ -360,9 +453,10 @@ SELECT c.service,
        COALESCE(r.restart_loops, 0)::bigint AS restart_loops,
        COALESCE(f.flapping_ids, 0)::bigint AS flapping_ids,
        COALESCE(g.max_clock_offset_seconds, 0::float8) AS max_clock_offset_seconds,
-       COALESCE(g.clock_backward_waits, 0)::bigint AS clock_backward_waits,
-       COALESCE(g.clock_backward_refusals, 0)::bigint AS clock_backward_refusals,
-       COALESCE(g.sequence_exhaustions, 0)::bigint AS sequence_exhaustions,
+       -- Sums of bigint counts are numeric: capped, so that no report can make the view fail.
+       LEAST(COALESCE(g.clock_backward_waits, 0), 9223372036854775807)::bigint AS clock_backward_waits,
+       LEAST(COALESCE(g.clock_backward_refusals, 0), 9223372036854775807)::bigint AS clock_backward_refusals,
+       LEAST(COALESCE(g.sequence_exhaustions, 0), 9223372036854775807)::bigint AS sequence_exhaustions,
        CASE WHEN c.level OPERATOR(pg_catalog.=) 'critical'::text THEN 2
             WHEN c.level OPERATOR(pg_catalog.=) 'warning'::text THEN 1 ELSE 0 END AS capacity_level
   FROM idgen_capacity c
@@ -539,6 +633,13 @@ SELECT f.severity, f.finding, f.subject, f.detail, f.action FROM (
       FROM idgen_policy() p
      WHERE p.deprecated_capacity_alert IS NOT NULL
     UNION ALL
+    SELECT 'warning', 'capacity_levels_inverted', 'idgen.capacity_warning',
+           pg_catalog.format('idgen.capacity_warning (%s) is above idgen.capacity_critical (%s): the warning level is taken as the critical one.',
+                             pg_catalog.current_setting('idgen.capacity_warning', true), p.capacity_critical),
+           'ALTER SYSTEM SET idgen.capacity_warning = ... (at or below idgen.capacity_critical); SELECT pg_reload_conf();'
+      FROM idgen_policy() p
+     WHERE pg_catalog.current_setting('idgen.capacity_warning', true)::pg_catalog.float8 OPERATOR(pg_catalog.>) p.capacity_critical
+    UNION ALL
     SELECT 'warning', 'holder_past_lease', pg_catalog.format('%s machine id %s', n.service, n.machine_id),
            pg_catalog.format('%s last heartbeat %s ago; its lease ended at %s, so it must have stopped issuing IDs.', n.holder, n.idle, n.lease_until),
            'If the node still runs, it lost the database or its heartbeat died: restart it (it claims its id back). If it is gone for good, nothing is needed: the id is taken back after idgen.takeover_idle_1h, or release it by hand.'
@@ -676,3 +777,60 @@ REVOKE EXECUTE ON FUNCTION idgen_purge_history(interval) FROM PUBLIC;
 COMMENT ON FUNCTION idgen_private.purge_age(interval, interval) IS
     'The age idgen_purge_history removes events by: older_than, or the retention when it is NULL. Refuses (22023) an age of zero or less, which would remove every event.';
 REVOKE EXECUTE ON FUNCTION idgen_private.purge_age(interval, interval) FROM PUBLIC;
+
+-- The privileges saved at the start, set again on the objects created again (their owner's own
+-- entries aside). pg_dump counts privileges set by an extension script as the extension's own:
+-- the WARNING lists them, to be granted again after a restore into a new CREATE EXTENSION.
+DO $restore_privileges$
+DECLARE
+    o record;
+    g record;
+    kept text;
+BEGIN
+    FOR o IN
+        SELECT s.object, s.kind, s.owner, s.acl AS saved, cur.acl AS now
+          FROM idgen_private.update_saved_privileges s
+          JOIN LATERAL (
+              SELECT c.relacl AS acl FROM pg_catalog.pg_depend d
+                JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid
+                JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.objid
+                JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+               WHERE e.extname OPERATOR(pg_catalog.=) 'idgen'::pg_catalog.name AND d.deptype OPERATOR(pg_catalog.=) 'e'::"char"
+                 AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+                 AND 'TABLE ' OPERATOR(pg_catalog.||) c.oid::pg_catalog.regclass::pg_catalog.text OPERATOR(pg_catalog.=) s.object
+              UNION ALL
+              SELECT p.proacl FROM pg_catalog.pg_depend d
+                JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid
+                JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) d.objid
+                JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) p.pronamespace
+               WHERE e.extname OPERATOR(pg_catalog.=) 'idgen'::pg_catalog.name AND d.deptype OPERATOR(pg_catalog.=) 'e'::"char"
+                 AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+                 AND 'FUNCTION ' OPERATOR(pg_catalog.||) p.oid::pg_catalog.regprocedure::pg_catalog.text OPERATOR(pg_catalog.=) s.object
+          ) cur ON true
+         WHERE cur.acl IS NULL OR NOT (cur.acl OPERATOR(pg_catalog.=) s.acl)
+    LOOP
+        FOR g IN SELECT DISTINCT a.grantee
+                   FROM pg_catalog.aclexplode(COALESCE(o.now, pg_catalog.acldefault(o.kind, o.owner))) a
+                  WHERE a.grantee OPERATOR(pg_catalog.<>) o.owner LOOP
+            EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %s', o.object,
+                CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0::pg_catalog.oid THEN 'PUBLIC'
+                     ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(g.grantee)) END);
+        END LOOP;
+        FOR g IN SELECT a.grantee, a.privilege_type, a.is_grantable
+                   FROM pg_catalog.aclexplode(o.saved) a
+                  WHERE a.grantee OPERATOR(pg_catalog.<>) o.owner LOOP
+            EXECUTE pg_catalog.format('GRANT %s ON %s TO %s%s', g.privilege_type, o.object,
+                CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0::pg_catalog.oid THEN 'PUBLIC'
+                     ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(g.grantee)) END,
+                CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+        END LOOP;
+        kept := COALESCE(kept OPERATOR(pg_catalog.||) '; ', '') OPERATOR(pg_catalog.||) o.object;
+    END LOOP;
+    IF kept IS NOT NULL THEN
+        RAISE WARNING 'idgen: the update to 0.6.0 created objects again and set the privileges you had set on them again: %', kept
+            USING DETAIL = 'pg_dump counts privileges set during an extension update as the extension''s own: a dump restored into a new CREATE EXTENSION idgen does not carry them.',
+                  HINT = 'After such a restore, grant them again (\dp and \df+ show them now).';
+    END IF;
+END
+$restore_privileges$;
+DROP TABLE idgen_private.update_saved_privileges;

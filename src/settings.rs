@@ -326,7 +326,6 @@ pub fn claim_settings() -> Result<ClaimSettings, IdgenError> {
     }
     let range = machine_id_range();
     let policy = claim_policy()?;
-    capacity_levels()?;
     Ok(ClaimSettings {
         policy,
         machine_id_first: *range.start(),
@@ -479,19 +478,15 @@ unsafe fn checked(
     }
 }
 
-/// `idgen.capacity_warning`, a fraction.
+/// The warning level in force, a fraction: `idgen.capacity_warning`, or the critical level when
+/// it is set above that (`idgen_health()` reports `capacity_levels_inverted`).
 pub fn capacity_warning() -> f64 {
-    CAPACITY_WARNING.get()
+    fleet::effective_capacity_warning(CAPACITY_WARNING.get(), capacity_critical())
 }
 
 /// `idgen.capacity_critical`, a fraction.
 pub fn capacity_critical() -> f64 {
     CAPACITY_CRITICAL.get()
-}
-
-/// The capacity levels, refused when the warning level is above the critical one.
-pub fn capacity_levels() -> Result<(), IdgenError> {
-    fleet::capacity_levels_consistent(capacity_warning(), capacity_critical())
 }
 
 /// `idgen.capacity_alert` when it is set: it has had no effect since 0.6.0.

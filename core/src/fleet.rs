@@ -6,7 +6,6 @@
 //! `sql/diagnostics.sql` restate the levels' rule, and tests/cluster/tests/one_source.rs ties
 //! the two.
 
-use crate::error::{IdgenError, SqlState};
 use crate::policy::MINUTE;
 
 /// `idgen.capacity_warning`: a service more than this fraction in use is at the warning level.
@@ -74,16 +73,11 @@ pub fn capacity_level(in_use: i64, capacity: i64, warning: f64, critical: f64) -
     }
 }
 
-/// The two levels must be in order: warning at or below critical.
-pub fn capacity_levels_consistent(warning: f64, critical: f64) -> Result<(), IdgenError> {
-    if warning <= critical {
-        return Ok(());
-    }
-    Err(IdgenError::new(SqlState::InvalidParameterValue, "idgen settings are inconsistent")
-        .detail(format!(
-            "idgen.capacity_warning ({warning}) must not be above idgen.capacity_critical ({critical})."
-        ))
-        .hint("A superuser must correct the idgen.* settings (ALTER SYSTEM SET idgen.capacity_warning = ...; SELECT pg_reload_conf()). No machine id is handed out until then."))
+/// The warning level in force: one set above the critical level is taken as the critical one. An
+/// alert threshold set wrong must not stop claims (and with them every new connection's
+/// `DEFAULT idgen_next_id()`): `idgen_health()` reports it instead.
+pub fn effective_capacity_warning(warning: f64, critical: f64) -> f64 {
+    warning.min(critical)
 }
 
 #[cfg(test)]
@@ -103,14 +97,9 @@ mod tests {
     }
 
     #[test]
-    fn the_warning_level_may_not_be_above_the_critical_one() {
-        assert!(capacity_levels_consistent(CAPACITY_WARNING_DEFAULT, CAPACITY_CRITICAL_DEFAULT).is_ok());
-        assert!(capacity_levels_consistent(0.8, 0.8).is_ok());
-        let err = capacity_levels_consistent(0.9, 0.8).unwrap_err();
-        assert_eq!(err.sqlstate, SqlState::InvalidParameterValue);
-        assert!(err
-            .detail
-            .unwrap()
-            .contains("idgen.capacity_warning (0.9) must not be above idgen.capacity_critical (0.8)"));
+    fn a_warning_level_above_the_critical_one_is_taken_as_the_critical_one() {
+        assert_eq!(effective_capacity_warning(CAPACITY_WARNING_DEFAULT, CAPACITY_CRITICAL_DEFAULT), 0.70);
+        assert_eq!(effective_capacity_warning(0.8, 0.8), 0.8);
+        assert_eq!(effective_capacity_warning(0.9, 0.8), 0.8);
     }
 }

@@ -33,7 +33,6 @@ fn interval_ms(ms: i64) -> Interval {
 fn settings_problem() -> Option<String> {
     settings::configured_value_refused()
         .or_else(|| settings::policy_as_set().validate().err())
-        .or_else(|| settings::capacity_levels().err())
         .map(|e| format!("{} {}", e.message, e.detail.unwrap_or_default()))
 }
 

@@ -1,5 +1,8 @@
-//! Attacks on what 0.6.0 changed on the server (review branch attack-server). Each test asserts
-//! what a correct server should do; a failing test is a finding.
+//! What a review found in 0.6.0's server side, each test failing before its fix: hostile
+//! generator counts that broke `idgen_metrics` for every reader; the update from 0.5.1 dropping
+//! objects outside the extension (a user's view, a row security policy) with `idgen_policy()`,
+//! silently, or stopping at another role's temporary view with PostgreSQL's own error; and the
+//! update resetting the privileges set on the objects it creates again.
 
 use idgen_cluster_tests::*;
 use postgres::Client;
@@ -32,14 +35,19 @@ fn hostile_generator_counts_of_one_service_break_idgen_metrics_for_every_reader(
     // A second service, healthy, read by the same monitoring query.
     claim(&mut admin, "other", "10.0.0.9", 1).unwrap();
     let metrics = admin.query("SELECT service, clock_backward_waits FROM idgen_metrics ORDER BY service", &[]);
-    assert!(metrics.is_ok(), "idgen_metrics fails for the superuser: {:?}", metrics.err().map(|e| db_error(&e).message().to_owned()));
+    assert!(
+        metrics.is_ok(),
+        "idgen_metrics fails for the superuser: {:?}",
+        metrics.err().map(|e| db_error(&e).message().to_owned())
+    );
 }
 
 /// ALTER EXTENSION idgen UPDATE from 0.5.1 runs `DROP FUNCTION idgen_policy() CASCADE`: every
-/// object outside the extension that depends on idgen_nodes, idgen_capacity, idgen_metrics (views
-/// over them, SQL functions, row-level security policies) is dropped, silently (an extension
-/// script runs with client_min_messages = warning). A RESTRICTIVE policy that referred to
-/// idgen_nodes disappears and the table's rows it hid become visible.
+/// object outside the extension that depended on idgen_nodes, idgen_capacity, idgen_metrics (views
+/// over them, SQL functions, row-level security policies) was dropped, silently (an extension
+/// script runs with client_min_messages = warning): a RESTRICTIVE policy that referred to
+/// idgen_nodes disappeared and the rows it hid became visible. Now the update refuses, naming
+/// them, and changes nothing.
 #[test]
 fn an_update_from_0_5_1_drops_no_object_outside_the_extension() {
     let db = TestDb::empty_on(&base_dsn(), "attack_update_cascade");
@@ -58,6 +66,16 @@ fn an_update_from_0_5_1_drops_no_object_outside_the_extension() {
         .unwrap();
     let before: i64 = admin.query_one("SELECT count(*) FROM pg_policy", &[]).unwrap().get(0);
     let updated = admin.batch_execute("ALTER EXTENSION idgen UPDATE TO '0.6.0'");
+    let refusal = updated.as_ref().err().map(db_error).expect("the update went ahead over outside dependents");
+    assert_eq!(refusal.code().code(), "2BP01", "{refusal:?}");
+    let detail = refusal.detail().unwrap_or_default();
+    assert!(
+        detail.contains("view my_monitor (owner postgres)") && detail.contains("policy only_unheld on table secrets"),
+        "{detail}"
+    );
+    let version: String =
+        admin.query_one("SELECT extversion FROM pg_extension WHERE extname = 'idgen'", &[]).unwrap().get(0);
+    assert_eq!(version, "0.5.1");
     let policies: i64 = admin.query_one("SELECT count(*) FROM pg_policy", &[]).unwrap().get(0);
     let view: Option<String> = admin.query_one("SELECT to_regclass('my_monitor')::text", &[]).unwrap().get(0);
     assert_eq!(
@@ -102,10 +120,10 @@ fn an_update_from_0_5_1_keeps_the_privileges_set_on_the_extensions_objects() {
 }
 
 /// Any role may read idgen_events (SELECT is granted to PUBLIC): a view of its own over it, even a
-/// temporary one, makes the update's `DROP VIEW ... idgen_events` (without CASCADE) fail, for as
-/// long as the role keeps it. The update is a refusal the role controls.
+/// temporary one, stops the update for as long as the role keeps it. The update cannot drop what
+/// is not idgen's; it says who holds it up, and how to end that.
 #[test]
-fn a_role_without_rights_on_idgen_cannot_block_the_update_from_0_5_1() {
+fn an_update_held_up_by_another_roles_view_names_it_and_how_to_end_it() {
     let db = TestDb::empty_on(&base_dsn(), "attack_update_blocked");
     let mut admin = db.connect();
     ensure_login_role(&mut admin, "attack_nobody");
@@ -113,5 +131,14 @@ fn a_role_without_rights_on_idgen_cannot_block_the_update_from_0_5_1() {
     let mut nobody = postgres::Client::connect(&format!("{} user=attack_nobody", db.dsn()), postgres::NoTls).unwrap();
     nobody.batch_execute("CREATE TEMP VIEW mine AS SELECT * FROM idgen_events").unwrap();
     let updated = admin.batch_execute("ALTER EXTENSION idgen UPDATE TO '0.6.0'");
-    assert!(updated.is_ok(), "a role without rights blocked the update: {:?}", updated.err().map(|e| db_error(&e).message().to_owned()));
+    let refusal = updated.as_ref().err().map(db_error).expect("the update dropped another role's view");
+    assert_eq!(refusal.code().code(), "2BP01", "{refusal:?}");
+    assert!(refusal.detail().unwrap_or_default().contains(".mine (owner attack_nobody)"), "{refusal:?}");
+    assert!(refusal.hint().unwrap_or_default().contains("pg_terminate_backend"), "{refusal:?}");
+    // Its session gone, the update goes ahead.
+    drop(nobody);
+    wait_for("the temporary view to go with its session", PATIENCE, || {
+        admin.query_one("SELECT count(*) FROM pg_class WHERE relname = 'mine'", &[]).unwrap().get::<_, i64>(0) == 0
+    });
+    admin.batch_execute("ALTER EXTENSION idgen UPDATE TO '0.6.0'").unwrap();
 }
