@@ -457,10 +457,10 @@ SELECT f.severity, f.finding, f.subject, f.detail, f.action FROM (
     UNION ALL
     SELECT 'warning', 'capacity_levels_inverted', 'idgen.capacity_warning',
            pg_catalog.format('idgen.capacity_warning (%s) is above idgen.capacity_critical (%s): the warning level is taken as the critical one.',
-                             pg_catalog.current_setting('idgen.capacity_warning', true), p.capacity_critical),
+                             p.inverted_capacity_warning, p.capacity_critical),
            'ALTER SYSTEM SET idgen.capacity_warning = ... (at or below idgen.capacity_critical); SELECT pg_reload_conf();'
       FROM idgen_policy() p
-     WHERE pg_catalog.current_setting('idgen.capacity_warning', true)::pg_catalog.float8 OPERATOR(pg_catalog.>) p.capacity_critical
+     WHERE p.inverted_capacity_warning IS NOT NULL
     UNION ALL
     SELECT 'warning', 'holder_past_lease', pg_catalog.format('%s machine id %s', n.service, n.machine_id),
            pg_catalog.format('%s last heartbeat %s ago; its lease ended at %s, so it must have stopped issuing IDs.', n.holder, n.idle, n.lease_until),
@@ -560,7 +560,7 @@ ALTER FUNCTION idgen_policy() ROWS 1;
 ALTER FUNCTION idgen_explain(bigint, text) ROWS 1;
 
 COMMENT ON FUNCTION idgen_policy() IS
-    'The effective idgen settings as the claim uses them, one row: the lease, heartbeat interval, cooldown, take-back ages, the capacity levels (idgen.capacity_warning, idgen.capacity_critical), history retention, the machine ids a service can have on this server (idgen.machine_id_range: count, first, last), whether claims require a synchronous standby, problem (why the settings are inconsistent, or NULL), what idgen_health() reports by: idgen.clock_skew_alert, idgen.restart_loop_window, idgen.restart_loop_claims, and deprecated_capacity_alert (idgen.capacity_alert when set: it has no effect since 0.6.0).';
+    'The effective idgen settings as the claim uses them, one row: the lease, heartbeat interval, cooldown, take-back ages, the capacity levels (idgen.capacity_warning, idgen.capacity_critical), history retention, the machine ids a service can have on this server (idgen.machine_id_range: count, first, last), whether claims require a synchronous standby, problem (why the settings are inconsistent, or NULL), what idgen_health() reports by: idgen.clock_skew_alert, idgen.restart_loop_window, idgen.restart_loop_claims, deprecated_capacity_alert (idgen.capacity_alert when set: it has no effect since 0.6.0), and inverted_capacity_warning (idgen.capacity_warning as set, when above idgen.capacity_critical: capacity_warning is then the critical level).';
 COMMENT ON FUNCTION idgen_node_state(timestamptz, timestamptz, timestamptz, timestamptz) IS
     'The state of a registry row from its last_seen, released_at, lease_until and takeover_at, by the claim''s own rules: live, past_lease, idle_1h, idle_1d, idle_7d, cooling_down or released.';
 COMMENT ON FUNCTION idgen_node_name(inet, integer, integer) IS 'How idgen names a node: host:port, or backend slot N of host:port.';

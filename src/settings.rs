@@ -484,6 +484,11 @@ pub fn capacity_warning() -> f64 {
     fleet::effective_capacity_warning(CAPACITY_WARNING.get(), capacity_critical())
 }
 
+/// `idgen.capacity_warning` when it is set above `idgen.capacity_critical` (it is taken as that).
+pub fn inverted_capacity_warning() -> Option<f64> {
+    Some(CAPACITY_WARNING.get()).filter(|warning| *warning > capacity_critical())
+}
+
 /// `idgen.capacity_critical`, a fraction.
 pub fn capacity_critical() -> f64 {
     CAPACITY_CRITICAL.get()

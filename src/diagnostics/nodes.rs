@@ -61,6 +61,7 @@ fn policy() -> TableIterator<
         name!(restart_loop_window, Interval),
         name!(restart_loop_claims, i32),
         name!(deprecated_capacity_alert, Option<f64>),
+        name!(inverted_capacity_warning, Option<f64>),
     ),
 > {
     crate::privilege::ensure_sql_version();
@@ -86,6 +87,7 @@ fn policy() -> TableIterator<
         interval(settings::restart_loop_window_secs()),
         settings::restart_loop_claims(),
         settings::deprecated_capacity_alert(),
+        settings::inverted_capacity_warning(),
     ))
 }
 
