@@ -6,13 +6,13 @@
 
 use idgen_client::{Config, Error, IdgenNode};
 use idgen_cluster_tests::*;
+
+mod common;
 use idgen_core::generator::Stop;
 use idgen_core::Layout;
 use postgres::Client;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 fn wait_until(what: &str, done: impl FnMut() -> bool) {
@@ -116,26 +116,11 @@ fn a_node_heartbeats_a_server_from_before_the_counts() {
 /// Runs `idgen-node` until it has printed an ID (its claim committed), then kills it (SIGKILL:
 /// no release).
 fn crash_once(dsn: &str, host: &str) {
-    let mut child = spawn_guarded(
-        Command::new(env!("CARGO_BIN_EXE_idgen-node"))
-            .args(["--dsn", dsn, "--service", "svc", "--host", host, "--port", "1", "--rate", "1000"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null()),
-        &format!("idgen-node for {host}"),
-    );
-    let stdout = child.child().stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    spawn_named(format!("stdout of idgen-node for {host}"), move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    let line = recv_within(&rx, PATIENCE, "the first ID of idgen-node");
+    let mut node = common::spawn_node(dsn, host, &["--rate", "1000"]);
+    let line = node.stdout.take(1).remove(0);
     assert!(line.parse::<i64>().is_ok(), "idgen-node printed {line:?}");
-    child.child().kill().unwrap();
-    child.wait_within(PATIENCE);
+    node.child.child().kill().unwrap();
+    node.child.wait_within(PATIENCE);
 }
 
 #[test]

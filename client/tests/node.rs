@@ -7,32 +7,15 @@
 
 use idgen_client::{Config, Error, IdgenNode, Status};
 use idgen_cluster_tests::*;
+
+mod common;
+use common::{heal, partition, partitionable_role, short_leases, stamped_ms};
 use postgres::Client;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, MutexGuard};
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
-
-/// The clock-step cluster with leases of seconds: take-back ages 6 s / 20 s / 40 s, margin 2 s (a 4 s
-/// lease), heartbeats every second, and, when given, a machine-id range. Bind the three in this
-/// order: locals drop in reverse, so the settings are reset before the turn passes to another test.
-fn short_leases(range: Option<&str>) -> (MutexGuard<'static, ()>, ClockCluster, SystemSettings) {
-    let (cluster, turn) = clock_cluster_turn();
-    let mut settings = vec![
-        ("idgen.takeover_idle_7d", "40s"),
-        ("idgen.takeover_idle_1d", "20s"),
-        ("idgen.takeover_idle_1h", "6s"),
-        ("idgen.lease_safety_margin", "2s"),
-        ("idgen.heartbeat_interval", "1s"),
-        ("idgen.release_cooldown", "1s"),
-    ];
-    if let Some(range) = range {
-        settings.push(("idgen.machine_id_range", range));
-    }
-    let applied = SystemSettings::set(&cluster.dsn, &settings);
-    (turn, cluster, applied)
-}
 
 /// Waits for a state, however long the machine takes within [`PATIENCE`] (`what` names it).
 fn wait_until(what: &str, done: impl FnMut() -> bool) {
@@ -54,30 +37,6 @@ fn claim_when_free(admin: &mut Client, host: &str) -> Claimed {
         }
     });
     claimed.unwrap()
-}
-
-/// A login role granted `service`, that can connect to `db` only while granted CONNECT.
-fn partitionable_role(db: &TestDb, role: &str, service: &str) -> String {
-    let mut admin = db.connect();
-    admin
-        .batch_execute(&format!(
-            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN CREATE ROLE {role} LOGIN; END IF; END $$;
-             REVOKE CONNECT ON DATABASE {db} FROM PUBLIC; GRANT CONNECT ON DATABASE {db} TO {role};
-             SELECT idgen_grant_service('{service}', '{role}');",
-            db = db.name
-        ))
-        .unwrap();
-    format!("{} user={role}", db.dsn())
-}
-
-/// Cuts `role` off `db`: no new connection, and its sessions terminated.
-fn partition(admin: &mut Client, db: &TestDb, role: &str) {
-    admin.batch_execute(&format!("REVOKE CONNECT ON DATABASE {} FROM {role}", db.name)).unwrap();
-    admin.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", &[&role]).unwrap();
-}
-
-fn heal(admin: &mut Client, db: &TestDb, role: &str) {
-    admin.batch_execute(&format!("GRANT CONNECT ON DATABASE {} TO {role}", db.name)).unwrap();
 }
 
 #[test]
@@ -394,11 +353,6 @@ fn a_node_survives_a_database_restart_and_still_releases_at_shutdown() {
         .unwrap()
         .get(0);
     assert!(released);
-}
-
-/// The timestamp an ID carries, in Unix ms.
-fn stamped_ms(id: i64) -> i64 {
-    (id >> 22) + idgen_core::layout::EPOCH_2025_UNIX_MS
 }
 
 /// A node's wall clock `offset_ms` ahead of this process's (which the server shares).
