@@ -51,12 +51,13 @@ fn a_node_whose_clock_runs_ahead_shows_its_offset_and_a_skew_finding() {
     node.next_id().unwrap();
     let ok = node.metrics().heartbeats_ok;
     wait_until("two heartbeats", || node.metrics().heartbeats_ok > ok + 1);
-    // The offset is the report minus the server clock: 5 s less the time the heartbeat travelled.
+    // The offset is the report minus the server clock: 5 s less however long the heartbeat took to
+    // arrive (no budget for that: only ahead by more than the 1 s alert, and never more than 5 s).
     let offset: f64 = admin
         .query_one("SELECT extract(epoch FROM clock_offset)::float8 FROM idgen_nodes WHERE holder = '10.0.3.1:1'", &[])
         .unwrap()
         .get(0);
-    assert!(offset > 4.0 && offset <= 5.0, "clock_offset {offset} s for a node 5 s ahead");
+    assert!(offset > 1.0 && offset <= 5.0, "clock_offset {offset} s for a node 5 s ahead");
     let skewed = findings(&mut admin, "holder_clock_skew");
     assert!(
         skewed.iter().any(|(subject, _)| subject.contains(&format!("machine id {}", node.machine_id()))),
