@@ -2,11 +2,11 @@
 -- value, so (idgen_decode(id)).ts works in WHERE clauses and aggregates.
 CREATE TYPE idgen_id_parts AS (
     ts          TIMESTAMPTZ,
-    machine_id  SMALLINT,
+    machine_id  INTEGER,
     sequence    INTEGER
 );
 COMMENT ON TYPE idgen_id_parts IS
-    'The parts of an idgen ID: when it was stamped (millisecond precision), by which machine id, at which sequence.';
+    'The parts of an idgen ID: when it was stamped (the start of its tick: a millisecond, or the service layout''s time unit), by which machine id, at which sequence.';
 
 -- Everything idgen's privileged SQL names lives here, in a schema of the extension's owner
 -- (a superuser): no lower role can rename it, create in it, or drop what is in it. The

@@ -27,6 +27,46 @@ COMMENT ON VIEW idgen_visibility IS
 COMMENT ON COLUMN idgen_visibility.reads_all IS 'True when the role reads every service.';
 COMMENT ON COLUMN idgen_visibility.services IS 'The services granted to the role (or to roles it is a member of).';
 
+CREATE VIEW idgen_layouts WITH (security_barrier) AS
+SELECT l.service,
+       l.preset,
+       l.epoch,
+       l.time_unit_ms,
+       l.time_bits,
+       l.machine_bits,
+       l.sequence_bits,
+       l.field_order,
+       l.pool_first,
+       l.pool_last,
+       l.pool_last OPERATOR(pg_catalog.-) l.pool_first OPERATOR(pg_catalog.+) 1 AS machine_ids,
+       (1::bigint OPERATOR(pg_catalog.<<) l.sequence_bits) OPERATOR(pg_catalog.*) 1000 OPERATOR(pg_catalog./) l.time_unit_ms AS ids_per_second,
+       l.epoch OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => ((((1::bigint OPERATOR(pg_catalog.<<) l.time_bits) OPERATOR(pg_catalog.*) l.time_unit_ms)
+           OPERATOR(pg_catalog.-) 1)::float8 OPERATOR(pg_catalog./) 1000::float8)) AS ends_at,
+       l.defined_at,
+       l.defined_by,
+       l.fixed_at
+  FROM idgen_private.idgen_layouts l
+ CROSS JOIN idgen_visibility v
+ WHERE v.reads_all OR l.service::text OPERATOR(pg_catalog.=) ANY (v.services);
+COMMENT ON VIEW idgen_layouts IS
+    'The ID layout and pool of each service you may read (idgen_define_layout; a service''s first claim fixes it, and records snowflake for a service never given one). A service with no row here uses snowflake, every machine id, until its first claim.';
+COMMENT ON COLUMN idgen_layouts.service IS 'The service.';
+COMMENT ON COLUMN idgen_layouts.preset IS 'snowflake, sonyflake or js_safe when the layout is that preset''s, custom otherwise.';
+COMMENT ON COLUMN idgen_layouts.epoch IS 'When the time field is 0.';
+COMMENT ON COLUMN idgen_layouts.time_unit_ms IS 'Milliseconds per tick of the time field.';
+COMMENT ON COLUMN idgen_layouts.time_bits IS 'Bits of the time field.';
+COMMENT ON COLUMN idgen_layouts.machine_bits IS 'Bits of the machine-id field.';
+COMMENT ON COLUMN idgen_layouts.sequence_bits IS 'Bits of the sequence field.';
+COMMENT ON COLUMN idgen_layouts.field_order IS 'time_machine_sequence or time_sequence_machine.';
+COMMENT ON COLUMN idgen_layouts.pool_first IS 'The lowest machine id claims hand out for the service.';
+COMMENT ON COLUMN idgen_layouts.pool_last IS 'The highest machine id claims hand out for the service.';
+COMMENT ON COLUMN idgen_layouts.machine_ids IS 'How many machine ids the pool holds (each server hands out those inside its idgen.machine_id_range).';
+COMMENT ON COLUMN idgen_layouts.ids_per_second IS 'IDs one holder can stamp per second at most: 2^sequence_bits per tick.';
+COMMENT ON COLUMN idgen_layouts.ends_at IS 'The last time the layout can stamp: from then on no ID of the service can be issued.';
+COMMENT ON COLUMN idgen_layouts.defined_at IS 'When it was defined, or recorded by the first claim.';
+COMMENT ON COLUMN idgen_layouts.defined_by IS 'The role that defined it, "first claim", or "update to 0.7.0" (a service of an earlier version).';
+COMMENT ON COLUMN idgen_layouts.fixed_at IS 'When the service''s first claim fixed it; NULL: it may still be defined again.';
+
 CREATE VIEW idgen_nodes WITH (security_barrier) AS
 SELECT n.service,
        n.machine_id,
@@ -38,8 +78,8 @@ SELECT n.service,
        n.issued_until,
        idgen_private.holder_bound(n, p.lease, p.takeover_idle_1h) AS bound,
        n.version,
-       n.machine_id OPERATOR(pg_catalog.>=) p.machine_id_first
-           AND n.machine_id OPERATOR(pg_catalog.<=) p.machine_id_last AS in_range,
+       n.machine_id OPERATOR(pg_catalog.>=) GREATEST(COALESCE(l.pool_first, 0), p.machine_id_first)
+           AND n.machine_id OPERATOR(pg_catalog.<=) LEAST(COALESCE(l.pool_last, 1023), p.machine_id_last) AS in_range,
        CASE WHEN n.reports_version OPERATOR(pg_catalog.=) n.version THEN n.clock_offset END AS clock_offset,
        CASE WHEN n.reports_version OPERATOR(pg_catalog.=) n.version THEN n.clock_backward_waits END AS clock_backward_waits,
        CASE WHEN n.reports_version OPERATOR(pg_catalog.=) n.version THEN n.clock_backward_refusals END AS clock_backward_refusals,
@@ -57,6 +97,7 @@ SELECT n.service,
        n.created_at,
        n.takeover_at
   FROM idgen_private.nodes n
+  LEFT JOIN idgen_private.idgen_layouts l ON l.service::text OPERATOR(pg_catalog.=) n.service::text
  CROSS JOIN idgen_policy() p
  CROSS JOIN idgen_visibility v
   LEFT JOIN pg_catalog.pg_stat_get_activity(NULL::integer) a
@@ -75,7 +116,7 @@ COMMENT ON COLUMN idgen_nodes.lease_until IS 'When the holder must stop issuing 
 COMMENT ON COLUMN idgen_nodes.issued_until IS 'The watermark: the latest timestamp the holders of this id reported, or (a backend) the end of the window it may issue in, or its last stamp once it stopped.';
 COMMENT ON COLUMN idgen_nodes.bound IS 'The latest time any holder of this id may have stamped: the next holder starts after it (for a held service node, its last report plus its lease).';
 COMMENT ON COLUMN idgen_nodes.version IS 'Ownership epoch.';
-COMMENT ON COLUMN idgen_nodes.in_range IS 'Inside this server''s idgen.machine_id_range: claims here hand out only such ids. A holder outside keeps its id until it stops.';
+COMMENT ON COLUMN idgen_nodes.in_range IS 'Inside the machine ids this server hands out for the service: its pool (idgen_layouts) within idgen.machine_id_range. A holder outside keeps its id until it stops.';
 COMMENT ON COLUMN idgen_nodes.clock_offset IS 'Service nodes: how far the holder''s clock was ahead of the server''s (negative: behind) at its last heartbeat, from the watermark it reported (its clock or its last stamp, whichever was later) minus the server clock. NULL: not reported by this holder (no watermark, or no heartbeat since its claim). idgen_health() reports holder_clock_skew past idgen.clock_skew_alert.';
 COMMENT ON COLUMN idgen_nodes.clock_backward_waits IS 'Service nodes, as their last heartbeat reported: how often since the claim the generator''s clock stepped back and it waited. NULL: not reported by this holder.';
 COMMENT ON COLUMN idgen_nodes.clock_backward_refusals IS 'Service nodes, as their last heartbeat reported: how often since the claim the clock stepped back further than the generator may wait, and it refused to issue. NULL: not reported by this holder.';
@@ -95,13 +136,13 @@ COMMENT ON COLUMN idgen_nodes.takeover_at IS 'No take-back before this time, as 
 
 CREATE VIEW idgen_capacity WITH (security_barrier) AS
 SELECT s.service,
-       p.machine_ids AS capacity,
+       c.capacity,
        s.in_use,
-       p.machine_ids OPERATOR(pg_catalog.-) s.in_use AS free,
-       pg_catalog.round(s.in_use::numeric OPERATOR(pg_catalog./) p.machine_ids::numeric, 3) AS used,
-       (s.in_use::float8 OPERATOR(pg_catalog./) p.machine_ids::float8) OPERATOR(pg_catalog.>) p.capacity_warning AS above_alert,
-       CASE WHEN (s.in_use::float8 OPERATOR(pg_catalog./) p.machine_ids::float8) OPERATOR(pg_catalog.>) p.capacity_critical THEN 'critical'::text
-            WHEN (s.in_use::float8 OPERATOR(pg_catalog./) p.machine_ids::float8) OPERATOR(pg_catalog.>) p.capacity_warning THEN 'warning'::text
+       c.capacity OPERATOR(pg_catalog.-) s.in_use AS free,
+       pg_catalog.round(s.in_use::numeric OPERATOR(pg_catalog./) c.capacity::numeric, 3) AS used,
+       (s.in_use::float8 OPERATOR(pg_catalog./) c.capacity::float8) OPERATOR(pg_catalog.>) p.capacity_warning AS above_alert,
+       CASE WHEN (s.in_use::float8 OPERATOR(pg_catalog./) c.capacity::float8) OPERATOR(pg_catalog.>) p.capacity_critical THEN 'critical'::text
+            WHEN (s.in_use::float8 OPERATOR(pg_catalog./) c.capacity::float8) OPERATOR(pg_catalog.>) p.capacity_warning THEN 'warning'::text
        END AS level,
        s.held,
        s.live,
@@ -126,13 +167,17 @@ SELECT s.service,
                pg_catalog.count(*) FILTER (WHERE n.state OPERATOR(pg_catalog.=) 'released'::text) AS released
           FROM idgen_nodes n WHERE n.in_range GROUP BY n.service) s
  CROSS JOIN idgen_policy() p
+  LEFT JOIN idgen_private.idgen_layouts l ON l.service::text OPERATOR(pg_catalog.=) s.service::text
+ CROSS JOIN LATERAL (SELECT GREATEST(LEAST(COALESCE(l.pool_last, 1023), p.machine_id_last)
+                                     OPERATOR(pg_catalog.-) GREATEST(COALESCE(l.pool_first, 0), p.machine_id_first)
+                                     OPERATOR(pg_catalog.+) 1, 0) AS capacity) c
   LEFT JOIN LATERAL (SELECT n.machine_id, n.holder, n.idle FROM idgen_nodes n
                       WHERE n.service OPERATOR(pg_catalog.=) s.service AND n.in_range AND n.released_at IS NULL
                       ORDER BY n.last_seen, n.machine_id LIMIT 1) o ON true;
 COMMENT ON VIEW idgen_capacity IS
-    'Per service you may read, within this server''s idgen.machine_id_range: how many machine ids are in use (held, or cooling down after a release), free for the next claim, and takeable per tier, and the oldest idle holder. A claim that leaves a service above idgen.capacity_warning or idgen.capacity_critical raises an idgen_alert with the level.';
+    'Per service you may read, within the machine ids this server hands out for it (its pool within idgen.machine_id_range): how many are in use (held, or cooling down after a release), free for the next claim, and takeable per tier, and the oldest idle holder. A claim that leaves a service above idgen.capacity_warning or idgen.capacity_critical raises an idgen_alert with the level.';
 COMMENT ON COLUMN idgen_capacity.service IS 'The service.';
-COMMENT ON COLUMN idgen_capacity.capacity IS 'Machine ids a service can have on this server (idgen.machine_id_range, by default the ID layout''s 1,024).';
+COMMENT ON COLUMN idgen_capacity.capacity IS 'Machine ids the service can have on this server: its pool (by default the snowflake layout''s 1,024) within idgen.machine_id_range.';
 COMMENT ON COLUMN idgen_capacity.in_use IS 'Held, or released and still cooling down: a claim gets none of them without a take-back.';
 COMMENT ON COLUMN idgen_capacity.free IS 'Never registered, or released past the cooldown: the next claims get these first.';
 COMMENT ON COLUMN idgen_capacity.used IS 'in_use / capacity.';
@@ -371,9 +416,11 @@ COMMENT ON COLUMN idgen_registry_status.held_back_until IS 'The latest tombstone
 CREATE VIEW idgen_private.visible_events AS SELECT * FROM idgen_events;
 CREATE VIEW idgen_private.visible_nodes AS SELECT * FROM idgen_nodes;
 CREATE VIEW idgen_private.visible_metrics AS SELECT * FROM idgen_metrics;
+CREATE VIEW idgen_private.visible_layouts AS SELECT * FROM idgen_layouts;
 COMMENT ON VIEW idgen_private.visible_events IS 'idgen_events, as idgen_explain reads it (bound when created).';
 COMMENT ON VIEW idgen_private.visible_nodes IS 'idgen_nodes, as idgen_explain reads it (bound when created).';
 COMMENT ON VIEW idgen_private.visible_metrics IS 'idgen_metrics, as idgen_explain reads it (bound when created).';
+COMMENT ON VIEW idgen_private.visible_layouts IS 'idgen_layouts, as idgen_explain reads it (bound when created).';
 
 -- One row per finding; none means healthy. Reads only the views above, as the caller.
 -- jit = off: compiling its plan would take far longer than running it (it reads every
@@ -487,7 +534,7 @@ SELECT f.severity, f.finding, f.subject, f.detail, f.action FROM (
              ORDER BY e.service, e.machine_id, e.at DESC) w
     UNION ALL
     SELECT 'warning', 'outside_range', o.service,
-           pg_catalog.format('%s rows outside idgen.machine_id_range (%s-%s) may still be stamped until %s (machine ids %s): %s of them held.',
+           pg_catalog.format('%s rows outside the machine ids this server hands out for the service (its pool within idgen.machine_id_range %s-%s) may still be stamped until %s (machine ids %s): %s of them held.',
                              o.n, p.machine_id_first, p.machine_id_last, o.until, o.ids, o.held),
            'This server hands them out no more; their holders keep them until they stop, and move inside the range on restart. Do not give these ids to another server before that time has passed and none is held here (README: sharding).'
       FROM (SELECT n.service, pg_catalog.count(*) AS n, pg_catalog.count(*) FILTER (WHERE n.released_at IS NULL) AS held,
@@ -548,10 +595,11 @@ END;
 COMMENT ON FUNCTION idgen_health() IS
     'What the person on call must know, one row per finding (severity critical, warning or notice; what; which rows; what to do), over the services you may read. No rows: healthy.';
 
-GRANT SELECT ON idgen_visibility, idgen_nodes, idgen_capacity, idgen_events, idgen_metrics, idgen_tombstones,
+GRANT SELECT ON idgen_visibility, idgen_layouts, idgen_nodes, idgen_capacity, idgen_events, idgen_metrics, idgen_tombstones,
     idgen_restart_loops, idgen_flapping_ids,
     idgen_registry_status TO PUBLIC;
-GRANT SELECT ON idgen_private.visible_events, idgen_private.visible_nodes, idgen_private.visible_metrics TO PUBLIC;
+GRANT SELECT ON idgen_private.visible_events, idgen_private.visible_nodes, idgen_private.visible_metrics,
+    idgen_private.visible_layouts TO PUBLIC;
 
 -- The planner's estimates: idgen_policy() returns one row (the default of 1,000 made every
 -- view that joins it cost a thousand times its size, and JIT-compile), idgen_explain() one
@@ -560,7 +608,7 @@ ALTER FUNCTION idgen_policy() ROWS 1;
 ALTER FUNCTION idgen_explain(bigint, text) ROWS 1;
 
 COMMENT ON FUNCTION idgen_policy() IS
-    'The effective idgen settings as the claim uses them, one row: the lease, heartbeat interval, cooldown, take-back ages, the capacity levels (idgen.capacity_warning, idgen.capacity_critical), history retention, the machine ids a service can have on this server (idgen.machine_id_range: count, first, last), whether claims require a synchronous standby, problem (why the settings are inconsistent, or NULL), what idgen_health() reports by: idgen.clock_skew_alert, idgen.restart_loop_window, idgen.restart_loop_claims, deprecated_capacity_alert (idgen.capacity_alert when set: it has no effect since 0.6.0), and inverted_capacity_warning (idgen.capacity_warning as set, when above idgen.capacity_critical: capacity_warning is then the critical level).';
+    'The effective idgen settings as the claim uses them, one row: the lease, heartbeat interval, cooldown, take-back ages, the capacity levels (idgen.capacity_warning, idgen.capacity_critical), history retention, the machine ids this server hands out (idgen.machine_id_range: count, first, last; each service''s pool within it), whether claims require a synchronous standby, problem (why the settings are inconsistent, or NULL), what idgen_health() reports by: idgen.clock_skew_alert, idgen.restart_loop_window, idgen.restart_loop_claims, deprecated_capacity_alert (idgen.capacity_alert when set: it has no effect since 0.6.0), and inverted_capacity_warning (idgen.capacity_warning as set, when above idgen.capacity_critical: capacity_warning is then the critical level).';
 COMMENT ON FUNCTION idgen_node_state(timestamptz, timestamptz, timestamptz, timestamptz) IS
     'The state of a registry row from its last_seen, released_at, lease_until and takeover_at, by the claim''s own rules: live, past_lease, idle_1h, idle_1d, idle_7d, cooling_down or released.';
 COMMENT ON FUNCTION idgen_node_name(inet, integer, integer) IS 'How idgen names a node: host:port, or backend slot N of host:port.';

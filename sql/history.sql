@@ -11,7 +11,7 @@ CREATE TABLE idgen_private.idgen_history (
     at                    TIMESTAMPTZ NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     event                 TEXT NOT NULL,
     service               VARCHAR(64) NOT NULL,
-    machine_id            SMALLINT,
+    machine_id            INTEGER,
     version               BIGINT,
     outcome               TEXT,
     host                  INET,

@@ -2,7 +2,7 @@
 -- at which version, when it was last heard from, and the lease it was granted.
 CREATE TABLE system_nodes (
     service     VARCHAR(64) NOT NULL,
-    machine_id  SMALLINT NOT NULL,
+    machine_id  INTEGER NOT NULL,
     host        INET NOT NULL,
     port        INTEGER NOT NULL,
     version     BIGINT NOT NULL,
@@ -20,7 +20,7 @@ CREATE TABLE system_nodes (
     sequence_exhaustions BIGINT,
     PRIMARY KEY (service, machine_id),
     CONSTRAINT system_nodes_backend_slot_not_negative CHECK (backend_slot >= 0),
-    CONSTRAINT system_nodes_machine_id_not_negative CHECK (machine_id >= 0),
+    CONSTRAINT system_nodes_machine_id_in_range CHECK (machine_id BETWEEN 0 AND 65535),
     CONSTRAINT system_nodes_port_in_range CHECK (port BETWEEN 1 AND 65535),
     CONSTRAINT system_nodes_version_positive CHECK (version >= 1),
     CONSTRAINT system_nodes_generator_counts_not_negative
@@ -39,7 +39,7 @@ COMMENT ON TABLE system_nodes IS
 COMMENT ON COLUMN system_nodes.service IS
     'Service name; nodes (and database backends) of one service share its machine-id space.';
 COMMENT ON COLUMN system_nodes.machine_id IS
-    'Snowflake machine id, within the ID layout''s range (0 to 1023 by default).';
+    'Snowflake machine id, within the service''s pool (idgen_layouts: 0 to 1023 by default, at most 0 to 65535).';
 COMMENT ON COLUMN system_nodes.host IS
     'Address of the holding node; with port, the node''s identity within the service.';
 COMMENT ON COLUMN system_nodes.port IS
@@ -133,7 +133,7 @@ REVOKE ALL ON idgen_private.idgen_registry FROM PUBLIC;
 -- alone, never the whole registry.
 CREATE TABLE idgen_private.idgen_tombstones (
     service    VARCHAR(64) NOT NULL,
-    machine_id SMALLINT NOT NULL,
+    machine_id INTEGER NOT NULL,
     version    BIGINT NOT NULL,
     bound      TIMESTAMPTZ NOT NULL,
     removed_at TIMESTAMPTZ NOT NULL DEFAULT pg_catalog.clock_timestamp(),
@@ -148,6 +148,52 @@ COMMENT ON COLUMN idgen_private.idgen_tombstones.bound IS 'The latest time a hol
 COMMENT ON COLUMN idgen_private.idgen_tombstones.removed_at IS 'When the last of them was removed.';
 SELECT pg_catalog.pg_extension_config_dump('idgen_private.idgen_tombstones', '');
 REVOKE ALL ON idgen_private.idgen_tombstones FROM PUBLIC;
+
+-- Each service's ID layout and pool. A service's first claim fixes it (recording snowflake,
+-- every machine id, for a service never given a layout); before that, idgen_define_layout
+-- may define it and define it again. From then on it never changes: the IDs already minted
+-- are cut by it, and so are those of every holder still minting. pg_dump keeps it.
+CREATE TABLE idgen_private.idgen_layouts (
+    service           VARCHAR(64) PRIMARY KEY,
+    preset            TEXT NOT NULL,
+    epoch             TIMESTAMPTZ NOT NULL,
+    time_unit_ms      INTEGER NOT NULL,
+    time_bits         INTEGER NOT NULL,
+    machine_bits      INTEGER NOT NULL,
+    sequence_bits     INTEGER NOT NULL,
+    field_order       TEXT NOT NULL,
+    pool_first        INTEGER NOT NULL,
+    pool_last         INTEGER NOT NULL,
+    defined_at        TIMESTAMPTZ NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    defined_by        TEXT NOT NULL,
+    fixed_at          TIMESTAMPTZ,
+    unregistered_from INTEGER NOT NULL,
+    CONSTRAINT idgen_layouts_preset_known CHECK (preset OPERATOR(pg_catalog.=) ANY (ARRAY['snowflake', 'sonyflake', 'js_safe', 'custom'])),
+    CONSTRAINT idgen_layouts_field_order_known CHECK (field_order OPERATOR(pg_catalog.=) ANY (ARRAY['time_machine_sequence', 'time_sequence_machine'])),
+    CONSTRAINT idgen_layouts_widths CHECK (time_bits >= 1 AND machine_bits BETWEEN 1 AND 16 AND sequence_bits >= 1
+                                           AND time_bits + machine_bits + sequence_bits <= 63),
+    CONSTRAINT idgen_layouts_time_unit_positive CHECK (time_unit_ms >= 1),
+    CONSTRAINT idgen_layouts_pool_in_field CHECK (pool_first >= 0 AND pool_first <= pool_last
+                                                  AND pool_last < (1 << machine_bits))
+);
+COMMENT ON TABLE idgen_private.idgen_layouts IS
+    'Each service''s ID layout (epoch, time unit, field widths and order) and pool (the machine ids claims hand out). Defined with idgen_define_layout before the service''s first claim, which fixes it (a service never defined gets snowflake, every machine id); never changed after. Read it through the view idgen_layouts.';
+COMMENT ON COLUMN idgen_private.idgen_layouts.service IS 'The service.';
+COMMENT ON COLUMN idgen_private.idgen_layouts.preset IS 'snowflake, sonyflake or js_safe when the layout is that preset''s (whatever the pool), custom otherwise.';
+COMMENT ON COLUMN idgen_private.idgen_layouts.epoch IS 'When the time field is 0.';
+COMMENT ON COLUMN idgen_private.idgen_layouts.time_unit_ms IS 'Milliseconds per tick of the time field; a tick is stamped until its end.';
+COMMENT ON COLUMN idgen_private.idgen_layouts.time_bits IS 'Bits of the time field (the highest field).';
+COMMENT ON COLUMN idgen_private.idgen_layouts.machine_bits IS 'Bits of the machine-id field, 1 to 16.';
+COMMENT ON COLUMN idgen_private.idgen_layouts.sequence_bits IS 'Bits of the sequence field: a holder stamps 2^sequence_bits IDs per tick at most.';
+COMMENT ON COLUMN idgen_private.idgen_layouts.field_order IS 'time_machine_sequence (Snowflake) or time_sequence_machine (Sonyflake): the two fields below the time.';
+COMMENT ON COLUMN idgen_private.idgen_layouts.pool_first IS 'The lowest machine id claims hand out for the service (with idgen.machine_id_range on each server).';
+COMMENT ON COLUMN idgen_private.idgen_layouts.pool_last IS 'The highest machine id claims hand out for the service.';
+COMMENT ON COLUMN idgen_private.idgen_layouts.defined_at IS 'When the layout was defined (or recorded by the first claim).';
+COMMENT ON COLUMN idgen_private.idgen_layouts.defined_by IS 'The role that defined it, "first claim" for the default a claim recorded, or "update to 0.7.0" for a service of an earlier version.';
+COMMENT ON COLUMN idgen_private.idgen_layouts.fixed_at IS 'When the service''s first claim fixed the layout: from then on it never changes. NULL: defined, not claimed yet (idgen_define_layout may define it again).';
+COMMENT ON COLUMN idgen_private.idgen_layouts.unregistered_from IS 'A hint for claims: every machine id of the pool below it has a registry row or a tombstone, so the search for a never-registered id starts here.';
+SELECT pg_catalog.pg_extension_config_dump('idgen_private.idgen_layouts', '');
+REVOKE ALL ON idgen_private.idgen_layouts FROM PUBLIC;
 
 -- Rows leave the registry only by hand: the triggers keep their bounds as tombstones
 -- (TRUNCATE also starts a new epoch), and a row inserted by hand or restored takes the
@@ -201,7 +247,7 @@ COMMENT ON TABLE idgen_private.idgen_claim_guards IS
     'Row locks that serialise claims of one node identity, and inserts of one new machine id, within one service and without waiting (FOR UPDATE SKIP LOCKED). Private to the extension owner, so no other role can hold them; a claim of one service never takes a guard of another.';
 COMMENT ON COLUMN idgen_private.idgen_claim_guards.service IS 'The service whose claims the guard serialises.';
 COMMENT ON COLUMN idgen_private.idgen_claim_guards.bucket IS
-    'Buckets 0 to 1023: one per never-registered machine id; 1024 to 2047: service node identities hash onto these.';
+    'Buckets 0 to 1023: one per never-registered machine id; 1024 to 2047: service node identities hash onto these. Machine ids past 1023 (the pools of wider fields) share the first 1,024, modulo 1,024.';
 REVOKE ALL ON idgen_private.idgen_claim_guards FROM PUBLIC;
 
 -- Which roles may act for which service (besides superusers and the extension owner;

@@ -63,18 +63,18 @@ pub fn next_id(function: &str, service: &str, check_name: fn(&str) -> Result<Str
     // A renewal leaves a deadline in the future, and each window is at least as long as the lease is old, so
     // a backend stalled past one window gets a longer one next. The bound only guards against a bug.
     for _ in 0..64 {
-        let stop = {
+        let (stop, layout) = {
             let mut state = STATE.lock();
             match state.leases.get(service) {
-                Some(lease) if !lease.authorized_for(acting_now) => Stop::LeaseCheckDue,
+                Some(lease) if !lease.authorized_for(acting_now) => (Stop::LeaseCheckDue, None),
                 Some(lease) => match lease.next_id(&mut clock) {
                     Ok(id) => return id,
-                    Err(stop) => stop,
+                    Err(stop) => (stop, lease.held().map(|h| h.terms.layout)),
                 },
                 None => {
                     drop(state);
                     or_raise(check_name(service));
-                    Stop::LeaseCheckDue
+                    (Stop::LeaseCheckDue, None)
                 }
             }
         };
@@ -84,7 +84,7 @@ pub fn next_id(function: &str, service: &str, check_name: fn(&str) -> Result<Str
                 raise(messages::clock_behind(function, behind_ms, allowed_ms))
             }
             Stop::ClockOutsideLayout { now_unix_ms } => {
-                raise(messages::clock_outside_layout(function, now_unix_ms, &Layout::DEFAULT))
+                raise(messages::clock_outside_layout(function, now_unix_ms, &layout.unwrap_or(Layout::DEFAULT)))
             }
         }
     }
@@ -223,7 +223,7 @@ fn renew(function: &str, service: &str) {
             );
         }
         LeaseAnswer::Claimed(terms) => {
-            lease.claimed(node, Layout::DEFAULT, terms, max_backward_ms, heartbeat_ms);
+            lease.claimed(node, terms, max_backward_ms, heartbeat_ms);
             drop(state);
             close_at_exit();
         }
@@ -285,7 +285,7 @@ fn idgen_backend_leases() -> TableIterator<
     'static,
     (
         name!(service, String),
-        name!(machine_id, i16),
+        name!(machine_id, i32),
         name!(version, i64),
         name!(backend_slot, Option<i32>),
         name!(claimed_at, Option<TimestampWithTimeZone>),

@@ -23,6 +23,7 @@ fn error_code(state: SqlState) -> PgSqlErrorCode {
         SqlState::FeatureNotSupported => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
         SqlState::InsufficientPrivilege => PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
         SqlState::UndefinedObject => PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+        SqlState::DataCorrupted => PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
         SqlState::Warning => PgSqlErrorCode::ERRCODE_WARNING,
     }
 }

@@ -3,7 +3,7 @@
 
 use crate::backend;
 use crate::clock::{timestamptz, unix_ms};
-use crate::errors::raise;
+use crate::errors::{or_raise, raise};
 use idgen_core::layout::IdParts;
 use idgen_core::{input, messages, Layout};
 use pgrx::datum::TimestampWithTimeZone;
@@ -26,21 +26,49 @@ fn idgen_next_id_for_service(service: Option<&str>) -> i64 {
     }
 }
 
-/// The parts of an ID: when it was stamped, by which machine id, at which sequence.
+/// The parts of an ID of the default layout: when it was stamped, by which machine id, at which sequence.
 #[pg_extern(immutable, strict, parallel_safe)]
 fn idgen_decode(id: i64, fcinfo: pg_sys::FunctionCallInfo) -> pgrx::composite_type!('static, "idgen_id_parts") {
-    let layout = Layout::DEFAULT;
-    let parts = layout.decompose(id).unwrap_or_else(|_| raise(messages::negative_id("idgen_decode", id)));
+    decoded("idgen_decode", &Layout::DEFAULT, id, fcinfo)
+}
+
+/// The parts of an ID of `service`'s layout.
+#[pg_extern(stable, strict, parallel_restricted, name = "idgen_decode")]
+fn idgen_decode_for_service(
+    id: i64,
+    service: &str,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pgrx::composite_type!('static, "idgen_id_parts") {
+    const F: &str = "idgen_decode";
+    decoded(F, &layout_of(F, service), id, fcinfo)
+}
+
+/// The layout of `service` as recorded (the default for a service never claimed nor defined).
+fn layout_of(function: &str, service: &str) -> Layout {
+    let service = or_raise(input::service_name(function, Some(service)));
+    crate::registry::layouts::of_service(&service)
+}
+
+fn decoded(
+    function: &str,
+    layout: &Layout,
+    id: i64,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pgrx::composite_type!('static, "idgen_id_parts") {
+    let parts = layout.decompose(id).unwrap_or_else(|e| raise(messages::id_outside_layout(function, id, &e, layout)));
     let ts = timestamptz(layout.unix_ms_of(parts.ticks)).expect("layout times fit timestamptz");
     let type_oid = result_type(fcinfo);
     let fill = || -> Result<_, Box<dyn std::error::Error>> {
         let mut tuple = PgHeapTuple::new_composite_type_by_oid(type_oid)?;
         tuple.set_by_name("ts", ts)?;
-        tuple.set_by_name("machine_id", parts.machine_id as i16)?;
+        // integer since 0.7.0; smallint in the objects before (a machine id of the default layout fits).
+        if tuple.set_by_name("machine_id", i32::from(parts.machine_id)).is_err() {
+            tuple.set_by_name("machine_id", parts.machine_id as i16)?;
+        }
         tuple.set_by_name("sequence", parts.sequence as i32)?;
         Ok(tuple)
     };
-    fill().unwrap_or_else(|e| panic!("idgen_decode: cannot build idgen_id_parts: {e}"))
+    fill().unwrap_or_else(|e| panic!("{function}: cannot build idgen_id_parts: {e}"))
 }
 
 /// The function's declared result type, found through the function itself (no
@@ -59,20 +87,40 @@ fn result_type(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Oid {
     }
 }
 
-/// The smallest ID that can be stamped in the millisecond of `ts`.
+/// The smallest ID that can be stamped in the millisecond of `ts` (default layout).
 #[pg_extern(immutable, strict, parallel_safe)]
 fn idgen_min_id(ts: TimestampWithTimeZone) -> i64 {
-    let layout = Layout::DEFAULT;
-    let ticks = ticks_of("idgen_min_id", &layout, ts);
-    compose(&layout, IdParts { ticks, machine_id: 0, sequence: 0 })
+    min_id("idgen_min_id", &Layout::DEFAULT, ts)
 }
 
-/// The largest ID that can be stamped in the millisecond of `ts`.
+/// The largest ID that can be stamped in the millisecond of `ts` (default layout).
 #[pg_extern(immutable, strict, parallel_safe)]
 fn idgen_max_id(ts: TimestampWithTimeZone) -> i64 {
-    let layout = Layout::DEFAULT;
-    let ticks = ticks_of("idgen_max_id", &layout, ts);
-    compose(&layout, IdParts { ticks, machine_id: layout.max_machine_id(), sequence: layout.max_sequence() })
+    max_id("idgen_max_id", &Layout::DEFAULT, ts)
+}
+
+/// The smallest ID of `service`'s layout that can be stamped in the tick of `ts`.
+#[pg_extern(stable, strict, parallel_restricted, name = "idgen_min_id")]
+fn idgen_min_id_for_service(ts: TimestampWithTimeZone, service: &str) -> i64 {
+    const F: &str = "idgen_min_id";
+    min_id(F, &layout_of(F, service), ts)
+}
+
+/// The largest ID of `service`'s layout that can be stamped in the tick of `ts`.
+#[pg_extern(stable, strict, parallel_restricted, name = "idgen_max_id")]
+fn idgen_max_id_for_service(ts: TimestampWithTimeZone, service: &str) -> i64 {
+    const F: &str = "idgen_max_id";
+    max_id(F, &layout_of(F, service), ts)
+}
+
+fn min_id(function: &str, layout: &Layout, ts: TimestampWithTimeZone) -> i64 {
+    let ticks = ticks_of(function, layout, ts);
+    compose(layout, IdParts { ticks, machine_id: 0, sequence: 0 })
+}
+
+fn max_id(function: &str, layout: &Layout, ts: TimestampWithTimeZone) -> i64 {
+    let ticks = ticks_of(function, layout, ts);
+    compose(layout, IdParts { ticks, machine_id: layout.max_machine_id(), sequence: layout.max_sequence() })
 }
 
 fn ticks_of(function: &str, layout: &Layout, ts: TimestampWithTimeZone) -> i64 {

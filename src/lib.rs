@@ -52,8 +52,17 @@ extension_sql_file!(
 extension_sql_file!(
     "../sql/generator.sql",
     name = "generator",
-    requires =
-        [idgen_next_id, idgen_next_id_for_service, idgen_decode, idgen_min_id, idgen_max_id, idgen_backend_leases]
+    requires = [
+        idgen_next_id,
+        idgen_next_id_for_service,
+        idgen_decode,
+        idgen_decode_for_service,
+        idgen_min_id,
+        idgen_min_id_for_service,
+        idgen_max_id,
+        idgen_max_id_for_service,
+        idgen_backend_leases
+    ]
 );
 
 #[pg_guard]

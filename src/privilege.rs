@@ -22,10 +22,15 @@ pub const LIBRARY_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The versions of the SQL objects this library runs against: its own, and the ones before it
 /// whose tables, views and C functions it uses unchanged (so a server whose package was
 /// upgraded goes on minting until `ALTER EXTENSION idgen UPDATE`); 0.5.1 changed only comments.
+/// Against the objects before 0.7.0 every service has the default layout (and machine ids are
+/// `smallint`: statements bind and return them as `integer`, which both compare and cast to).
 /// Against the objects before 0.6.0 it serves their `idgen_heartbeat` and `idgen_policy` under
 /// their own symbols and shapes, stores no heartbeat reports and records no restarts.
 /// Any other version is refused.
-pub const SQL_VERSIONS: [&str; 4] = [LIBRARY_VERSION, "0.5.1", "0.5.0", "0.4.0"];
+pub const SQL_VERSIONS: [&str; 5] = [LIBRARY_VERSION, "0.6.0", "0.5.1", "0.5.0", "0.4.0"];
+
+/// The SQL versions before per-service layouts (0.7.0): no `idgen_layouts`, every service the default.
+const WITHOUT_LAYOUTS: [&str; 4] = ["0.6.0", "0.5.1", "0.5.0", "0.4.0"];
 
 /// The SQL versions before heartbeat reports (clock offset, generator counts) and the history's
 /// `restart` events (0.6.0).
@@ -135,6 +140,11 @@ pub fn ensure_sql_version() {
 /// events (0.6.0 on).
 pub fn installed_keeps_fleet_reports() -> bool {
     !WITHOUT_FLEET_REPORTS.contains(&checked_installation().version.as_str())
+}
+
+/// Whether the installed objects keep each service's layout (0.7.0 on).
+pub fn installed_has_layouts() -> bool {
+    !WITHOUT_LAYOUTS.contains(&checked_installation().version.as_str())
 }
 
 /// Whether the installed history records `watermark_behind` events.

@@ -8,7 +8,7 @@
 
 use idgen_core::fleet;
 use idgen_core::policy::{DAY, HOUR};
-use idgen_core::{input, messages, ClaimPolicy, IdgenError, Layout};
+use idgen_core::{input, messages, ClaimPolicy, IdgenError};
 use pgrx::pg_guard;
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 use serde::{Deserialize, Serialize};
@@ -78,9 +78,7 @@ type SameValue = fn(&str, &str) -> bool;
 /// The settings whose value decides which ids a claim may hand out, or whether it may: a value
 /// configured but not in effect refuses claims. Each with how two of its values compare.
 const GUARDED_SETTINGS: [(&str, SameValue); 3] = [
-    ("idgen.machine_id_range", |a, b| {
-        input::machine_id_range(a, &Layout::DEFAULT).ok() == input::machine_id_range(b, &Layout::DEFAULT).ok()
-    }),
+    ("idgen.machine_id_range", |a, b| input::machine_id_range(a).ok() == input::machine_id_range(b).ok()),
     ("idgen.node_host", |a, b| input::node_host_setting(a).ok() == input::node_host_setting(b).ok()),
     ("idgen.require_synchronous_standby", |a, b| parse_bool(a) == parse_bool(b)),
 ];
@@ -143,8 +141,8 @@ fn define_settings() {
     unsafe {
         GucRegistry::define_string_guc_with_hooks(
             c"idgen.machine_id_range",
-            c"The machine ids this server's claims hand out, as first-last (e.g. 0-255); empty means all.",
-            c"Servers whose IDs meet in one table (shards, regions) each get a disjoint range. Rows outside it are never handed out again by this server; their holders keep them until they stop.",
+            c"The machine ids this server's claims hand out, as first-last (e.g. 0-255), of every service's pool; empty means all.",
+            c"Servers whose IDs meet in one table (shards, regions) each get a disjoint range; a claim hands out the ids of its service's pool inside it. Rows outside it are never handed out again by this server; their holders keep them until they stop.",
             &MACHINE_ID_RANGE,
             GucContext::Sighup,
             GucFlags::default(),
@@ -352,23 +350,21 @@ pub fn policy_as_set() -> ClaimPolicy {
 /// The machine ids this server's claims hand out (`idgen.machine_id_range`; checked when set).
 pub fn machine_id_range() -> RangeInclusive<u16> {
     let text = MACHINE_ID_RANGE.get().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    input::machine_id_range(&text, &Layout::DEFAULT).unwrap_or_else(|_| Layout::DEFAULT.machine_id_range())
+    input::machine_id_range(&text).unwrap_or(0..=u16::MAX)
 }
 
 pub fn require_synchronous_standby() -> bool {
     REQUIRE_SYNCHRONOUS_STANDBY.get()
 }
 
-/// Refuses a value of `idgen.machine_id_range` that is not a range inside the layout.
+/// Refuses a value of `idgen.machine_id_range` that is not a range of machine ids.
 #[pg_guard]
 unsafe extern "C-unwind" fn check_machine_id_range(
     new_value: *mut *mut c_char,
     _extra: *mut *mut c_void,
     source: pgrx::pg_sys::GucSource::Type,
 ) -> bool {
-    checked("idgen.machine_id_range", new_value, source, |text| {
-        input::machine_id_range(text, &Layout::DEFAULT).map(drop)
-    })
+    checked("idgen.machine_id_range", new_value, source, |text| input::machine_id_range(text).map(drop))
 }
 
 /// Refuses a value of `idgen.node_host` that is not one host's address.

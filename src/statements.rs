@@ -86,7 +86,7 @@ statements! {
     TAKE_RELEASED(
         service: text, host: inet, port: integer, backend_slot: integer, lease: interval,
         cooldown: interval, tolerance: interval, takeback_age: interval, window: interval,
-        first_machine_id: smallint, last_machine_id: smallint,
+        first_machine_id: integer, last_machine_id: integer,
     ) = r#"
         WITH victim AS (
             SELECT v.*, idgen_private.holder_bound(v, $5, $8) AS bound
@@ -111,13 +111,13 @@ statements! {
         FROM victim v, (SELECT pg_catalog.clock_timestamp() AS now) t
         WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) v.service::pg_catalog.text
           AND n.machine_id OPERATOR(pg_catalog.=) v.machine_id
-        RETURNING n.machine_id,
+        RETURNING n.machine_id::pg_catalog.int4,
             n.version,
             n.lease_until,
             n.last_seen,
             v.bound,
             n.issued_until,
-            v.machine_id,
+            v.machine_id::pg_catalog.int4,
             pg_catalog.host(v.host),
             v.port,
             v.version,
@@ -132,7 +132,7 @@ statements! {
     TAKE_IDLE(
         service: text, host: inet, port: integer, backend_slot: integer, lease: interval,
         min_idle: interval, cooldown: interval, tolerance: interval, takeback_age: interval,
-        window: interval, first_machine_id: smallint, last_machine_id: smallint,
+        window: interval, first_machine_id: integer, last_machine_id: integer,
     ) = r#"
         WITH victim AS (
             SELECT v.*, idgen_private.holder_bound(v, $5, $9) AS bound
@@ -159,13 +159,13 @@ statements! {
         FROM victim v, (SELECT pg_catalog.clock_timestamp() AS now) t
         WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) v.service::pg_catalog.text
           AND n.machine_id OPERATOR(pg_catalog.=) v.machine_id
-        RETURNING n.machine_id,
+        RETURNING n.machine_id::pg_catalog.int4,
             n.version,
             n.lease_until,
             n.last_seen,
             v.bound,
             n.issued_until,
-            v.machine_id,
+            v.machine_id::pg_catalog.int4,
             pg_catalog.host(v.host),
             v.port,
             v.version,
@@ -195,6 +195,134 @@ statements! {
         SELECT $1, b
         FROM pg_catalog.generate_series($2::integer, $3::integer) AS b
         ON CONFLICT DO NOTHING
+    "#;
+
+    /// The layout and pool of a service (objects of 0.7.0 on): epoch as Unix ms, time unit, widths, field
+    /// order, pool, the never-registered hint, and whether claims may start (the layout is fixed and the
+    /// guard rows exist). No row: the service was never claimed nor defined.
+    SERVICE_LAYOUT(service: text) = r#"
+        SELECT pg_catalog.floor(EXTRACT(epoch FROM l.epoch) OPERATOR(pg_catalog.*) 1000::numeric)::bigint,
+            l.time_unit_ms,
+            l.time_bits,
+            l.machine_bits,
+            l.sequence_bits,
+            l.field_order,
+            l.pool_first,
+            l.pool_last,
+            l.unregistered_from,
+            l.fixed_at IS NOT NULL AND EXISTS (
+                SELECT
+                FROM idgen_private.idgen_claim_guards g
+                WHERE g.service::pg_catalog.text OPERATOR(pg_catalog.=) $1)
+        FROM idgen_private.idgen_layouts l
+        WHERE l.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
+    "#;
+
+    /// Records a layout for a service that has none: the default, at its first claim (in a transaction of
+    /// its own).
+    RECORD_LAYOUT(
+        service: text, preset: text, epoch: timestamptz, time_unit_ms: integer, time_bits: integer,
+        machine_bits: integer, sequence_bits: integer, field_order: text, pool_first: integer,
+        pool_last: integer, defined_by: text,
+    ) = r#"
+        INSERT INTO idgen_private.idgen_layouts
+            (service, preset, epoch, time_unit_ms, time_bits, machine_bits, sequence_bits, field_order, pool_first,
+             pool_last, defined_by, unregistered_from)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $9)
+        ON CONFLICT DO NOTHING
+    "#;
+
+    /// Fixes a service's layout at its first claim (in a transaction of its own, before the claim reads
+    /// it): idgen_define_layout changes it no more.
+    FIX_LAYOUT(service: text) = r#"
+        UPDATE idgen_private.idgen_layouts l
+        SET fixed_at = pg_catalog.clock_timestamp()
+        WHERE l.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
+          AND l.fixed_at IS NULL
+    "#;
+
+    /// Defines a service's layout, or defines it again while no claim has fixed it. Returns nothing when
+    /// it is fixed.
+    DEFINE_LAYOUT(
+        service: text, preset: text, epoch: timestamptz, time_unit_ms: integer, time_bits: integer,
+        machine_bits: integer, sequence_bits: integer, field_order: text, pool_first: integer,
+        pool_last: integer, defined_by: text,
+    ) = r#"
+        INSERT INTO idgen_private.idgen_layouts AS l
+            (service, preset, epoch, time_unit_ms, time_bits, machine_bits, sequence_bits, field_order, pool_first,
+             pool_last, defined_by, unregistered_from)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $9)
+        ON CONFLICT (service) DO
+        UPDATE
+        SET preset = excluded.preset,
+            epoch = excluded.epoch,
+            time_unit_ms = excluded.time_unit_ms,
+            time_bits = excluded.time_bits,
+            machine_bits = excluded.machine_bits,
+            sequence_bits = excluded.sequence_bits,
+            field_order = excluded.field_order,
+            pool_first = excluded.pool_first,
+            pool_last = excluded.pool_last,
+            defined_at = excluded.defined_at,
+            defined_by = excluded.defined_by,
+            unregistered_from = excluded.unregistered_from
+        WHERE l.fixed_at IS NULL
+        RETURNING true
+    "#;
+
+    /// A service's layout row as people read it: preset, epoch, widths, order, pool, who defined it when,
+    /// and when its first claim fixed it.
+    LAYOUT_OF(service: text) = r#"
+        SELECT l.preset,
+            l.epoch,
+            l.time_unit_ms,
+            l.time_bits,
+            l.machine_bits,
+            l.sequence_bits,
+            l.field_order,
+            l.pool_first,
+            l.pool_last,
+            l.defined_at,
+            l.defined_by,
+            l.fixed_at
+        FROM idgen_private.idgen_layouts l
+        WHERE l.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
+    "#;
+
+    /// Moves the service's never-registered hint up to `from`: only if every machine id from the hint to
+    /// `from` has a row now (a row deleted meanwhile keeps it down), and unless another transaction holds
+    /// the layout's row (it is a hint: the next claim moves it).
+    ADVANCE_UNREGISTERED_FROM(service: text, from: integer) = r#"
+        UPDATE idgen_private.idgen_layouts l
+        SET unregistered_from = $2
+        WHERE l.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
+          AND l.unregistered_from OPERATOR(pg_catalog.<) $2
+          AND (
+            SELECT pg_catalog.count(*)
+            FROM idgen_private.nodes n
+            WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
+              AND n.machine_id OPERATOR(pg_catalog.>=) l.unregistered_from
+              AND n.machine_id OPERATOR(pg_catalog.<) $2) OPERATOR(pg_catalog.=) ($2 OPERATOR(pg_catalog.-) l.unregistered_from)::pg_catalog.int8
+          AND EXISTS (
+            SELECT
+            FROM idgen_private.idgen_layouts x
+            WHERE x.service::pg_catalog.text OPERATOR(pg_catalog.=) $1 FOR UPDATE SKIP LOCKED)
+    "#;
+
+    /// A row removed by hand: the never-registered hint of its service goes back to its machine id, which
+    /// a claim may hand out again once its tombstone has passed.
+    LOWER_UNREGISTERED_FROM(service: text, machine_id: integer) = r#"
+        UPDATE idgen_private.idgen_layouts l
+        SET unregistered_from = $2
+        WHERE l.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
+          AND l.unregistered_from OPERATOR(pg_catalog.>) $2
+    "#;
+
+    /// Every row truncated: every service's never-registered hint goes back to the start of its pool.
+    RESET_UNREGISTERED_FROM() = r#"
+        UPDATE idgen_private.idgen_layouts l
+        SET unregistered_from = l.pool_first
+        WHERE l.unregistered_from OPERATOR(pg_catalog.<>) l.pool_first
     "#;
 
     /// Takes a guard row unless another transaction holds it (see `idgen_core::guard`).
@@ -232,13 +360,13 @@ statements! {
         FROM own
         WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) own.service::pg_catalog.text
           AND n.machine_id OPERATOR(pg_catalog.=) own.machine_id
-        RETURNING n.machine_id, own.bound, own.reported, own.last_seen
+        RETURNING n.machine_id::pg_catalog.int4, own.bound, own.reported, own.last_seen
     "#;
 
     /// Releases the claimant's held row outside this server's `idgen.machine_id_range`, keeping the bound.
     RELEASE_OWN_ROW_OUTSIDE_RANGE(
         service: text, host: inet, port: integer, backend_slot: integer, lease: interval,
-        takeback_age: interval, first_machine_id: smallint, last_machine_id: smallint,
+        takeback_age: interval, first_machine_id: integer, last_machine_id: integer,
     ) = r#"
         WITH own AS (
             SELECT o.service, o.machine_id, idgen_private.holder_bound(o, $5, $6) AS bound
@@ -257,7 +385,7 @@ statements! {
         FROM own
         WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) own.service::pg_catalog.text
           AND n.machine_id OPERATOR(pg_catalog.=) own.machine_id
-        RETURNING n.machine_id, n.issued_until
+        RETURNING n.machine_id::pg_catalog.int4, n.issued_until
     "#;
 
     /// Claim step 1: bumps the claimant's own row (held, or else released by it) in the range, unless
@@ -266,8 +394,8 @@ statements! {
     /// identity moves (see [`RELEASE_OWN_ROW_AHEAD`]) instead of sharing the id.
     REUSE_OWN_ROW(
         service: text, host: inet, port: integer, backend_slot: integer, lease: interval,
-        tolerance: interval, takeback_age: interval, window: interval, first_machine_id: smallint,
-        last_machine_id: smallint,
+        tolerance: interval, takeback_age: interval, window: interval, first_machine_id: integer,
+        last_machine_id: integer,
     ) = r#"
         WITH own AS (
             SELECT o.service,
@@ -302,15 +430,15 @@ statements! {
         FROM own, (SELECT pg_catalog.clock_timestamp() AS now) t
         WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) own.service::pg_catalog.text
           AND n.machine_id OPERATOR(pg_catalog.=) own.machine_id
-        RETURNING n.machine_id, n.version, n.lease_until, n.last_seen, own.bound, n.issued_until, own.was_released
+        RETURNING n.machine_id::pg_catalog.int4, n.version, n.lease_until, n.last_seen, own.bound, n.issued_until, own.was_released
     "#;
 
     /// A new connection's claim: [`REUSE_OWN_ROW`] without its choice of a released row, so that a new
     /// backend plans the least (the held row is unique: `system_nodes_node_identity`).
     REUSE_OWN_HELD_ROW(
         service: text, host: inet, port: integer, backend_slot: integer, lease: interval,
-        tolerance: interval, takeback_age: interval, window: interval, first_machine_id: smallint,
-        last_machine_id: smallint,
+        tolerance: interval, takeback_age: interval, window: interval, first_machine_id: integer,
+        last_machine_id: integer,
     ) = r#"
         WITH own AS (
             SELECT o.service, o.machine_id, idgen_private.holder_bound(o, $5, $7) AS bound
@@ -332,12 +460,12 @@ statements! {
         FROM own, (SELECT pg_catalog.clock_timestamp() AS now) t
         WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) own.service::pg_catalog.text
           AND n.machine_id OPERATOR(pg_catalog.=) own.machine_id
-        RETURNING n.machine_id, n.version, n.lease_until, n.last_seen, own.bound, n.issued_until
+        RETURNING n.machine_id::pg_catalog.int4, n.version, n.lease_until, n.last_seen, own.bound, n.issued_until
     "#;
 
     /// The claimant's held row, locked or not (to tell busy from absent).
     OWN_HELD_ROW(service: text, host: inet, port: integer, backend_slot: integer) = r#"
-        SELECT n.machine_id
+        SELECT n.machine_id::pg_catalog.int4
         FROM idgen_private.nodes n
         WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
           AND n.host OPERATOR(pg_catalog.=) $2
@@ -346,33 +474,30 @@ statements! {
           AND n.released_at IS NULL
     "#;
 
-    /// Claim step 2: the machine ids of the range with no row, lowest first, but those whose tombstone
-    /// (a row removed by hand) is further ahead than the claimant may wait.
-    UNREGISTERED_MACHINE_IDS(
-        service: text, first_machine_id: integer, last_machine_id: integer, tolerance: interval,
-    ) = r#"
-        SELECT m::smallint
+    /// Claim step 2: the machine ids of `first..=last` (a batch of the range) with no row, lowest first, and
+    /// whether each has a tombstone (a row removed by hand) further ahead than the claimant may wait.
+    UNREGISTERED_MACHINE_IDS(service: text, first: integer, last: integer, tolerance: interval) = r#"
+        SELECT m, EXISTS (
+            SELECT
+            FROM idgen_private.idgen_tombstones t
+            WHERE t.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
+              AND t.machine_id OPERATOR(pg_catalog.=) m
+              AND t.bound OPERATOR(pg_catalog.>) (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $4))
         FROM pg_catalog.generate_series($2::integer, $3::integer) AS m
         WHERE NOT EXISTS (
             SELECT
             FROM idgen_private.nodes n
             WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
               AND n.machine_id OPERATOR(pg_catalog.=) m)
-          AND NOT EXISTS (
-            SELECT
-            FROM idgen_private.idgen_tombstones t
-            WHERE t.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
-              AND t.machine_id OPERATOR(pg_catalog.=) m
-              AND t.bound OPERATOR(pg_catalog.>) (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $4))
         ORDER BY m
     "#;
 
     /// The tombstone of the range whose machine id has no row and which is further ahead than the
     /// claimant may wait, soonest first: what a claim that found nothing else waits for.
     SOONEST_TOMBSTONE_AHEAD(
-        service: text, first_machine_id: smallint, last_machine_id: smallint, tolerance: interval,
+        service: text, first_machine_id: integer, last_machine_id: integer, tolerance: interval,
     ) = r#"
-        SELECT t.machine_id, t.bound
+        SELECT t.machine_id::pg_catalog.int4, t.bound
         FROM idgen_private.idgen_tombstones t
         WHERE t.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
           AND t.machine_id OPERATOR(pg_catalog.>=) $2
@@ -391,7 +516,7 @@ statements! {
     /// row was removed by hand continues from its tombstone: its bound and a newer version.
     INSERT_UNREGISTERED(
         service: text, host: inet, port: integer, backend_slot: integer, lease: interval,
-        tolerance: interval, takeback_age: interval, window: interval, machine_id: smallint,
+        tolerance: interval, takeback_age: interval, window: interval, machine_id: integer,
         guard_bucket: integer,
     ) = r#"
         WITH tomb AS (
@@ -420,14 +545,14 @@ statements! {
                 WHERE tomb.bound OPERATOR(pg_catalog.>) (t.now OPERATOR(pg_catalog.+) $6))
             ON CONFLICT DO NOTHING
             RETURNING *)
-        SELECT inserted.machine_id, inserted.version, inserted.lease_until, inserted.last_seen,
+        SELECT inserted.machine_id::pg_catalog.int4, inserted.version, inserted.lease_until, inserted.last_seen,
             (SELECT tomb.bound FROM tomb), inserted.issued_until
         FROM inserted
     "#;
 
     /// The row of a machine id, as facts for messages.
-    CURRENT_ROW(service: text, machine_id: smallint) = r#"
-        SELECT n.machine_id,
+    CURRENT_ROW(service: text, machine_id: integer) = r#"
+        SELECT n.machine_id::pg_catalog.int4,
             pg_catalog.host(n.host),
             n.port,
             n.version,
@@ -441,7 +566,7 @@ statements! {
     "#;
 
     /// How many machine ids of the range are registered.
-    COUNT_HELD(service: text, first_machine_id: smallint, last_machine_id: smallint) = r#"
+    COUNT_HELD(service: text, first_machine_id: integer, last_machine_id: integer) = r#"
         SELECT pg_catalog.count(*)
         FROM idgen_private.nodes n
         WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
@@ -450,8 +575,8 @@ statements! {
     "#;
 
     /// The least recently seen row of the range, as facts for messages.
-    LEAST_RECENTLY_SEEN(service: text, first_machine_id: smallint, last_machine_id: smallint) = r#"
-        SELECT n.machine_id,
+    LEAST_RECENTLY_SEEN(service: text, first_machine_id: integer, last_machine_id: integer) = r#"
+        SELECT n.machine_id::pg_catalog.int4,
             pg_catalog.host(n.host),
             n.port,
             n.version,
@@ -471,7 +596,7 @@ statements! {
     /// clock). Returns the grant and the watermark held before the statement (a node's watermark never
     /// goes back: a report behind it is recorded).
     HEARTBEAT(
-        service: text, machine_id: smallint, host: inet, port: integer, backend_slot: integer,
+        service: text, machine_id: integer, host: inet, port: integer, backend_slot: integer,
         version: bigint, lease: interval, reported: timestamptz, takeback_age: interval,
     ) = r#"
         UPDATE idgen_private.nodes
@@ -499,7 +624,7 @@ statements! {
     /// without a report, and never the watermark held, which may be ahead of the report) and its
     /// generator's counts since the claim.
     HEARTBEAT_REPORTING(
-        service: text, machine_id: smallint, host: inet, port: integer, backend_slot: integer,
+        service: text, machine_id: integer, host: inet, port: integer, backend_slot: integer,
         version: bigint, lease: interval, reported: timestamptz, takeback_age: interval,
         clock_backward_waits: bigint, clock_backward_refusals: bigint, sequence_exhaustions: bigint,
     ) = r#"
@@ -531,7 +656,7 @@ statements! {
     /// A version-checked release: a new version, the cooldown starts, the watermark rises to the report
     /// (or the clock plus `margin`). Returns the new version and watermark, and the watermark held before.
     RELEASE(
-        service: text, machine_id: smallint, host: inet, port: integer, backend_slot: integer,
+        service: text, machine_id: integer, host: inet, port: integer, backend_slot: integer,
         version: bigint, margin: interval, reported: timestamptz,
     ) = r#"
         UPDATE idgen_private.nodes
@@ -555,7 +680,7 @@ statements! {
 
     /// A backend's version- and epoch-checked renewal that writes its next window.
     RENEW_BACKEND_LEASE(
-        service: text, machine_id: smallint, host: inet, port: integer, backend_slot: integer,
+        service: text, machine_id: integer, host: inet, port: integer, backend_slot: integer,
         version: bigint, lease: interval, epoch: bigint, window: interval, takeback_age: interval,
     ) = r#"
         WITH own AS (
@@ -585,7 +710,7 @@ statements! {
 
     /// A backend's version- and epoch-checked read, for read-only transactions.
     READ_BACKEND_LEASE(
-        service: text, machine_id: smallint, host: inet, port: integer, backend_slot: integer,
+        service: text, machine_id: integer, host: inet, port: integer, backend_slot: integer,
         version: bigint, lease: interval, epoch: bigint,
     ) = r#"
         SELECT pg_catalog.clock_timestamp(), COALESCE(lease_until, last_seen OPERATOR(pg_catalog.+) $7), issued_until
@@ -606,7 +731,7 @@ statements! {
     /// A backend that stops records its last stamp (at or after its lease's not_before) in place of the
     /// window it wrote, if the row is still its own.
     CLOSE_BACKEND_LEASE(
-        service: text, machine_id: smallint, host: inet, port: integer, backend_slot: integer,
+        service: text, machine_id: integer, host: inet, port: integer, backend_slot: integer,
         version: bigint, epoch: bigint, last_stamp: timestamptz,
     ) = r#"
         UPDATE idgen_private.nodes
@@ -773,7 +898,7 @@ statements! {
     /// than `cooldown` ago. "In use" as `idgen_node_state` defines it: every state but `released`
     /// (tests/cluster/tests/one_source.rs ties the two).
     COUNT_IN_USE(
-        service: text, cooldown: interval, first_machine_id: smallint, last_machine_id: smallint,
+        service: text, cooldown: interval, first_machine_id: integer, last_machine_id: integer,
     ) = r#"
         SELECT pg_catalog.count(*)
         FROM idgen_private.nodes n
@@ -781,6 +906,16 @@ statements! {
           AND n.machine_id OPERATOR(pg_catalog.>=) $3
           AND n.machine_id OPERATOR(pg_catalog.<=) $4
           AND (n.released_at IS NULL OR n.released_at OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) $2))
+    "#;
+
+    /// The highest machine id of the range with a row: no more rows than up to it can be in use (the
+    /// capacity alert counts only when that could pass a level).
+    HIGHEST_REGISTERED(service: text, first_machine_id: integer, last_machine_id: integer) = r#"
+        SELECT pg_catalog.max(n.machine_id)::pg_catalog.int4
+        FROM idgen_private.nodes n
+        WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
+          AND n.machine_id OPERATOR(pg_catalog.>=) $2
+          AND n.machine_id OPERATOR(pg_catalog.<=) $3
     "#;
 
     /// Whether a synchronous standby streams from this server now.
@@ -794,7 +929,7 @@ statements! {
 
     /// A row deleted by hand leaves its bound and version as a tombstone (`lease` and `takeback_age`
     /// stand in for a row that records no terms).
-    TOMBSTONE_ROW(service: text, machine_id: smallint, lease: interval, takeback_age: interval) = r#"
+    TOMBSTONE_ROW(service: text, machine_id: integer, lease: interval, takeback_age: interval) = r#"
         INSERT INTO idgen_private.idgen_tombstones AS t (service, machine_id, version, bound)
         SELECT n.service, n.machine_id, n.version, idgen_private.holder_bound(n, $3, $4)
         FROM idgen_private.nodes n
@@ -827,7 +962,7 @@ statements! {
 
     /// A row inserted (by hand, by a restore, or by a claim) takes the tombstone of its machine id, if
     /// any: its bound as watermark and a newer version.
-    MERGE_TOMBSTONE(service: text, machine_id: smallint) = r#"
+    MERGE_TOMBSTONE(service: text, machine_id: integer) = r#"
         WITH tomb AS (
             DELETE FROM idgen_private.idgen_tombstones t
             WHERE t.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
@@ -855,10 +990,15 @@ statements! {
             idgen_private.idgen_history_purged IN ACCESS EXCLUSIVE MODE NOWAIT
     "#;
 
+    /// [`LOCK_REGISTRY_FOR_DROP`] for the layouts (objects of 0.7.0 on): a claim reads them.
+    LOCK_LAYOUTS_FOR_DROP() = r#"
+        LOCK TABLE idgen_private.idgen_layouts IN ACCESS EXCLUSIVE MODE NOWAIT
+    "#;
+
     /// What a DROP of the registry would forget while it may still be stamped: every row and tombstone
     /// whose bound is ahead of the clock, latest first; a row's holder as host, port, slot.
     STILL_STAMPING(lease: interval, takeback_age: interval) = r#"
-        SELECT s.service, s.machine_id, pg_catalog.host(s.host), s.port, s.backend_slot, s.bound
+        SELECT s.service, s.machine_id::pg_catalog.int4, pg_catalog.host(s.host), s.port, s.backend_slot, s.bound
         FROM (
             SELECT n.service::pg_catalog.text AS service,
                 n.machine_id,
@@ -876,7 +1016,7 @@ statements! {
 
     /// The events of a machine id the caller may read, in order (`idgen_explain`, as the caller); times
     /// as Unix ms, NULL when infinite.
-    EVENTS_OF_MACHINE_ID(service: text, machine_id: smallint) = r#"
+    EVENTS_OF_MACHINE_ID(service: text, machine_id: integer) = r#"
         SELECT CASE WHEN pg_catalog.isfinite(e.at) THEN pg_catalog.floor(EXTRACT(epoch FROM e.at) OPERATOR(pg_catalog.*) 1000::numeric)::bigint END,
             e.event,
             pg_catalog.host(e.host),
@@ -900,7 +1040,7 @@ statements! {
 
     /// The services the caller may read that have (or had) a machine id (all of them, or the one
     /// named), and whether events of them were purged.
-    SERVICES_OF_MACHINE_ID(machine_id: smallint, service: text) = r#"
+    SERVICES_OF_MACHINE_ID(machine_id: integer, service: text) = r#"
         SELECT s.service, EXISTS (
             SELECT
             FROM idgen_private.visible_metrics m
@@ -918,8 +1058,35 @@ statements! {
         ORDER BY s.service
     "#;
 
+    /// The services the caller may read that have registry rows or events (all of them, or the one named),
+    /// with their layouts as recorded (NULL: none; objects of 0.7.0 on) and whether events of them were
+    /// purged: the services an ID may be of.
+    SERVICES_TO_EXPLAIN(service: text) = r#"
+        SELECT s.service,
+            EXISTS (
+                SELECT
+                FROM idgen_private.visible_metrics m
+                WHERE m.service OPERATOR(pg_catalog.=) s.service
+                  AND m.history_events_purged OPERATOR(pg_catalog.>) 0),
+            pg_catalog.floor(EXTRACT(epoch FROM l.epoch) OPERATOR(pg_catalog.*) 1000::numeric)::bigint,
+            l.time_unit_ms,
+            l.time_bits,
+            l.machine_bits,
+            l.sequence_bits,
+            l.field_order
+        FROM (
+            SELECT n.service::text AS service
+            FROM idgen_private.visible_nodes n
+            UNION
+            SELECT e.service::text
+            FROM idgen_private.visible_events e) s
+            LEFT JOIN idgen_private.visible_layouts l ON l.service::pg_catalog.text OPERATOR(pg_catalog.=) s.service
+        WHERE $1::text IS NULL OR s.service OPERATOR(pg_catalog.=) $1::text
+        ORDER BY s.service
+    "#;
+
     /// The registry row of a machine id, if the caller may read it: holder and version.
-    NODE_OF_MACHINE_ID(service: text, machine_id: smallint) = r#"
+    NODE_OF_MACHINE_ID(service: text, machine_id: integer) = r#"
         SELECT pg_catalog.host(n.host), n.port, n.backend_slot, n.version
         FROM idgen_private.visible_nodes n
         WHERE n.service OPERATOR(pg_catalog.=) $1

@@ -17,13 +17,15 @@ pub enum SqlState {
     InvalidParameterValue,
     /// 53000: every machine id of a service is held and none may be taken back; no background worker slot.
     InsufficientResources,
-    /// 55000: the caller no longer owns the machine id (heartbeat fencing).
+    /// 55000: the caller no longer owns the machine id (heartbeat fencing); a service's layout is fixed; no
+    /// machine id of a service's pool is in this server's range.
     ObjectNotInPrerequisiteState,
     /// 55P03: another session holds the caller's own registry row right now.
     LockNotAvailable,
     /// 40001: a service's first claim in a transaction whose snapshot predates its guards.
     SerializationFailure,
-    /// 55006: the registry cannot be dropped while it guards machine ids that may still be stamped.
+    /// 55006: the registry cannot be dropped while it guards machine ids that may still be stamped; a
+    /// machine id claimed by number is in use.
     ObjectInUse,
     /// 25006: the registry cannot be written here (read-only transaction or standby).
     ReadOnlySqlTransaction,
@@ -40,6 +42,8 @@ pub enum SqlState {
     InsufficientPrivilege,
     /// 42704: a role named in an argument does not exist.
     UndefinedObject,
+    /// XX001: a recorded layout that is no layout (a row of idgen_layouts changed by hand).
+    DataCorrupted,
     /// 01000: a WARNING, not an error (for example a release of what is not held).
     Warning,
 }
@@ -62,6 +66,7 @@ impl SqlState {
             SqlState::FeatureNotSupported => "0A000",
             SqlState::InsufficientPrivilege => "42501",
             SqlState::UndefinedObject => "42704",
+            SqlState::DataCorrupted => "XX001",
             SqlState::Warning => "01000",
         }
     }

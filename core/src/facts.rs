@@ -6,7 +6,7 @@ use crate::input::{node_name, NodeIdentity};
 /// One registry row as it stands, with times rendered as UTC ISO-8601 text.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RowFacts {
-    pub machine_id: i16,
+    pub machine_id: i32,
     pub host: String,
     pub port: i32,
     pub version: i64,
@@ -33,7 +33,7 @@ impl RowFacts {
 /// A machine id the caller would keep cannot be used yet: an earlier holder
 /// may have stamped up to `bound`, further ahead than the caller may wait.
 pub struct WatermarkAhead {
-    pub machine_id: i16,
+    pub machine_id: i32,
     pub bound_unix_ms: i64,
     pub now_unix_ms: i64,
     pub tolerance_ms: i64,
@@ -47,7 +47,7 @@ pub struct WatermarkAhead {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StillStamping {
     pub service: String,
-    pub machine_id: i16,
+    pub machine_id: i32,
     /// Who may be stamping: `10.0.0.5:8080`, `backend slot 3 of 127.0.0.1:5432 (pid 4242)`, or
     /// `a row deleted by hand`.
     pub holder: String,

@@ -121,9 +121,20 @@ impl Generator {
         self.events
     }
 
-    /// Unix millisecond at which the tick of the last issued ID began (or the floor's).
+    /// Unix millisecond at which the tick of the last issued ID began (or the floor's): the time
+    /// the ID decodes to.
     pub fn last_unix_ms(&self) -> i64 {
         self.layout.unix_ms_of(self.last_ticks)
+    }
+
+    /// The last Unix millisecond of the tick of the last issued ID (or the floor's): an ID's tick
+    /// is stamped until its end, so this is the watermark its holder leaves.
+    pub fn last_tick_end_unix_ms(&self) -> i64 {
+        self.layout.tick_end_unix_ms(self.last_ticks)
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
     }
 
     /// One attempt at `now_unix_ms`: an ID, a time to wait for, or a refusal.
@@ -445,10 +456,33 @@ mod tests {
 
     #[test]
     fn coarser_time_units_stamp_ticks_not_milliseconds() {
-        let layout = Layout::new(EPOCH_2025_UNIX_MS, 10, 45, 8, 10).unwrap();
+        let layout =
+            Layout::new(EPOCH_2025_UNIX_MS, 10, 43, 8, 10, crate::layout::FieldOrder::TimeMachineSequence).unwrap();
         let mut g = Generator::new(layout, 200, T0 - 20, 2_000);
         let mut clock = FakeClock::at(T0 + 5);
         let id = g.next_id(&mut clock, NO_DEADLINE).unwrap();
         assert_eq!(layout.decompose(id).unwrap(), IdParts { ticks: 100_000, machine_id: 200, sequence: 0 });
+        // Stamped in the tick [T0, T0 + 9]: the watermark it leaves covers the whole tick.
+        assert_eq!((g.last_unix_ms(), g.last_tick_end_unix_ms()), (T0, T0 + 9));
+    }
+
+    #[test]
+    fn a_sonyflake_holder_waits_for_the_next_10_ms_tick_when_its_256_sequences_are_used() {
+        let layout = crate::layout::Preset::Sonyflake.layout();
+        // Claimed in the tick before: the first ID is in the clock's tick.
+        let mut g = Generator::new(layout, 40_000, T0 - 10, 2_000);
+        let mut clock = FakeClock::at(T0 + 3);
+        let tick = layout.ticks_floor(T0 + 3);
+        let ids: Vec<i64> = (0..256).map(|_| g.next_id(&mut clock, NO_DEADLINE).unwrap()).collect();
+        assert!(clock.waits.is_empty());
+        let next = g.next_id(&mut clock, NO_DEADLINE).unwrap();
+        assert_eq!(clock.waits, vec![layout.unix_ms_of(tick + 1)], "one wait, for the start of the next tick");
+        assert_eq!(layout.decompose(next).unwrap(), IdParts { ticks: tick + 1, machine_id: 40_000, sequence: 0 });
+        assert!(ids.windows(2).all(|w| w[0] < w[1]) && next > ids[255]);
+        assert_eq!(g.clock_events().sequence_exhaustions, 1);
+        // A lease whose not_before falls anywhere in a tick starts after that whole tick.
+        let mut later = Generator::new(layout, 7, layout.tick_end_unix_ms(tick + 1), 2_000);
+        let first = later.next_id(&mut clock, NO_DEADLINE).unwrap();
+        assert_eq!(layout.decompose(first).unwrap().ticks, tick + 2);
     }
 }

@@ -10,8 +10,9 @@
 //! identities. A service's guard rows are created once, in a transaction of
 //! their own, the first time it needs them ([`buckets`]).
 //!
-//! - A never-registered machine id has its own bucket: one claimant inserts its
-//!   row at a time; the others try the next id.
+//! - A never-registered machine id has a bucket (ids share one modulo
+//!   [`MACHINE_ID_BUCKETS`]): one claimant inserts its row at a time; the others
+//!   try the next id.
 //! - A service node's identity hashes onto one of [`IDENTITY_BUCKETS`]: claims
 //!   of one identity take turns (two brand-new identities of the service may
 //!   share a bucket; one then gets `55P03`, which the client contract retries).
@@ -21,7 +22,9 @@
 
 use crate::input::NodeIdentity;
 
-/// Buckets of never-registered machine ids: one per machine id of the layout.
+/// Buckets of never-registered machine ids: one per machine id of the default layout; the machine
+/// ids of a wider field share them (ids 5 and 1,029 one bucket: a claimant that finds it taken
+/// tries the next id, as it does for a taken id).
 pub const MACHINE_ID_BUCKETS: i32 = 1_024;
 /// Buckets of service node identities, after the machine-id ones.
 pub const IDENTITY_BUCKETS: i32 = 1_024;
@@ -40,8 +43,8 @@ pub fn identity_guard(node: &NodeIdentity) -> i32 {
 }
 
 /// The guard of a never-registered machine id: one claimant inserts its row at a time.
-pub fn new_id_guard(machine_id: i16) -> i32 {
-    i32::from(machine_id).rem_euclid(MACHINE_ID_BUCKETS)
+pub fn new_id_guard(machine_id: i32) -> i32 {
+    machine_id.rem_euclid(MACHINE_ID_BUCKETS)
 }
 
 /// FNV-1a over the parts, each followed by a NUL (which no part contains: text cannot hold
@@ -77,8 +80,9 @@ mod tests {
         assert_eq!(a, identity_guard(&node("10.0.0.5", 8080)));
         assert!((MACHINE_ID_BUCKETS..MACHINE_ID_BUCKETS + IDENTITY_BUCKETS).contains(&a));
         for m in 0..1_024 {
-            assert_eq!(new_id_guard(m), i32::from(m), "one bucket per machine id of the layout");
+            assert_eq!(new_id_guard(m), m, "one bucket per machine id of the default layout");
         }
+        assert_eq!(new_id_guard(65_535), 1_023, "a 16-bit field's ids share them");
         assert_eq!(buckets().len(), 2_048);
     }
 

@@ -131,7 +131,7 @@ pub struct Event {
     pub at: Option<String>,
     pub event: &'static str,
     pub service: String,
-    pub machine_id: Option<i16>,
+    pub machine_id: Option<i32>,
     pub version: Option<i64>,
     pub host: Option<String>,
     pub port: Option<i32>,
@@ -282,6 +282,14 @@ impl Finding {
     }
 }
 
+/// Whether an ID decoded by some service's layout to `stamp_ms` could be that service's: no holder
+/// stamps further ahead of the server clock than a reported watermark may be
+/// ([`crate::watermark::MAX_REPORTED_AHEAD_SECS`]). An ID of another layout decodes to any time,
+/// often decades ahead: `idgen_explain` then does not name a holder of this service.
+pub fn could_be_stamped_by_now(stamp_ms: i64, now_ms: i64) -> bool {
+    stamp_ms <= now_ms.saturating_add(crate::watermark::MAX_REPORTED_AHEAD_SECS * 1000)
+}
+
 /// Who may have stamped `stamp_ms` with the machine id whose events these are.
 /// `history_complete` is true when no event of the service was purged (the
 /// first event of this id is then really its first).
@@ -319,7 +327,7 @@ pub struct Explained {
 }
 
 /// The rows `idgen_explain` shows for a finding about the stamp `stamp_ms` of `machine_id` in `service`.
-pub fn explained(finding: &Finding, service: &str, machine_id: i16, stamp_ms: i64) -> Vec<Explained> {
+pub fn explained(finding: &Finding, service: &str, machine_id: i32, stamp_ms: i64) -> Vec<Explained> {
     let label = finding.label();
     let stamp = iso_utc(stamp_ms);
     let held = |t: &Tenure| {

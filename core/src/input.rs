@@ -4,7 +4,8 @@
 //! row is read or written, so a refused call leaves the registry untouched.
 
 use crate::error::{IdgenError, SqlState};
-use crate::layout::Layout;
+use crate::format::iso_utc;
+use crate::layout::{FieldOrder, Layout, LayoutError, Pool, Preset, ServiceLayout, MAX_LAYOUT_BITS, MAX_MACHINE_BITS};
 use serde::{Deserialize, Serialize};
 use std::ops::RangeInclusive;
 
@@ -43,7 +44,7 @@ pub fn node_name(host: &str, port: i32, backend_slot: Option<i32>) -> String {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Holding {
     pub node: NodeIdentity,
-    pub machine_id: i16,
+    pub machine_id: i32,
     pub version: i64,
 }
 
@@ -82,18 +83,19 @@ pub fn node_host_setting(host: &str) -> Result<String, IdgenError> {
     Ok(address.to_string())
 }
 
-/// Checks `(service, machine_id, host, port, version)` as heartbeat and release take them.
+/// Checks `(service, machine_id, host, port, version)` as heartbeat and release take them. The
+/// machine id is checked against the widest field (a heartbeat for an id its service's layout
+/// cannot carry finds no row, and is told it holds nothing).
 pub fn holding(
     function: &str,
-    layout: &Layout,
     service: Option<&str>,
-    machine_id: Option<i16>,
+    machine_id: Option<i32>,
     host: Option<&str>,
     port: Option<i32>,
     version: Option<i64>,
 ) -> Result<Holding, IdgenError> {
     let service = service_name(function, service)?;
-    let machine_id = machine_id_in_layout(function, layout, machine_id)?;
+    let machine_id = i32::from(machine_id_argument(function, "machine_id", machine_id)?);
     let host = host_address(function, host)?;
     let port = port_number(function, port)?;
     let version = positive_version(function, version)?;
@@ -181,14 +183,14 @@ pub fn port_number(function: &str, port: Option<i32>) -> Result<i32, IdgenError>
     Ok(port)
 }
 
-pub fn machine_id_in_layout(function: &str, layout: &Layout, machine_id: Option<i16>) -> Result<i16, IdgenError> {
-    let machine_id = required(function, "machine_id", machine_id)?;
-    let max = layout.max_machine_id();
-    if machine_id < 0 || machine_id as u16 > max {
-        return Err(bad_value(function, "machine_id", "is out of range")
-            .detail(format!("Got {machine_id}; machine ids run from 0 to {max}.")));
-    }
-    Ok(machine_id)
+/// A machine id argument: required, and one that some layout can carry (0 to 65535).
+pub fn machine_id_argument(function: &str, argument: &str, machine_id: Option<i32>) -> Result<u16, IdgenError> {
+    let machine_id = required(function, argument, machine_id)?;
+    let max = i32::from(u16::MAX);
+    u16::try_from(machine_id).map_err(|_| {
+        bad_value(function, argument, "is out of range")
+            .detail(format!("Got {machine_id}; machine ids run from 0 to {max} (a 16-bit field), and each service's from 0 to its layout's largest."))
+    })
 }
 
 /// A role name argument: required, non-empty.
@@ -243,10 +245,11 @@ pub fn generator_counts(
     Ok(GeneratorCounts { clock_backward_waits, clock_backward_refusals, sequence_exhaustions })
 }
 
-/// `idgen.machine_id_range`: `first-last` (e.g. `0-255`), inside the layout; empty means the
-/// whole layout. Each server sharing one ID space gets its own, disjoint, range.
-pub fn machine_id_range(text: &str, layout: &Layout) -> Result<RangeInclusive<u16>, IdgenError> {
-    let all = layout.machine_id_range();
+/// `idgen.machine_id_range`: `first-last` (e.g. `0-255`), machine ids of the widest field;
+/// empty means all. Each server sharing one ID space gets its own, disjoint, range; a claim hands
+/// out the machine ids of its service's pool inside it.
+pub fn machine_id_range(text: &str) -> Result<RangeInclusive<u16>, IdgenError> {
+    let all = 0..=u16::MAX;
     let text = text.trim();
     if text.is_empty() {
         return Ok(all);
@@ -261,14 +264,18 @@ pub fn machine_id_range(text: &str, layout: &Layout) -> Result<RangeInclusive<u1
             ))
     };
     let (first, last) = text.split_once('-').ok_or_else(|| refuse("expected first-last".to_owned()))?;
-    let parse =
-        |part: &str| part.trim().parse::<u16>().map_err(|_| refuse(format!("{:?} is not a machine id", part.trim())));
+    let parse = |part: &str| {
+        let part = part.trim();
+        match part.parse::<u32>() {
+            Ok(id) => {
+                u16::try_from(id).map_err(|_| refuse(format!("{id} is above {}, the largest machine id", all.end())))
+            }
+            Err(_) => Err(refuse(format!("{part:?} is not a machine id"))),
+        }
+    };
     let (first, last) = (parse(first)?, parse(last)?);
     if first > last {
         return Err(refuse(format!("{first} is after {last}")));
-    }
-    if last > *all.end() {
-        return Err(refuse(format!("{last} is outside the ID layout's machine ids ({}-{})", all.start(), all.end())));
     }
     Ok(first..=last)
 }
@@ -296,6 +303,133 @@ pub fn required<T>(function: &str, argument: &str, value: Option<T>) -> Result<T
     value.ok_or_else(|| {
         IdgenError::new(SqlState::NullValueNotAllowed, format!("{function}: argument \"{argument}\" must not be NULL"))
     })
+}
+
+/// The arguments of `idgen_define_layout` past the service: a preset, and the parts that change it
+/// (`None`: the preset's). `epoch_unix_ms` is `Err` for an infinite timestamp.
+#[derive(Clone, Debug, Default)]
+pub struct LayoutArguments<'a> {
+    pub preset: Option<&'a str>,
+    pub pool_first: Option<i32>,
+    pub pool_last: Option<i32>,
+    pub epoch_unix_ms: Option<Result<i64, &'static str>>,
+    pub time_unit_ms: Option<i32>,
+    pub time_bits: Option<i32>,
+    pub machine_bits: Option<i32>,
+    pub sequence_bits: Option<i32>,
+    pub field_order: Option<&'a str>,
+}
+
+/// A service's layout and pool from `idgen_define_layout`'s arguments, checked: a preset changed
+/// by the parts given, whose time field has begun (`now_unix_ms`) and not run out, and a pool
+/// inside its machine-id field (all of it by default).
+pub fn layout_definition(
+    function: &str,
+    args: &LayoutArguments,
+    now_unix_ms: i64,
+) -> Result<ServiceLayout, IdgenError> {
+    let name = required(function, "preset", args.preset)?;
+    let preset = Preset::from_name(name).ok_or_else(|| {
+        bad_value(function, "preset", "is not a preset")
+            .detail(format!(
+                "Got {name:?}; the presets are {}.",
+                Preset::ALL.iter().map(|p| p.name()).collect::<Vec<_>>().join(", ")
+            ))
+            .hint("Start from a preset and change the parts you need: epoch, time_unit_ms, time_bits, machine_bits, sequence_bits, field_order.")
+    })?;
+    let base = preset.layout();
+    let order = match args.field_order {
+        None => base.order,
+        Some(label) => FieldOrder::from_label(label).ok_or_else(|| {
+            bad_value(function, "field_order", "is not a field order").detail(format!(
+                "Got {label:?}; the orders are {}.",
+                FieldOrder::ALL.iter().map(|o| o.label()).collect::<Vec<_>>().join(" and ")
+            ))
+        })?,
+    };
+    let epoch_unix_ms = match args.epoch_unix_ms {
+        None => base.epoch_unix_ms,
+        Some(Ok(ms)) => ms,
+        Some(Err(infinite)) => {
+            return Err(bad_value(function, "epoch", "must be a finite time").detail(format!("Got {infinite}.")))
+        }
+    };
+    let width = |argument: &str, value: Option<i32>, preset_value: u32| -> Result<u32, IdgenError> {
+        match value {
+            None => Ok(preset_value),
+            Some(v) => u32::try_from(v)
+                .map_err(|_| bad_value(function, argument, "must not be negative").detail(format!("Got {v}."))),
+        }
+    };
+    let time_unit_ms = i64::from(args.time_unit_ms.unwrap_or(base.time_unit_ms as i32));
+    let (time_bits, machine_bits, sequence_bits) = (
+        width("time_bits", args.time_bits, base.time_bits)?,
+        width("machine_bits", args.machine_bits, base.machine_bits)?,
+        width("sequence_bits", args.sequence_bits, base.sequence_bits)?,
+    );
+    let layout = Layout::new(epoch_unix_ms, time_unit_ms, time_bits, machine_bits, sequence_bits, order).map_err(|e| {
+        let argument = match e {
+            LayoutError::BadTimeUnit(_) => "time_unit_ms",
+            LayoutError::EpochBefore1970(_) => "epoch",
+            LayoutError::EndsTooLate { .. } => "time_unit_ms and time_bits",
+            _ => "time_bits, machine_bits and sequence_bits",
+        };
+        let (verb, argument) = if argument.contains(' ') { ("do", argument) } else { ("does", argument) };
+        IdgenError::new(
+            SqlState::InvalidParameterValue,
+            format!("{function}: arguments \"{argument}\" {verb} not make a layout"),
+        )
+        .detail(format!("{}.", layout_error_text(&e)))
+        .hint(format!(
+            "A layout has at least 1 bit of time, 1 to {MAX_MACHINE_BITS} bits of machine id and at least 1 of sequence, {MAX_LAYOUT_BITS} bits at most in all (53 for IDs a JavaScript Number holds), a positive time unit in milliseconds, and its time field ends by 9999-12-31."
+        ))
+    })?;
+    if layout.epoch_unix_ms > now_unix_ms {
+        return Err(bad_value(function, "epoch", "is in the future").detail(format!(
+            "Got {}; the server clock reads {}. No ID can be stamped before its layout's epoch.",
+            iso_utc(layout.epoch_unix_ms),
+            iso_utc(now_unix_ms)
+        )));
+    }
+    if layout.last_unix_ms() <= now_unix_ms {
+        return Err(IdgenError::new(
+            SqlState::InvalidParameterValue,
+            format!("{function}: the layout's time field has run out"),
+        )
+        .detail(format!(
+            "{} bits of {} ms from {} end at {}; the server clock reads {}.",
+            layout.time_bits,
+            layout.time_unit_ms,
+            iso_utc(layout.epoch_unix_ms),
+            iso_utc(layout.last_unix_ms()),
+            iso_utc(now_unix_ms)
+        ))
+        .hint("Give a later epoch, a longer time unit or more time bits."));
+    }
+    let all = Pool::all(&layout);
+    let first = i64::from(args.pool_first.unwrap_or(i32::from(all.first)));
+    let last = i64::from(args.pool_last.unwrap_or(i32::from(all.last)));
+    let pool = Pool::new(&layout, first, last).map_err(|_| {
+        let in_field = |id: i64| (0..=i64::from(all.last)).contains(&id);
+        let argument = if in_field(first) && !in_field(last) { "pool_last" } else { "pool_first" };
+        bad_value(function, argument, "is out of range").detail(format!(
+            "Got pool {first} to {last}; the layout's machine ids run from 0 to {}, and the pool's first must not be after its last.",
+            all.last
+        ))
+    })?;
+    Ok(ServiceLayout { layout, pool })
+}
+
+/// What is wrong with a layout, in words.
+fn layout_error_text(e: &LayoutError) -> String {
+    match e {
+        LayoutError::EndsTooLate { .. } => "its time field would end after 9999-12-31".to_owned(),
+        other => {
+            let text = other.to_string();
+            let mut chars = text.chars();
+            chars.next().map_or(text.clone(), |c| c.to_uppercase().collect::<String>() + chars.as_str())
+        }
+    }
 }
 
 fn bad_value(function: &str, argument: &str, reason: &str) -> IdgenError {
@@ -373,24 +507,23 @@ mod tests {
     }
 
     #[test]
-    fn holdings_check_machine_id_against_the_layout_and_version_sign() {
-        let l = Layout::DEFAULT;
-        let ok = holding("idgen_heartbeat", &l, Some("o"), Some(1023), Some("::1"), Some(1), Some(1)).unwrap();
-        assert_eq!(ok.machine_id, 1023);
+    fn holdings_check_machine_id_and_version_sign() {
+        let ok = holding("idgen_heartbeat", Some("o"), Some(65_535), Some("::1"), Some(1), Some(1)).unwrap();
+        assert_eq!(ok.machine_id, 65_535);
         for (mid, ver, code, fragment) in [
-            (Some(1024), Some(1), "22023", "\"machine_id\" is out of range"),
+            (Some(65_536), Some(1), "22023", "\"machine_id\" is out of range"),
             (Some(-1), Some(1), "22023", "\"machine_id\" is out of range"),
             (None, Some(1), "22004", "\"machine_id\" must not be NULL"),
             (Some(3), Some(0), "22023", "\"version\" must be positive"),
             (Some(3), Some(-7), "22023", "\"version\" must be positive"),
             (Some(3), None, "22004", "\"version\" must not be NULL"),
         ] {
-            let err = holding("idgen_heartbeat", &l, Some("o"), mid, Some("::1"), Some(1), ver).unwrap_err();
+            let err = holding("idgen_heartbeat", Some("o"), mid, Some("::1"), Some(1), ver).unwrap_err();
             assert_eq!(err.sqlstate.code(), code, "{err}");
             assert!(err.message.contains(fragment), "{err}");
         }
-        let small = Layout::new(0, 1, 45, 8, 10).unwrap();
-        assert!(holding("f", &small, Some("o"), Some(256), Some("::1"), Some(1), Some(1)).is_err());
+        let err = machine_id_argument("idgen_claim", "machine_id", Some(70_000)).unwrap_err();
+        assert_eq!(err.detail.as_deref().unwrap(), "Got 70000; machine ids run from 0 to 65535 (a 16-bit field), and each service's from 0 to its layout's largest.");
     }
 
     #[test]
@@ -422,20 +555,127 @@ mod tests {
     }
 
     #[test]
-    fn machine_id_ranges_are_first_last_inside_the_layout() {
-        let layout = Layout::DEFAULT;
-        assert_eq!(machine_id_range("", &layout), Ok(0..=1023));
-        assert_eq!(machine_id_range(" 0-255 ", &layout), Ok(0..=255));
-        assert_eq!(machine_id_range("512 - 1023", &layout), Ok(512..=1023));
-        assert_eq!(machine_id_range("7-7", &layout), Ok(7..=7));
+    fn a_layout_is_a_preset_changed_by_the_parts_given() {
+        const D: &str = "idgen_define_layout";
+        let now = crate::layout::EPOCH_2025_UNIX_MS + 365 * 86_400_000;
+        let args = |preset| LayoutArguments { preset: Some(preset), ..LayoutArguments::default() };
+        let sony = layout_definition(D, &args("sonyflake"), now).unwrap();
+        assert_eq!((sony.layout, sony.pool), (Preset::Sonyflake.layout(), Pool { first: 0, last: 65_535 }));
+        let narrowed = layout_definition(
+            D,
+            &LayoutArguments { pool_first: Some(0), pool_last: Some(255), ..args("sonyflake") },
+            now,
+        )
+        .unwrap();
+        assert_eq!((narrowed.pool.size(), narrowed.preset_name()), (256, "sonyflake"));
+        let custom = LayoutArguments {
+            time_unit_ms: Some(100),
+            time_bits: Some(36),
+            machine_bits: Some(12),
+            sequence_bits: Some(10),
+            field_order: Some("time_sequence_machine"),
+            ..args("snowflake")
+        };
+        let custom = layout_definition(D, &custom, now).unwrap();
+        assert_eq!(custom.preset_name(), "custom");
+        assert_eq!((custom.layout.total_bits(), custom.layout.order), (58, FieldOrder::TimeSequenceMachine));
+        for (given, code, message, detail) in [
+            (LayoutArguments { preset: None, ..args("x") }, "22004", "argument \"preset\" must not be NULL", ""),
+            (
+                args("twitter"),
+                "22023",
+                "argument \"preset\" is not a preset",
+                "the presets are snowflake, sonyflake, js_safe",
+            ),
+            (
+                LayoutArguments { field_order: Some("machine_first"), ..args("snowflake") },
+                "22023",
+                "\"field_order\" is not a field order",
+                "time_machine_sequence and time_sequence_machine",
+            ),
+            (
+                LayoutArguments { machine_bits: Some(17), ..args("snowflake") },
+                "22023",
+                "arguments \"time_bits, machine_bits and sequence_bits\" do not make a layout",
+                "got time 41 + machine 17 + sequence 12",
+            ),
+            (
+                LayoutArguments { sequence_bits: Some(-1), ..args("snowflake") },
+                "22023",
+                "\"sequence_bits\" must not be negative",
+                "Got -1.",
+            ),
+            (
+                LayoutArguments { time_unit_ms: Some(0), ..args("snowflake") },
+                "22023",
+                "\"time_unit_ms\" does not make a layout",
+                "positive number of milliseconds",
+            ),
+            (
+                LayoutArguments { time_unit_ms: Some(1000), ..args("snowflake") },
+                "22023",
+                "\"time_unit_ms and time_bits\" do not make a layout",
+                "end after 9999-12-31",
+            ),
+            (
+                LayoutArguments { epoch_unix_ms: Some(Err("infinity")), ..args("snowflake") },
+                "22023",
+                "\"epoch\" must be a finite time",
+                "Got infinity.",
+            ),
+            (
+                LayoutArguments { epoch_unix_ms: Some(Ok(now + 1)), ..args("snowflake") },
+                "22023",
+                "\"epoch\" is in the future",
+                "No ID can be stamped before",
+            ),
+            (
+                LayoutArguments { epoch_unix_ms: Some(Ok(0)), time_bits: Some(20), ..args("snowflake") },
+                "22023",
+                "the layout's time field has run out",
+                "end at 1970-01-01T00:17:28.575Z",
+            ),
+            (
+                LayoutArguments { pool_last: Some(1024), ..args("snowflake") },
+                "22023",
+                "\"pool_last\" is out of range",
+                "run from 0 to 1023",
+            ),
+            (
+                LayoutArguments { pool_first: Some(9), pool_last: Some(8), ..args("snowflake") },
+                "22023",
+                "\"pool_first\" is out of range",
+                "Got pool 9 to 8",
+            ),
+            (
+                LayoutArguments { pool_first: Some(-1), ..args("js_safe") },
+                "22023",
+                "\"pool_first\" is out of range",
+                "run from 0 to 255",
+            ),
+        ] {
+            let err = layout_definition(D, &given, now).unwrap_err();
+            assert_eq!(err.sqlstate.code(), code, "{err}");
+            assert!(err.message.starts_with(D) && err.message.contains(message), "{err}");
+            assert!(err.detail.as_deref().unwrap_or("").contains(detail), "{err}");
+        }
+    }
+
+    #[test]
+    fn machine_id_ranges_are_first_last_of_sixteen_bits() {
+        assert_eq!(machine_id_range(""), Ok(0..=65_535));
+        assert_eq!(machine_id_range(" 0-255 "), Ok(0..=255));
+        assert_eq!(machine_id_range("512 - 1023"), Ok(512..=1023));
+        assert_eq!(machine_id_range("7-7"), Ok(7..=7));
+        assert_eq!(machine_id_range("1024-65535"), Ok(1024..=65_535));
         for (bad, why) in [
             ("255", "expected first-last"),
             ("10-5", "10 is after 5"),
-            ("0-1024", "1024 is outside the ID layout's machine ids (0-1023)"),
+            ("0-65536", "65536 is above 65535, the largest machine id"),
             ("a-5", "\"a\" is not a machine id"),
             ("-1-5", "\"\" is not a machine id"),
         ] {
-            let err = machine_id_range(bad, &layout).unwrap_err();
+            let err = machine_id_range(bad).unwrap_err();
             assert_eq!(err.sqlstate, SqlState::InvalidParameterValue);
             assert!(err.detail.as_deref().unwrap().contains(why), "{bad}: {err}");
         }

@@ -14,6 +14,8 @@ use serde::{Deserialize, Serialize};
 /// What the registry granted or confirmed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Terms {
+    /// The layout of the service, fixed at its first claim: what the IDs of this lease are cut by.
+    pub layout: Layout,
     pub machine_id: u16,
     pub version: i64,
     /// The registry incarnation the claim was made in; a lease check in another fails.
@@ -98,7 +100,7 @@ impl BackendLease {
     /// What the registry should still show for the current lease.
     pub fn holding(&self) -> Option<Holding> {
         let (held, node) = (self.held.as_ref()?, self.node.as_ref()?);
-        Some(Holding { node: node.clone(), machine_id: held.terms.machine_id as i16, version: held.terms.version })
+        Some(Holding { node: node.clone(), machine_id: i32::from(held.terms.machine_id), version: held.terms.version })
     }
 
     /// IDs issued under the current lease.
@@ -114,13 +116,16 @@ impl BackendLease {
         (self.ids_issued() > 0).then(|| self.generator.as_ref().map(Generator::last_unix_ms)).flatten()
     }
 
-    /// The watermark the current lease may leave when its holder stops issuing: its last
-    /// stamp, or its `not_before` if it stamped nothing. Every ID of this lease, and every
-    /// earlier holder's (they are at or before `not_before`), is at or before it; it is at
-    /// most the window the registry holds, never past it.
+    /// The watermark the current lease may leave when its holder stops issuing: the end of the
+    /// tick of its last stamp, or its `not_before` if it stamped nothing. Every ID of this lease,
+    /// and every earlier holder's (they are at or before `not_before`), is at or before it. The
+    /// window the registry holds was never reached (no ID is stamped at or past it), so this
+    /// lies before it but for the rest of the last tick, which a later holder skips anyway (its
+    /// first ID is in the tick after its `not_before`'s).
     pub fn closing_watermark_unix_ms(&self) -> Option<i64> {
         let held = self.held.as_ref()?;
-        let last = self.last_issued_unix_ms().unwrap_or(i64::MIN);
+        let generator = self.generator.as_ref().filter(|_| self.ids_issued() > 0);
+        let last = generator.map_or(i64::MIN, Generator::last_tick_end_unix_ms);
         Some(last.max(held.terms.not_before_unix_ms))
     }
 
@@ -133,18 +138,16 @@ impl BackendLease {
         }
     }
 
-    /// The registry committed a claim by `node` that granted `terms`.
-    pub fn claimed(
-        &mut self,
-        node: NodeIdentity,
-        layout: Layout,
-        terms: Terms,
-        max_backward_ms: i64,
-        heartbeat_interval_ms: i64,
-    ) {
-        let generator = self
-            .generator
-            .get_or_insert_with(|| Generator::new(layout, terms.machine_id, terms.not_before_unix_ms, max_backward_ms));
+    /// The registry committed a claim by `node` that granted `terms`. The generator goes on
+    /// from lease to lease (its IDs keep growing) while the service's layout stays; a layout
+    /// of a registry created since (DROP and CREATE EXTENSION) starts a new one.
+    pub fn claimed(&mut self, node: NodeIdentity, terms: Terms, max_backward_ms: i64, heartbeat_interval_ms: i64) {
+        if self.generator.as_ref().is_some_and(|g| *g.layout() != terms.layout) {
+            self.generator = None;
+        }
+        let generator = self.generator.get_or_insert_with(|| {
+            Generator::new(terms.layout, terms.machine_id, terms.not_before_unix_ms, max_backward_ms)
+        });
         generator.start_lease(terms.machine_id, terms.not_before_unix_ms);
         generator.set_max_backward_ms(max_backward_ms);
         let held =
@@ -273,6 +276,7 @@ mod tests {
 
     fn terms(machine_id: u16, version: i64, at: i64) -> Terms {
         Terms {
+            layout: Layout::DEFAULT,
             machine_id,
             version,
             registry_epoch: 1,
@@ -289,7 +293,7 @@ mod tests {
 
     fn claimed() -> BackendLease {
         let mut lease = BackendLease::new("orders".into());
-        lease.claimed(backend(), Layout::DEFAULT, terms(4, 2, T0), 2_000, HB);
+        lease.claimed(backend(), terms(4, 2, T0), 2_000, HB);
         lease
     }
 
@@ -336,7 +340,7 @@ mod tests {
         let first = lease.next_id(&mut StillClock(T0 + 50)).unwrap();
         lease.lost();
         // Re-claimed with the same machine id and an earlier-looking claim time.
-        lease.claimed(backend(), Layout::DEFAULT, terms(4, 3, T0 + 10), 2_000, HB);
+        lease.claimed(backend(), terms(4, 3, T0 + 10), 2_000, HB);
         let second = lease.next_id(&mut StillClock(T0 + 50)).unwrap();
         assert!(second > first);
         assert_eq!(lease.ids_issued(), 1);
@@ -353,14 +357,14 @@ mod tests {
         // Never below not_before, which covers the earlier holders of the id.
         let mut later = BackendLease::new("orders".into());
         let t = Terms { not_before_unix_ms: T0 + 5_000, ..terms(4, 2, T0) };
-        later.claimed(backend(), Layout::DEFAULT, t, 2_000, HB);
+        later.claimed(backend(), t, 2_000, HB);
         assert_eq!(later.closing_watermark_unix_ms(), Some(T0 + 5_000));
     }
 
     #[test]
     fn leases_are_kept_per_service_and_closed_together() {
         let mut all = BackendLeases::new();
-        all.get_or_add("a").claimed(backend(), Layout::DEFAULT, terms(1, 1, T0), 2_000, HB);
+        all.get_or_add("a").claimed(backend(), terms(1, 1, T0), 2_000, HB);
         all.get_or_add("b");
         assert!(all.get("a").unwrap().held().is_some());
         assert!(all.get("b").unwrap().held().is_none());
@@ -396,7 +400,7 @@ mod tests {
         // The registry recorded a window of 10 ms: the backend must check (and write a new one) first.
         let mut lease = BackendLease::new("orders".into());
         let terms = Terms { issued_until_unix_ms: T0 + 10, ..terms(4, 2, T0) };
-        lease.claimed(backend(), Layout::DEFAULT, terms, 2_000, HB);
+        lease.claimed(backend(), terms, 2_000, HB);
         assert!(lease.next_id(&mut StillClock(T0 + 9)).is_ok());
         assert_eq!(lease.next_id(&mut StillClock(T0 + 10)), Err(Stop::LeaseCheckDue));
         // A write moved the watermark on; a read-only check that finds it behind its lease end stops there too.
@@ -410,7 +414,7 @@ mod tests {
         // An earlier holder may have stamped up to T0 + 1500: the backend waits that out.
         let mut lease = BackendLease::new("orders".into());
         let terms = Terms { not_before_unix_ms: T0 + 1_500, ..terms(4, 2, T0) };
-        lease.claimed(backend(), Layout::DEFAULT, terms, 2_000, HB);
+        lease.claimed(backend(), terms, 2_000, HB);
         let mut clock = StillClock(T0);
         let id = lease.next_id(&mut clock).unwrap();
         assert_eq!(Layout::DEFAULT.decompose(id).unwrap().ticks, T0 + 1_501 - EPOCH_2025_UNIX_MS);

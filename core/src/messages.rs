@@ -7,7 +7,7 @@ use crate::facts::{RowFacts, StillStamping, WatermarkAhead};
 use crate::fleet::CapacityLevel;
 use crate::format::{human_duration, iso_utc};
 use crate::input::{Holding, NodeIdentity};
-use crate::layout::Layout;
+use crate::layout::{Layout, Pool, ServiceLayout};
 use crate::policy::Outcome;
 use serde_json::json;
 use std::ops::RangeInclusive;
@@ -44,7 +44,7 @@ pub fn release_not_held(held: &Holding, now: Option<&RowFacts>) -> IdgenError {
 }
 
 /// Another transaction holds the caller's own row, or is claiming the same identity.
-pub fn identity_busy(function: &str, node: &NodeIdentity, machine_id: Option<i16>) -> IdgenError {
+pub fn identity_busy(function: &str, node: &NodeIdentity, machine_id: Option<i32>) -> IdgenError {
     let what = match machine_id {
         Some(id) => format!(
             "Machine id {id} of this node is being claimed, heartbeated, released or taken over by a transaction that has not finished."
@@ -60,6 +60,124 @@ pub fn identity_busy(function: &str, node: &NodeIdentity, machine_id: Option<i16
     )
     .detail(format!("{what} A claim never waits for another session."))
     .hint("Retry in a moment. If it keeps failing, look for an old transaction of this service's role in pg_stat_activity, for a prepared one in pg_prepared_xacts, or for two processes started with the same host and port.")
+}
+
+/// A claim of a service whose pool and this server's `idgen.machine_id_range` do not meet.
+pub fn pool_outside_range(function: &str, node: &NodeIdentity, pool: &Pool, range: &RangeInclusive<u16>) -> IdgenError {
+    IdgenError::new(
+        SqlState::ObjectNotInPrerequisiteState,
+        format!("{function}: this server hands out no machine id of service \"{}\"", node.service),
+    )
+    .detail(format!(
+        "The service's pool is {}-{}; this server's idgen.machine_id_range is {}-{}. They do not meet.",
+        pool.first,
+        pool.last,
+        range.start(),
+        range.end()
+    ))
+    .hint("A superuser must give this server a range that meets the pool (ALTER SYSTEM SET idgen.machine_id_range = ...; SELECT pg_reload_conf();), or the service must be claimed on a server that hands out its ids.")
+}
+
+/// A claim of a specific machine id that the service's pool, or this server's range, does not hold.
+pub fn machine_id_not_handed_out(
+    function: &str,
+    service: &str,
+    machine_id: u16,
+    pool: &Pool,
+    here: Option<&Pool>,
+) -> IdgenError {
+    let (reason, detail) = if !pool.contains(machine_id) {
+        (
+            "is outside the service's pool",
+            format!("Got {machine_id}; the pool of service \"{service}\" is {}-{}.", pool.first, pool.last),
+        )
+    } else {
+        let range = here.map_or_else(|| "none of the pool".to_owned(), |h| format!("{}-{}", h.first, h.last));
+        (
+            "is not handed out by this server",
+            format!("Got {machine_id}; this server hands out {range} of the pool of service \"{service}\" (idgen.machine_id_range)."),
+        )
+    };
+    IdgenError::new(SqlState::InvalidParameterValue, format!("{function}: argument \"machine_id\" {reason}"))
+        .detail(detail)
+        .hint("Claim an id of the pool on a server whose idgen.machine_id_range holds it, or claim without machine_id to take any free one.")
+}
+
+/// A claim of a specific machine id that someone else holds, or held too recently.
+pub fn machine_id_taken(
+    function: &str,
+    claimant: &NodeIdentity,
+    machine_id: i32,
+    holder: &RowFacts,
+    cooldown_secs: i64,
+) -> IdgenError {
+    let (what, hint) = match &holder.released_at {
+        Some(at) => (
+            format!("It was released at {at} by {} and cools down for {} after that; only its last holder may claim it before then.", holder.holder(), human_duration(cooldown_secs)),
+            "Retry after the cooldown.",
+        ),
+        None => (
+            format!(
+                "It is held by {} at version {}, last seen {} ({} ago), and may not be taken back yet.",
+                holder.holder(),
+                holder.version,
+                holder.last_seen,
+                human_duration(holder.idle_secs)
+            ),
+            "Stop that holder (it releases the id on shutdown), or wait until it has been idle past the take-back tiers; SELECT * FROM idgen_nodes shows its state.",
+        ),
+    };
+    IdgenError::new(
+        SqlState::ObjectInUse,
+        format!(
+            "{function}: machine id {machine_id} of service \"{}\" is in use; {} cannot take it",
+            claimant.service,
+            claimant.name()
+        ),
+    )
+    .detail(what)
+    .hint(hint)
+}
+
+/// `idgen_define_layout` for a service whose first claim fixed its layout, with another layout.
+pub fn layout_fixed(function: &str, service: &str, fixed_at: &str, now: &ServiceLayout) -> IdgenError {
+    IdgenError::new(
+        SqlState::ObjectNotInPrerequisiteState,
+        format!("{function}: the layout of service \"{service}\" is fixed"),
+    )
+    .detail(format!(
+        "Its first claim fixed it at {fixed_at}: {}, machine ids {}-{}. IDs already minted are cut by it, and so are those of every holder still minting: it never changes.",
+        layout_summary(&now.layout),
+        now.pool.first,
+        now.pool.last
+    ))
+    .hint("A new layout needs a new service name: define it for that name, then move the column defaults (idgen_next_id('new name')) and the service's nodes to it.")
+}
+
+/// A row of `idgen_layouts` that is no layout (written by hand).
+pub fn layout_row_invalid(service: &str, why: &str) -> IdgenError {
+    IdgenError::new(SqlState::DataCorrupted, format!("idgen: the recorded layout of service \"{service}\" is not valid"))
+        .detail(format!("idgen_private.idgen_layouts: {why}."))
+        .hint("Someone changed the row by hand. Restore it as it was (the IDs minted so far are cut by it); no ID of the service is issued until then.")
+}
+
+/// A layout in words: `snowflake: 41 bits of 1 ms since 2025-01-01T00:00:00.000Z | 10-bit machine id | 12-bit sequence`.
+pub fn layout_summary(layout: &Layout) -> String {
+    let (second, third) = match layout.order {
+        crate::layout::FieldOrder::TimeMachineSequence => {
+            (format!("{}-bit machine id", layout.machine_bits), format!("{}-bit sequence", layout.sequence_bits))
+        }
+        crate::layout::FieldOrder::TimeSequenceMachine => {
+            (format!("{}-bit sequence", layout.sequence_bits), format!("{}-bit machine id", layout.machine_bits))
+        }
+    };
+    let name = crate::layout::Preset::of(layout).map_or(crate::layout::Preset::CUSTOM, crate::layout::Preset::name);
+    format!(
+        "{name}: {} bits of {} ms since {} | {second} | {third}",
+        layout.time_bits,
+        layout.time_unit_ms,
+        iso_utc(layout.epoch_unix_ms)
+    )
 }
 
 /// The registry cannot be written: a read-only transaction, or a standby.
@@ -79,7 +197,8 @@ pub fn exhausted(
     function: &str,
     claimant: &NodeIdentity,
     held: i64,
-    range: &RangeInclusive<u16>,
+    here: &Pool,
+    pool: &Pool,
     shortest_idle_secs: i64,
     oldest: Option<&RowFacts>,
 ) -> (IdgenError, Alert) {
@@ -99,11 +218,11 @@ pub fn exhausted(
         format!("{function}: no machine id is free for service \"{service}\""),
     )
     .detail(format!(
-        "{held} of {} machine ids ({} to {}{}) are held; none was released past its cooldown or idle for more than {}.{oldest_text}",
-        range.len(),
-        range.start(),
-        range.end(),
-        if *range != Layout::DEFAULT.machine_id_range() { ", idgen.machine_id_range" } else { "" },
+        "{held} of {} machine ids ({} to {}: {}) are held; none was released past its cooldown or idle for more than {}.{oldest_text}",
+        here.size(),
+        here.first,
+        here.last,
+        if here != pool { "the service's pool within idgen.machine_id_range" } else { "the service's pool" },
         human_duration(shortest_idle_secs)
     ))
     .hint(format!(
@@ -134,7 +253,7 @@ pub fn exhausted(
 pub fn capacity_alert(
     function: &str,
     claimant: &NodeIdentity,
-    machine_id: i16,
+    machine_id: i32,
     new_version: i64,
     used: i64,
     capacity: i64,
@@ -175,21 +294,16 @@ pub fn no_synchronous_standby(function: &str) -> IdgenError {
     .hint("Retry once a synchronous standby streams again (pg_stat_replication.sync_state 'sync' or 'quorum'), or turn idgen.require_synchronous_standby off.")
 }
 
-/// A node's own machine id is outside `idgen.machine_id_range`: it moves inside the range.
-pub fn moved_into_range(
-    function: &str,
-    node: &NodeIdentity,
-    from: i16,
-    range: &RangeInclusive<u16>,
-    to: i16,
-) -> IdgenError {
+/// A node's own machine id is outside the ids this server hands out for its service (its pool
+/// within `idgen.machine_id_range`; `here`): it moves inside.
+pub fn moved_into_range(function: &str, node: &NodeIdentity, from: i32, here: &Pool, to: i32) -> IdgenError {
     IdgenError::new(
         SqlState::Warning,
         format!(
-            "{function}: machine id {from} of service \"{}\" is outside idgen.machine_id_range ({}-{}); {} moves to machine id {to}",
+            "{function}: machine id {from} of service \"{}\" is outside the machine ids this server hands out for it ({}-{}: its pool within idgen.machine_id_range); {} moves to machine id {to}",
             node.service,
-            range.start(),
-            range.end(),
+            here.first,
+            here.last,
             node.name()
         ),
     )
@@ -202,7 +316,7 @@ pub fn takeover_alert(
     function: &str,
     outcome: Outcome,
     claimant: &NodeIdentity,
-    machine_id: i16,
+    machine_id: i32,
     new_version: i64,
     previous: &RowFacts,
 ) -> Alert {
@@ -313,7 +427,7 @@ fn watermark_ahead_facts(ahead: &WatermarkAhead) -> String {
 }
 
 /// The caller's own machine id was set aside for its watermark, and another was claimed: a WARNING.
-pub fn moved_past_watermark(function: &str, node: &NodeIdentity, ahead: &WatermarkAhead, to: i16) -> IdgenError {
+pub fn moved_past_watermark(function: &str, node: &NodeIdentity, ahead: &WatermarkAhead, to: i32) -> IdgenError {
     IdgenError::new(
         SqlState::Warning,
         format!(
@@ -408,6 +522,18 @@ pub fn time_outside_layout(function: &str, argument: &str, unix_ms: Result<i64, 
 pub fn negative_id(function: &str, id: i64) -> IdgenError {
     IdgenError::new(SqlState::NumericValueOutOfRange, format!("{function}: argument \"id\" is negative"))
         .detail(format!("Got {id}; idgen IDs are never negative (their sign bit is always 0)."))
+}
+
+/// An ID that a layout cannot have made: negative, or with bits set above its fields.
+pub fn id_outside_layout(function: &str, id: i64, why: &crate::layout::LayoutError, layout: &Layout) -> IdgenError {
+    match why {
+        crate::layout::LayoutError::AboveLayout { max, .. } => IdgenError::new(
+            SqlState::NumericValueOutOfRange,
+            format!("{function}: argument \"id\" is above the largest ID of the layout"),
+        )
+        .detail(format!("Got {id}; {} IDs are at most {max}.", layout_summary(layout))),
+        _ => negative_id(function, id),
+    }
 }
 
 /// PREPARE TRANSACTION after idgen's SQL functions wrote the registry in the transaction.
@@ -559,7 +685,7 @@ pub fn registry_change_needs_read_committed(command: &str) -> IdgenError {
 }
 
 /// An UPDATE would move a registry row to another service or machine id.
-pub fn registry_key_changed(service: &str, machine_id: i16, new_service: &str, new_machine_id: i16) -> IdgenError {
+pub fn registry_key_changed(service: &str, machine_id: i32, new_service: &str, new_machine_id: i32) -> IdgenError {
     IdgenError::new(
         SqlState::ObjectNotInPrerequisiteState,
         format!("system_nodes: the row of machine id {machine_id} of service \"{service}\" cannot become machine id {new_machine_id} of service \"{new_service}\""),
@@ -621,13 +747,13 @@ fn with_backend_slot(value: &mut serde_json::Value, backend_slot: Option<i32>) {
 }
 
 /// `idgen_explain` found neither a registry row nor events of `machine_id` the caller may read.
-pub fn explain_nothing_known(function: &str, machine_id: i16, service: Option<&str>) -> IdgenError {
+pub fn explain_nothing_known(function: &str, id: i64, service: Option<&str>) -> IdgenError {
     let within = match service {
         Some(s) => format!("service \"{s}\""),
         None => "any service you may read".to_owned(),
     };
-    IdgenError::new(SqlState::UndefinedObject, format!("{function}: machine id {machine_id} is not known in {within}"))
-        .detail("Neither the registry nor the history has it, or you may not read the service (idgen_visibility).")
+    IdgenError::new(SqlState::UndefinedObject, format!("{function}: the machine id of ID {id} is not known in {within}"))
+        .detail("Decoded by each service's layout, its machine id has neither a registry row nor an event there, or you may not read the service (idgen_visibility).")
         .hint("Check the ID and the service name; a role sees the services granted to it with idgen_grant_service, pg_monitor sees all.")
 }
 
@@ -635,7 +761,7 @@ pub fn explain_nothing_known(function: &str, machine_id: i16, service: Option<&s
 pub fn explain_overlapping_tenures(
     function: &str,
     service: &str,
-    machine_id: i16,
+    machine_id: i32,
     stamp_ms: i64,
     holders: usize,
 ) -> IdgenError {
@@ -746,14 +872,15 @@ mod tests {
             "idgen_claim",
             &node("10.0.0.1", 1),
             1024,
-            &(0..=1023),
+            &Pool { first: 0, last: 1023 },
+            &Pool { first: 0, last: 1023 },
             3600,
             Some(&row("10.0.0.7", 8080, 2, None)),
         );
         assert_eq!(err.sqlstate.code(), "53000");
         assert_eq!(err.message, "idgen_claim: no machine id is free for service \"orders\"");
         let detail = err.detail.unwrap();
-        assert!(detail.starts_with("1024 of 1024 machine ids (0 to 1023) are held"), "{detail}");
+        assert!(detail.starts_with("1024 of 1024 machine ids (0 to 1023: the service's pool) are held"), "{detail}");
         assert!(detail.contains("machine id 5 at 10.0.0.7:8080, idle 1h 3m"), "{detail}");
         assert!(err.hint.unwrap().starts_with("Someone must look"));
         assert_eq!(alert.payload["event"], "exhausted");
@@ -765,12 +892,20 @@ mod tests {
     #[test]
     fn exhaustion_hint_quotes_the_service_literal_safely() {
         let claimant = NodeIdentity { service: "o'brien".into(), host: "::1".into(), port: 1, backend_slot: None };
-        let (err, _) = exhausted("idgen_claim", &claimant, 1, &(0..=0), 60, None);
+        let (err, _) = exhausted(
+            "idgen_claim",
+            &claimant,
+            1,
+            &Pool { first: 0, last: 0 },
+            &Pool { first: 0, last: 255 },
+            60,
+            None,
+        );
         assert!(err
             .detail
             .as_deref()
             .unwrap()
-            .starts_with("1 of 1 machine ids (0 to 0, idgen.machine_id_range) are held"));
+            .starts_with("1 of 1 machine ids (0 to 0: the service's pool within idgen.machine_id_range) are held"));
         assert!(err.hint.unwrap().contains("service = 'o''brien'"));
     }
 

@@ -91,7 +91,7 @@ pub fn usable(bound_unix_ms: Option<i64>, now_unix_ms: i64, tolerance_ms: i64) -
 /// node may have stamped up to it, and only that node's machine id waits for it.
 pub fn reported_far_ahead(
     function: &str,
-    machine_id: i16,
+    machine_id: i32,
     reported_unix_ms: i64,
     now_unix_ms: i64,
 ) -> Option<IdgenError> {
@@ -124,7 +124,7 @@ pub const MAX_REPORTED_BEHIND_MS: i64 = 1_000;
 /// holder used. A WARNING; the registry keeps its own, greater, watermark.
 pub fn reported_behind(
     function: &str,
-    machine_id: i16,
+    machine_id: i32,
     reported_unix_ms: i64,
     registry_unix_ms: i64,
     now_unix_ms: i64,

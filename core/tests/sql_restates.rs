@@ -14,7 +14,7 @@ use idgen_core::format::iso_utc;
 use idgen_core::guard::{self, IDENTITY_BUCKETS, MACHINE_ID_BUCKETS};
 use idgen_core::history::{Event, EventKind, HISTORY_RETENTION_DEFAULT_SECS, REFUSAL_INTERVAL_SECS};
 use idgen_core::input;
-use idgen_core::layout::Layout;
+use idgen_core::layout::{FieldOrder, Layout, Preset, MAX_LAYOUT_BITS, MAX_MACHINE_BITS};
 use idgen_core::policy::{ClaimPolicy, NodeState, Outcome, DAY, MINUTE};
 use std::collections::BTreeSet;
 
@@ -218,19 +218,47 @@ fn the_version_check_admits_exactly_the_versions_the_input_check_accepts() {
 }
 
 #[test]
-fn the_machine_id_check_admits_the_layouts_machine_ids() {
-    let least = at_least(check_clause(&REGISTRY, "system_nodes_machine_id_not_negative"), "machine_id");
-    let layout = Layout::DEFAULT;
+fn the_machine_id_check_admits_exactly_the_machine_ids_the_input_check_accepts() {
+    let (first, last) = between(check_clause(&REGISTRY, "system_nodes_machine_id_in_range"), "machine_id");
+    let widest = Layout::new(0, 1, 1, MAX_MACHINE_BITS, 1, FieldOrder::TimeMachineSequence).unwrap();
     assert_eq!(
-        least,
-        i64::from(*layout.machine_id_range().start()),
-        "sql/registry.sql, CHECK system_nodes_machine_id_not_negative (machine_id >= {least}), and \
-         core/src/layout.rs, Layout::machine_id_range, differ"
+        (first, last),
+        (0, i64::from(widest.max_machine_id())),
+        "sql/registry.sql, CHECK system_nodes_machine_id_in_range (machine_id BETWEEN {first} AND {last}), and \
+         core/src/layout.rs, MAX_MACHINE_BITS ({MAX_MACHINE_BITS}), differ"
     );
-    let accepts = |id: i64| input::machine_id_in_layout("idgen_heartbeat", &layout, Some(id as i16)).is_ok();
+    let accepts = |id: i64| input::machine_id_argument("idgen_heartbeat", "machine_id", Some(id as i32)).is_ok();
     assert!(
-        accepts(least) && !accepts(least - 1),
-        "sql/registry.sql, CHECK system_nodes_machine_id_not_negative, and core/src/input.rs, machine_id_in_layout, differ"
+        accepts(first) && !accepts(first - 1) && accepts(last) && !accepts(last + 1),
+        "sql/registry.sql, CHECK system_nodes_machine_id_in_range, and core/src/input.rs, machine_id_argument, differ"
+    );
+}
+
+#[test]
+fn the_layout_checks_are_the_cores_bounds() {
+    let widths = check_clause(&REGISTRY, "idgen_layouts_widths");
+    let stated = format!(
+        "time_bits >= 1 AND machine_bits BETWEEN 1 AND {MAX_MACHINE_BITS} AND sequence_bits >= 1\n{}AND time_bits + machine_bits + sequence_bits <= {MAX_LAYOUT_BITS}",
+        " ".repeat(43)
+    );
+    assert_eq!(
+        widths.trim(),
+        stated,
+        "sql/registry.sql, CHECK idgen_layouts_widths, and core/src/layout.rs, Layout::new (MAX_MACHINE_BITS, MAX_LAYOUT_BITS), differ"
+    );
+    let presets: Vec<&str> = Preset::ALL.iter().map(|p| p.name()).chain([Preset::CUSTOM]).collect();
+    assert_same_labels(
+        "sql/registry.sql, CHECK idgen_layouts_preset_known",
+        &array_literals(check_clause(&REGISTRY, "idgen_layouts_preset_known")),
+        "core/src/layout.rs, Preset::ALL and Preset::CUSTOM",
+        &presets,
+    );
+    let orders: Vec<&str> = FieldOrder::ALL.iter().map(|o| o.label()).collect();
+    assert_same_labels(
+        "sql/registry.sql, CHECK idgen_layouts_field_order_known",
+        &array_literals(check_clause(&REGISTRY, "idgen_layouts_field_order_known")),
+        "core/src/layout.rs, FieldOrder::ALL",
+        &orders,
     );
 }
 
@@ -308,7 +336,7 @@ fn every_lease_the_views_use_is_idgen_policys() {
 fn idgen_heartbeat_states_the_default_heartbeat_interval() {
     let comment = comment_on(
         &REGISTRY_API,
-        "FUNCTION idgen_heartbeat(text, smallint, inet, integer, bigint, timestamptz, bigint, bigint, bigint)",
+        "FUNCTION idgen_heartbeat(text, integer, inet, integer, bigint, timestamptz, bigint, bigint, bigint)",
     );
     let minutes = number_before(&comment, " minutes by default").unwrap_or_else(|| {
         panic!("sql/registry_api.sql, COMMENT ON FUNCTION idgen_heartbeat, no longer says \"N minutes by default\": {comment:?}")

@@ -1,15 +1,16 @@
-//! `idgen_explain(id [, service])`: who made an ID. It runs as the caller and
-//! reads the views `idgen_events` and `idgen_nodes` (through their bound
-//! aliases in `idgen_private`, with the search_path pinned, so that nothing in
-//! a schema a lower role controls takes part), so it shows only the services
-//! the caller may read; the reading of tenures is the core's
-//! (`idgen_core::history`).
+//! `idgen_explain(id [, service])`: who made an ID, decoded by each service's layout. It runs as
+//! the caller and reads the views `idgen_events`, `idgen_nodes` and `idgen_layouts` (through their
+//! bound aliases in `idgen_private`, with the search_path pinned, so that nothing in a schema a
+//! lower role controls takes part), so it shows only the services the caller may read; the
+//! reading of tenures is the core's (`idgen_core::history`).
 
 use crate::clock::timestamptz;
 use crate::errors::{or_raise, raise, report};
 use crate::spi;
 use crate::statements as sql;
+use idgen_core::generator::Clock;
 use idgen_core::history::{self, EventKind, Finding, Holder, Recorded};
+use idgen_core::layout::FieldOrder;
 use idgen_core::policy::Outcome;
 use idgen_core::{input, messages, Layout};
 use pgrx::datum::TimestampWithTimeZone;
@@ -19,7 +20,7 @@ use pgrx::PgLogLevel;
 
 type ExplainRow = (
     String,
-    i16,
+    i32,
     Option<TimestampWithTimeZone>,
     i32,
     String,
@@ -32,7 +33,8 @@ type ExplainRow = (
     String,
 );
 
-/// Decodes `id` and names the holder of its machine id at its timestamp, per service.
+/// Decodes `id` by each service's layout and names the holder of its machine id at its timestamp,
+/// per service that knows that machine id.
 #[pg_extern(stable, parallel_restricted)]
 #[allow(clippy::type_complexity)]
 fn idgen_explain(
@@ -42,7 +44,7 @@ fn idgen_explain(
     'static,
     (
         name!(service, String),
-        name!(machine_id, i16),
+        name!(machine_id, i32),
         name!(stamped_at, Option<TimestampWithTimeZone>),
         name!(sequence, i32),
         name!(finding, String),
@@ -57,24 +59,29 @@ fn idgen_explain(
 > {
     const F: &str = "idgen_explain";
     let id = or_raise(input::required(F, "id", id));
-    let layout = Layout::DEFAULT;
-    let parts = layout.decompose(id).unwrap_or_else(|_| raise(messages::negative_id(F, id)));
-    let stamp_ms = layout.unix_ms_of(parts.ticks);
-    let machine_id = parts.machine_id as i16;
-    let sequence = parts.sequence as i32;
+    if id < 0 {
+        raise(messages::negative_id(F, id));
+    }
+    let now_ms = crate::clock::SystemClock.now_unix_ms();
     let rows = crate::privilege::with_pinned_search_path(|| {
         Spi::connect_mut(|client| {
-            let services = services_of(client, machine_id, service);
-            if services.is_empty() {
-                raise(messages::explain_nothing_known(F, machine_id, service));
-            }
             let mut rows: Vec<ExplainRow> = Vec::new();
-            for (service, purged) in services {
+            for (service, purged, layout) in services_of(client, id, service) {
+                // An ID of another layout, or of a time no holder could have stamped yet: not this service's.
+                let Ok(parts) = layout.decompose(id) else { continue };
+                let stamp_ms = layout.unix_ms_of(parts.ticks);
+                if !history::could_be_stamped_by_now(stamp_ms, now_ms) {
+                    continue;
+                }
+                let machine_id = i32::from(parts.machine_id);
                 let events = events_of(client, &service, machine_id);
                 let finding = if events.is_empty() { None } else { Some(history::explain(&events, stamp_ms, !purged)) };
                 let explained = match &finding {
                     Some(finding) => history::explained(finding, &service, machine_id, stamp_ms),
-                    None => registry_only(client, &service, machine_id),
+                    None => match registry_only(client, &service, machine_id) {
+                        Some(explained) => explained,
+                        None => continue,
+                    },
                 };
                 if let Some(Finding::Overlap(holders)) = &finding {
                     report(
@@ -88,7 +95,7 @@ fn idgen_explain(
                         service.clone(),
                         machine_id,
                         timestamptz(stamp_ms),
-                        sequence,
+                        parts.sequence as i32,
                         e.finding.to_owned(),
                         t.map(|t| t.holder.name()),
                         t.and_then(|t| t.holder.role.clone()),
@@ -100,20 +107,43 @@ fn idgen_explain(
                     ));
                 }
             }
+            if rows.is_empty() {
+                raise(messages::explain_nothing_known(F, id, service));
+            }
             rows
         })
     });
     TableIterator::new(rows)
 }
 
-/// The services to explain the ID in, with whether their history was purged.
-fn services_of(client: &mut SpiClient, machine_id: i16, service: Option<&str>) -> Vec<(String, bool)> {
-    let args = [machine_id.into(), service.map(str::to_owned).into()];
-    let table = spi::ok(spi::read(client, &sql::SERVICES_OF_MACHINE_ID, None, &args));
-    table.map(|row| (get(&row, 1).unwrap_or_default(), get(&row, 2).unwrap_or(false))).collect()
+/// The services the ID may be of, with whether their history was purged and their layout: every
+/// service the caller may read with rows or events (or the one named). Against objects before
+/// 0.7.0 every service has the default layout, and only those that know its machine id are read.
+fn services_of(client: &mut SpiClient, id: i64, service: Option<&str>) -> Vec<(String, bool, Layout)> {
+    let named = service.map(str::to_owned);
+    if !crate::privilege::installed_has_layouts() {
+        let machine_id = Layout::DEFAULT.decompose(id).map_or(-1, |parts| i32::from(parts.machine_id));
+        let args = [machine_id.into(), named.into()];
+        let table = spi::ok(spi::read(client, &sql::SERVICES_OF_MACHINE_ID, None, &args));
+        return table
+            .map(|row| (get(&row, 1).unwrap_or_default(), get(&row, 2).unwrap_or(false), Layout::DEFAULT))
+            .collect();
+    }
+    let table = spi::ok(spi::read(client, &sql::SERVICES_TO_EXPLAIN, None, &[named.into()]));
+    table
+        .map(|row| {
+            let layout = (|| {
+                let width = |ordinal| get::<i32>(&row, ordinal).and_then(|w| u32::try_from(w).ok());
+                let order = FieldOrder::from_label(&get::<String>(&row, 8)?)?;
+                let unit = i64::from(get::<i32>(&row, 4)?);
+                Layout::new(get(&row, 3)?, unit, width(5)?, width(6)?, width(7)?, order).ok()
+            })();
+            (get(&row, 1).unwrap_or_default(), get(&row, 2).unwrap_or(false), layout.unwrap_or(Layout::DEFAULT))
+        })
+        .collect()
 }
 
-fn events_of(client: &mut SpiClient, service: &str, machine_id: i16) -> Vec<Recorded> {
+fn events_of(client: &mut SpiClient, service: &str, machine_id: i32) -> Vec<Recorded> {
     let args = [service.to_owned().into(), machine_id.into()];
     let table = spi::ok(spi::read(client, &sql::EVENTS_OF_MACHINE_ID, None, &args));
     table
@@ -148,18 +178,16 @@ fn events_of(client: &mut SpiClient, service: &str, machine_id: i16) -> Vec<Reco
         .collect()
 }
 
-/// No event: what the registry says now.
-fn registry_only(client: &mut SpiClient, service: &str, machine_id: i16) -> Vec<history::Explained> {
+/// No event: what the registry says now, if it has a row for the machine id.
+fn registry_only(client: &mut SpiClient, service: &str, machine_id: i32) -> Option<Vec<history::Explained>> {
     let args = [service.to_owned().into(), machine_id.into()];
     let table = spi::ok(spi::read(client, &sql::NODE_OF_MACHINE_ID, Some(1), &args));
-    let now = table.into_iter().next().and_then(|row| {
-        let name = idgen_core::input::node_name(&get::<String>(&row, 1)?, get(&row, 2)?, get(&row, 3));
-        Some(messages::explain_registry_holder_now(&name, get::<i64>(&row, 4)?))
-    });
-    let finding = Finding::NoHistory;
-    let mut rows = history::explained(&finding, service, machine_id, 0);
-    rows[0].detail.push_str(&now.unwrap_or_default());
-    rows
+    let row = table.into_iter().next()?;
+    let name = idgen_core::input::node_name(&get::<String>(&row, 1)?, get(&row, 2)?, get(&row, 3));
+    let now = messages::explain_registry_holder_now(&name, get::<i64>(&row, 4)?);
+    let mut rows = history::explained(&Finding::NoHistory, service, machine_id, 0);
+    rows[0].detail.push_str(&now);
+    Some(rows)
 }
 
 fn get<T: pgrx::FromDatum + pgrx::IntoDatum>(row: &SpiHeapTupleData, ordinal: usize) -> Option<T> {

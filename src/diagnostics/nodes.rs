@@ -6,6 +6,7 @@ use crate::errors::or_raise;
 use crate::server;
 use crate::settings;
 use idgen_core::input::{self, node_name};
+use idgen_core::layout::ServiceLayout;
 use idgen_core::policy::RowAges;
 use pgrx::datum::{Inet, Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
@@ -34,6 +35,21 @@ fn settings_problem() -> Option<String> {
     settings::configured_value_refused()
         .or_else(|| settings::policy_as_set().validate().err())
         .map(|e| format!("{} {}", e.message, e.detail.unwrap_or_default()))
+}
+
+/// `idgen.machine_id_range` as the views read it (count, first, last). The views of 0.7.0 on meet it
+/// with each service's pool; those before take it as every service's capacity, and all their services
+/// have the default layout: for them it is the part of the default pool inside the range.
+fn range_for_views() -> (i32, i32, i32) {
+    let range = settings::machine_id_range();
+    let (first, last) = (i32::from(*range.start()), i32::from(*range.end()));
+    if crate::privilege::installed_has_layouts() {
+        return (last - first + 1, first, last);
+    }
+    match ServiceLayout::DEFAULT.pool.within(&range) {
+        Some(pool) => (pool.size() as i32, i32::from(pool.first), i32::from(pool.last)),
+        None => (0, first, last),
+    }
 }
 
 /// The effective idgen policy, one row: what the claim, the views and `idgen_health()` run by.
@@ -66,7 +82,7 @@ fn policy() -> TableIterator<
 > {
     crate::privilege::ensure_sql_version();
     let p = settings::policy_as_set();
-    let range = settings::machine_id_range();
+    let (machine_ids, machine_id_first, machine_id_last) = range_for_views();
     TableIterator::once((
         interval(p.lease_secs().max(0)),
         interval(p.heartbeat_interval_secs),
@@ -78,9 +94,9 @@ fn policy() -> TableIterator<
         settings::capacity_warning(),
         settings::capacity_critical(),
         interval(settings::history_retention_secs()),
-        range.len() as i32,
-        i32::from(*range.start()),
-        i32::from(*range.end()),
+        machine_ids,
+        machine_id_first,
+        machine_id_last,
         settings::require_synchronous_standby(),
         settings_problem(),
         interval_ms(settings::clock_skew_alert_ms()),
@@ -117,7 +133,7 @@ fn idgen_policy() -> TableIterator<
 > {
     crate::privilege::ensure_sql_version();
     let p = settings::policy_as_set();
-    let range = settings::machine_id_range();
+    let (machine_ids, machine_id_first, machine_id_last) = range_for_views();
     TableIterator::once((
         interval(p.lease_secs().max(0)),
         interval(p.heartbeat_interval_secs),
@@ -128,9 +144,9 @@ fn idgen_policy() -> TableIterator<
         interval(p.takeover_idle_7d_secs),
         settings::capacity_warning(),
         interval(settings::history_retention_secs()),
-        range.len() as i32,
-        i32::from(*range.start()),
-        i32::from(*range.end()),
+        machine_ids,
+        machine_id_first,
+        machine_id_last,
         settings::require_synchronous_standby(),
         settings_problem(),
     ))

@@ -13,6 +13,7 @@
 use super::access;
 use super::autonomous;
 use super::claim::{claim, Refused};
+use super::layouts;
 use super::prepare_guard;
 use super::store;
 use crate::clock::{timestamptz, unix_ms, SystemClock};
@@ -58,7 +59,29 @@ fn idgen_claim(
 ) -> TableIterator<
     'static,
     (
-        name!(machine_id, i16),
+        name!(machine_id, i32),
+        name!(version, i64),
+        name!(outcome, String),
+        name!(lease_until, TimestampWithTimeZone),
+        name!(not_before, TimestampWithTimeZone),
+    ),
+> {
+    claim_for_node("idgen_claim", service, host, port, None)
+}
+
+/// Claims the machine id `machine_id` for a service node that already uses it (a fleet adopting
+/// the ids it computes or pins): granted only if it is free, the node's own, or takeable as any
+/// claim takes one back; refused with its holder named otherwise (55006).
+#[pg_extern(volatile, parallel_unsafe, name = "idgen_claim")]
+fn idgen_claim_machine_id(
+    service: Option<&str>,
+    host: Option<Inet>,
+    port: Option<i32>,
+    machine_id: Option<i32>,
+) -> TableIterator<
+    'static,
+    (
+        name!(machine_id, i32),
         name!(version, i64),
         name!(outcome, String),
         name!(lease_until, TimestampWithTimeZone),
@@ -66,17 +89,30 @@ fn idgen_claim(
     ),
 > {
     const F: &str = "idgen_claim";
-    ensure_registry_writable(F);
-    let node = or_raise(input::node_identity(F, service, host.as_deref(), port));
+    let wanted = or_raise(input::machine_id_argument(F, "machine_id", machine_id));
+    claim_for_node(F, service, host, port, Some(wanted))
+}
+
+#[allow(clippy::type_complexity)]
+fn claim_for_node(
+    function: &'static str,
+    service: Option<&str>,
+    host: Option<Inet>,
+    port: Option<i32>,
+    wanted: Option<u16>,
+) -> TableIterator<'static, (i32, i64, String, TimestampWithTimeZone, TimestampWithTimeZone)> {
+    let f = function;
+    ensure_registry_writable(f);
+    let node = or_raise(input::node_identity(f, service, host.as_deref(), port));
     let settings = or_raise(settings::claim_settings());
     let role = access::acting_role();
     let who = Who::now(role);
     let granted = as_extension_owner(|| {
         Spi::connect_mut(|client| {
-            authorize_service_caller(client, F, role, &node.service);
-            ensure_guards(client, F, &node.service);
-            prepare_guard::wrote_in_transaction(F);
-            claim(client, F, &node, &settings, &who).map_err(|refused| {
+            authorize_service_caller(client, f, role, &node.service);
+            let recorded = ready_service(client, f, &node.service);
+            prepare_guard::wrote_in_transaction(f);
+            claim(client, f, &node, &settings, &who, &recorded, wanted).map_err(|refused| {
                 let Refused { error, event, notices } = refused;
                 alerts::deliver(&notices, false);
                 if let Some(event) = event {
@@ -93,34 +129,37 @@ fn idgen_claim(
     TableIterator::once((c.machine_id, c.version, c.outcome.label().to_owned(), c.lease_until, not_before))
 }
 
-/// Makes sure `service` has its claim guards, created in a transaction of their own so that
-/// no claim ever waits for another session's uncommitted guard (see `idgen_core::guard`).
+/// The layout of `service`, readied for claims first if it is not yet (its guard rows created and
+/// its layout fixed, in a transaction of their own, so that no claim ever waits for another
+/// session's uncommitted guard and no layout changes under a claim; see `idgen_core::guard`).
 /// A transaction whose snapshot predates them cannot see them: it must retry (`40001`).
-fn ensure_guards(client: &mut SpiClient, function: &str, service: &str) {
-    if store::guards_exist(client, service) {
-        return;
+fn ready_service(client: &mut SpiClient, function: &str, service: &str) -> layouts::Recorded {
+    if let Some(recorded) = layouts::ready(client, service) {
+        return recorded;
     }
-    super::autonomous::create_guards(function, service);
+    super::autonomous::prepare_service(function, service);
     // SAFETY: reads backend-local transaction state.
     if unsafe { pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 } {
         raise(messages::first_claim_must_retry(function, service));
     }
+    layouts::ready(client, service).unwrap_or_else(|| raise(messages::first_claim_must_retry(function, service)))
 }
 
-/// Checks a watermark a node reports: infinite ones, and ones after the last time an ID can carry
-/// (the node's clock is wrong and it stamped nothing that late), are refused before anything is
-/// written; one far ahead of the server clock is kept, with a WARNING.
+/// Checks a watermark a node reports: infinite ones, and ones after the last time an ID of the
+/// service's layout can carry (the node's clock is wrong and it stamped nothing that late), are
+/// refused before anything is written; one far ahead of the server clock is kept, with a WARNING.
 fn reported_watermark(
     function: &str,
-    machine_id: i16,
+    layout: &Layout,
+    machine_id: i32,
     issued_until: Option<TimestampWithTimeZone>,
 ) -> Option<TimestampWithTimeZone> {
     let reported = issued_until?;
     if reported.is_infinity() || reported.is_neg_infinity() {
         raise(messages::infinite_watermark(function));
     }
-    if unix_ms(reported) > Layout::DEFAULT.last_unix_ms() {
-        raise(messages::watermark_beyond_layout(function, unix_ms(reported), &Layout::DEFAULT));
+    if unix_ms(reported) > layout.last_unix_ms() {
+        raise(messages::watermark_beyond_layout(function, unix_ms(reported), layout));
     }
     if let Some(warning) =
         watermark::reported_far_ahead(function, machine_id, unix_ms(reported), SystemClock.now_unix_ms())
@@ -168,7 +207,7 @@ fn report_behind(
 #[allow(clippy::too_many_arguments)]
 fn node_heartbeat_reporting(
     service: Option<&str>,
-    machine_id: Option<i16>,
+    machine_id: Option<i32>,
     host: Option<Inet>,
     port: Option<i32>,
     version: Option<i64>,
@@ -188,7 +227,7 @@ fn node_heartbeat_reporting(
 #[pg_extern(volatile, parallel_unsafe, sql = false)]
 fn node_heartbeat(
     service: Option<&str>,
-    machine_id: Option<i16>,
+    machine_id: Option<i32>,
     host: Option<Inet>,
     port: Option<i32>,
     version: Option<i64>,
@@ -201,7 +240,7 @@ fn node_heartbeat(
 /// `issued_until`) where its objects have the columns (0.6.0 on).
 fn heartbeat(
     service: Option<&str>,
-    machine_id: Option<i16>,
+    machine_id: Option<i32>,
     host: Option<Inet>,
     port: Option<i32>,
     version: Option<i64>,
@@ -210,14 +249,15 @@ fn heartbeat(
 ) -> TimestampWithTimeZone {
     const F: &str = "idgen_heartbeat";
     ensure_registry_writable(F);
-    let held = or_raise(input::holding(F, &Layout::DEFAULT, service, machine_id, host.as_deref(), port, version));
+    let held = or_raise(input::holding(F, service, machine_id, host.as_deref(), port, version));
     let policy = or_raise(claim_policy());
     let role = access::acting_role();
     let who = Who::now(role);
     let renewed = as_extension_owner(|| {
         Spi::connect_mut(|client| {
             authorize_service_caller(client, F, role, &held.node.service);
-            let reported = reported_watermark(F, held.machine_id, issued_until);
+            let layout = layouts::recorded_layout(client, &held.node.service);
+            let reported = reported_watermark(F, &layout, held.machine_id, issued_until);
             prepare_guard::wrote_in_transaction(F);
             durability::make_commit_durable();
             let lease_secs = policy.lease_secs();
@@ -243,7 +283,7 @@ fn heartbeat(
 #[pg_extern(volatile, parallel_unsafe, name = "idgen_release")]
 fn node_release(
     service: Option<&str>,
-    machine_id: Option<i16>,
+    machine_id: Option<i32>,
     host: Option<Inet>,
     port: Option<i32>,
     version: Option<i64>,
@@ -251,14 +291,15 @@ fn node_release(
 ) -> bool {
     const F: &str = "idgen_release";
     ensure_registry_writable(F);
-    let held = or_raise(input::holding(F, &Layout::DEFAULT, service, machine_id, host.as_deref(), port, version));
+    let held = or_raise(input::holding(F, service, machine_id, host.as_deref(), port, version));
     let policy = or_raise(claim_policy());
     let role = access::acting_role();
     let who = Who::now(role);
     as_extension_owner(|| {
         Spi::connect_mut(|client| {
             authorize_service_caller(client, F, role, &held.node.service);
-            let reported = reported_watermark(F, held.machine_id, issued_until);
+            let layout = layouts::recorded_layout(client, &held.node.service);
+            let reported = reported_watermark(F, &layout, held.machine_id, issued_until);
             // Even a release of an id not held writes (it locks the table to look, and may record
             // the refusal): no prepared transaction may keep that.
             prepare_guard::wrote_in_transaction(F);

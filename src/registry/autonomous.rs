@@ -8,7 +8,8 @@
 //!   `ROLLBACK TO SAVEPOINT`, an array returned by a caught exception block);
 //! - a refusal is recorded although its error rolls the caller back
 //!   (rate-limited: see `crate::history`);
-//! - a service's claim guards are created, committed, before any claim locks them.
+//! - a service is readied for its first claim (its claim guards created and its layout fixed),
+//!   committed, before any claim locks a guard or reads the layout.
 //!
 //! The request and the answer travel as JSON in a dynamic shared memory segment.
 //! The worker connects to the caller's database as the bootstrap superuser,
@@ -17,6 +18,7 @@
 //! a worker left running by an interrupted wait is waited for before the next.
 
 use super::claim::{self, Refused};
+use super::layouts;
 use super::store::{self, BackendCheck, ClaimTerms};
 use crate::clock::{unix_ms, SystemClock};
 use crate::diagnostics::alerts::{self, Notice};
@@ -28,6 +30,7 @@ use crate::settings::ClaimSettings;
 use idgen_core::generator::Clock;
 use idgen_core::history::Event;
 use idgen_core::input::{Holding, NodeIdentity};
+use idgen_core::layout::Pool;
 use idgen_core::lease::Terms;
 use idgen_core::watermark::{self, HolderKind};
 use idgen_core::{messages, IdgenError};
@@ -57,8 +60,8 @@ pub enum Request {
     /// A database backend's lease for `node`: renew `renew` if given (claiming anew if it is
     /// lost), or claim.
     BackendLease { function: String, node: NodeIdentity, renew: Option<Renewal>, settings: ClaimSettings, who: Who },
-    /// Create the guard rows of a service.
-    CreateGuards { service: String },
+    /// Ready a service for claims: its guard rows, its layout recorded and fixed.
+    PrepareService { service: String },
     /// Record a refusal, unless one of its kind was recorded for its service within the interval.
     RecordRefusal { event: String },
 }
@@ -98,9 +101,9 @@ pub fn backend_lease(request: Request) -> LeaseAnswer {
     }
 }
 
-/// Creates the guard rows of `service`, committed before this returns.
-pub fn create_guards(function: &str, service: &str) {
-    run(function, &Request::CreateGuards { service: service.to_owned() });
+/// Readies `service` for claims (`layouts::prepare`), committed before this returns.
+pub fn prepare_service(function: &str, service: &str) {
+    run(function, &Request::PrepareService { service: service.to_owned() });
 }
 
 /// Records refusal `event` in a transaction of its own, if it is due (`history::refusal_due`;
@@ -310,9 +313,9 @@ fn serve(request: Request) -> Answer {
         Request::BackendLease { function, node, renew, settings, who } => {
             serve_backend_lease(&function, &node, renew, &settings, &who)
         }
-        Request::CreateGuards { service } => {
+        Request::PrepareService { service } => {
             let done = in_own_transaction(|| {
-                as_extension_owner(|| Spi::connect_mut(|client| store::create_guards(client, &service)));
+                as_extension_owner(|| Spi::connect_mut(|client| layouts::prepare(client, &service)));
                 ((), true)
             });
             Answer { result: done.map(|()| None), warnings: Vec::new() }
@@ -424,7 +427,9 @@ fn lease_step(
     let mut notices = Vec::new();
     let mut record_after = Vec::new();
     if let Some(renewal) = renew {
-        let times = ClaimTerms::of(HolderKind::Backend, settings, renewal.window_ms);
+        // A renewal touches its own row only: the range does not matter.
+        let pool = Pool { first: 0, last: u16::MAX };
+        let times = ClaimTerms::of(HolderKind::Backend, settings, renewal.window_ms, pool);
         match store::renew_backend_lease(client, &renewal.held, &times, renewal.epoch, renewal.window_ms) {
             BackendCheck::Confirmed { verified_at, lease_until, issued_until } => {
                 let answer = LeaseAnswer::Renewed {
@@ -455,16 +460,18 @@ fn lease_step(
             }
         }
     }
-    // This transaction commits on its own: a service's guards may be created in it.
-    if !store::guards_exist(client, &node.service) {
-        store::create_guards(client, &node.service);
-    }
-    match claim::claim(client, function, node, settings, who) {
+    // This transaction commits on its own: a service may be readied for claims in it.
+    let recorded = layouts::ready(client, &node.service).unwrap_or_else(|| {
+        layouts::prepare(client, &node.service);
+        layouts::ready(client, &node.service).expect("a service readied in this transaction is ready")
+    });
+    match claim::claim(client, function, node, settings, who, &recorded, None) {
         Ok(granted) => {
             notices.extend(granted.notices);
             let c = granted.claim;
             let terms = Terms {
-                machine_id: c.machine_id as u16,
+                layout: c.layout,
+                machine_id: u16::try_from(c.machine_id).expect("machine ids fit 16 bits"),
                 version: c.version,
                 registry_epoch: c.registry_epoch,
                 claimed_at_unix_ms: unix_ms(c.claimed_at),

@@ -7,6 +7,7 @@
 //! caller what to say (`Notice`s) and, when refused, what to record: where the
 //! claim ran decides how those are delivered.
 
+use super::layouts::Recorded;
 use super::store::{self, ClaimTerms, ClaimedRow, OwnRow, TakeOverFrom};
 use crate::clock::{unix_ms, SystemClock};
 use crate::diagnostics::alerts::Notice;
@@ -19,6 +20,7 @@ use idgen_core::format::iso_utc;
 use idgen_core::generator::Clock;
 use idgen_core::history::{Event, EventKind};
 use idgen_core::input::NodeIdentity;
+use idgen_core::layout::{Layout, Pool};
 use idgen_core::messages;
 use idgen_core::watermark::{self, HolderKind};
 use idgen_core::{ClaimStep, IdgenError, Outcome};
@@ -27,7 +29,9 @@ use pgrx::spi::SpiClient;
 
 /// A claimed machine id.
 pub struct Claim {
-    pub machine_id: i16,
+    /// The layout of the service: what the holder's IDs are cut by.
+    pub layout: Layout,
+    pub machine_id: i32,
     pub version: i64,
     pub outcome: Outcome,
     pub lease_until: TimestampWithTimeZone,
@@ -64,6 +68,10 @@ struct Context<'a> {
     times: ClaimTerms,
     settings: &'a ClaimSettings,
     who: &'a Who,
+    /// The machine ids this server hands out for the service: its pool within idgen.machine_id_range.
+    here: Pool,
+    /// The service's layout as recorded (its never-registered hint).
+    recorded: &'a Recorded,
 }
 
 /// The machine id a claim step got: its row, how it got it, and from whom.
@@ -76,11 +84,13 @@ struct ClaimedId {
     was_released: bool,
 }
 
-/// Claims a machine id for `node` in the current transaction, as the extension owner.
-/// `function` names the SQL entry point in messages; `who` is the role that called idgen.
-/// Ownership changes go into the history in this transaction; a refusal comes back with its
-/// event for the caller to record where it survives the error. (A refusal is the cold path: its
-/// size does not matter.)
+/// Claims a machine id for `node` in the current transaction, as the extension owner: any free
+/// one of the ids this server hands out for the service (its pool within idgen.machine_id_range),
+/// or, for `wanted`, that one only (a fleet adopting the ids it already uses). `recorded` is the
+/// service's layout, fixed before this transaction began. `function` names the SQL entry point in
+/// messages; `who` is the role that called idgen. Ownership changes go into the history in this
+/// transaction; a refusal comes back with its event for the caller to record where it survives the
+/// error. (A refusal is the cold path: its size does not matter.)
 #[allow(clippy::result_large_err)]
 pub fn claim(
     client: &mut SpiClient,
@@ -88,13 +98,27 @@ pub fn claim(
     node: &NodeIdentity,
     settings: &ClaimSettings,
     who: &Who,
+    recorded: &Recorded,
+    wanted: Option<u16>,
 ) -> Result<Granted, Refused> {
     let kind = if node.backend_slot.is_some() { HolderKind::Backend } else { HolderKind::Service };
     let policy = &settings.policy;
+    let pool = recorded.service_layout.pool;
     let range = settings.machine_id_range();
-    let times = ClaimTerms::of(kind, settings, watermark::claim_window_ms(kind, policy));
-    let cx = Context { function, node, times, settings, who };
     let mut notices = Vec::new();
+    let refuse = |error| Refused { error, event: None, notices: Vec::new() };
+    let here = pool.within(&range);
+    let ids = match (here, wanted) {
+        (Some(here), None) => here,
+        (Some(here), Some(id)) if here.contains(id) => Pool { first: id, last: id },
+        (here, Some(id)) => {
+            return Err(refuse(messages::machine_id_not_handed_out(function, &node.service, id, &pool, here.as_ref())))
+        }
+        (None, None) => return Err(refuse(messages::pool_outside_range(function, node, &pool, &range))),
+    };
+    let here = here.unwrap_or(ids);
+    let times = ClaimTerms::of(kind, settings, watermark::claim_window_ms(kind, policy), ids);
+    let cx = Context { function, node, times, settings, who, here, recorded };
     durability::make_commit_durable();
     if settings.require_synchronous_standby && !store::synchronous_standby_streaming(client) {
         let error = messages::no_synchronous_standby(function);
@@ -156,8 +180,11 @@ pub fn claim(
     if let Some(claimed_id) = claimed {
         let row = &claimed_id.row;
         if let Some((from, left_at)) = outside {
-            notices.push(Notice::Warning(messages::moved_into_range(function, node, from, &range, row.machine_id)));
-            let why = format!("outside idgen.machine_id_range ({}-{})", range.start(), range.end());
+            notices.push(Notice::Warning(messages::moved_into_range(function, node, from, &ids, row.machine_id)));
+            let why = format!(
+                "outside the machine ids this server hands out for the service ({}-{}: its pool within idgen.machine_id_range)",
+                ids.first, ids.last
+            );
             record_set_aside(client, &cx, from, unix_ms(left_at), why);
         }
         if let Some(ahead) = &moved {
@@ -179,6 +206,7 @@ pub fn claim(
             alert_if_nearly_full(client, &cx, row, &mut notices);
         }
         let claim = Claim {
+            layout: recorded.service_layout.layout,
             machine_id: row.machine_id,
             version: row.version,
             outcome: claimed_id.outcome,
@@ -205,15 +233,25 @@ pub fn claim(
         let error = messages::watermark_ahead(function, node, &ahead);
         return Err(refused(&cx, EventKind::RefusedWatermark, Some(ahead.machine_id), error, notices));
     }
+    if let Some(id) = wanted {
+        // The one id asked for is someone else's (or its row is being written by another claim).
+        let error = match store::current_row(client, &node.service, i32::from(id)) {
+            Some(holder) => {
+                messages::machine_id_taken(function, node, i32::from(id), &holder, policy.release_cooldown_secs)
+            }
+            None => messages::identity_busy(function, node, Some(i32::from(id))),
+        };
+        return Err(Refused { error, event: None, notices });
+    }
     let (held, oldest) = store::least_recently_seen(client, &node.service, &times);
     let (error, alert) =
-        messages::exhausted(function, node, held, &range, policy.takeover_idle_1h_secs, oldest.as_ref());
+        messages::exhausted(function, node, held, &here, &pool, policy.takeover_idle_1h_secs, oldest.as_ref());
     notices.push(Notice::Alert(alert));
     Err(refused(&cx, EventKind::RefusedFull, None, error, notices))
 }
 
 /// A refused claim, with the event that records it.
-fn refused(cx: &Context, kind: EventKind, machine_id: Option<i16>, error: IdgenError, notices: Vec<Notice>) -> Refused {
+fn refused(cx: &Context, kind: EventKind, machine_id: Option<i32>, error: IdgenError, notices: Vec<Notice>) -> Refused {
     let mut event = history::event(kind, cx.node, cx.who);
     event.machine_id = machine_id;
     event.detail = Some(history::told_text(&error));
@@ -221,7 +259,7 @@ fn refused(cx: &Context, kind: EventKind, machine_id: Option<i16>, error: IdgenE
 }
 
 /// Records that the claimant left its own machine id (with the watermark it left) to claim another.
-fn record_set_aside(client: &mut SpiClient, cx: &Context, machine_id: i16, watermark_ms: i64, why: String) {
+fn record_set_aside(client: &mut SpiClient, cx: &Context, machine_id: i32, watermark_ms: i64, why: String) {
     let mut event = history::event(EventKind::SetAside, cx.node, cx.who);
     event.machine_id = Some(machine_id);
     event.issued_until = Some(iso_utc(watermark_ms));
@@ -265,12 +303,21 @@ fn record_gain(client: &mut SpiClient, cx: &Context, claimed_id: &ClaimedId, not
     history::record(client, &event);
 }
 
-/// Alerts when the claim left the service above `idgen.capacity_warning` (or `idgen.capacity_critical`), with the level.
+/// Alerts when the claim left the service above `idgen.capacity_warning` (or `idgen.capacity_critical`), with the
+/// level. Counting what is in use reads every row of the service: it is done only when the highest
+/// registered machine id says enough rows could be in use to pass the warning level.
 fn alert_if_nearly_full(client: &mut SpiClient, cx: &Context, row: &ClaimedRow, notices: &mut Vec<Notice>) {
-    let capacity = i64::from(cx.times.last_machine_id) - i64::from(cx.times.first_machine_id) + 1;
+    let capacity = i64::from(cx.here.size());
     let (warning, critical) = (cx.settings.capacity_warning, cx.settings.capacity_critical);
+    let here_times =
+        ClaimTerms { first_machine_id: i32::from(cx.here.first), last_machine_id: i32::from(cx.here.last), ..cx.times };
+    let at_most = store::highest_registered(client, &cx.node.service, &here_times)
+        .map_or(0, |highest| i64::from(highest) - i64::from(cx.here.first) + 1);
+    if fleet::capacity_level(at_most, capacity, warning, critical).is_none() {
+        return;
+    }
     let cooldown = cx.settings.policy.release_cooldown_secs;
-    let in_use = store::count_in_use(client, &cx.node.service, cooldown, &cx.times);
+    let in_use = store::count_in_use(client, &cx.node.service, cooldown, &here_times);
     if let Some(level) = fleet::capacity_level(in_use, capacity, warning, critical) {
         let threshold = match level {
             CapacityLevel::Warning => warning,
@@ -306,14 +353,7 @@ fn run_step(
             OwnRow::Busy(machine_id) => return Err(messages::identity_busy(cx.function, node, Some(machine_id))),
             OwnRow::Absent => None,
         },
-        ClaimStep::NeverRegistered => {
-            let candidates = store::unregistered_machine_ids(client, &node.service, times);
-            // One pass is complete: rows are never deleted by idgen, so no id frees up behind us.
-            candidates
-                .into_iter()
-                .find_map(|machine_id| store::insert_unregistered(client, node, machine_id, times))
-                .map(|row| claimed(row, Outcome::New, None))
-        }
+        ClaimStep::NeverRegistered => never_registered(client, cx).map(|row| claimed(row, Outcome::New, None)),
         ClaimStep::ReleasedPastCooldown { cooldown_secs } => {
             store::take_over(client, node, TakeOverFrom::Released { cooldown_secs }, times)
                 .map(|(row, previous)| claimed(row, Outcome::Released, Some(previous)))
@@ -335,4 +375,43 @@ fn run_step(
             })
         }
     })
+}
+
+/// How many machine ids a claim looks at in one statement for a never-registered one.
+const UNREGISTERED_BATCH: i32 = 64;
+
+/// Claim step 2: the lowest machine id of the range with no row, in batches from the service's
+/// hint (every id of its pool below the hint has a row), so that a claim in a pool of 65,536 with
+/// half of it held looks at a few ids, not at the half. An id whose tombstone is further ahead than
+/// the claimant may wait is skipped; a claimant that finds an id's guard taken, or its row written
+/// meanwhile, tries the next. One pass is complete: only a hand DELETE removes a row, and its
+/// tombstone guards the id. The hint moves up to the first id this claim did not see registered
+/// (the statement checks that every id below it has a row).
+fn never_registered(client: &mut SpiClient, cx: &Context) -> Option<ClaimedRow> {
+    let (first, last) = (cx.times.first_machine_id, cx.times.last_machine_id);
+    let hint = cx.recorded.unregistered_from;
+    let pool_first = i32::from(cx.recorded.service_layout.pool.first);
+    // The hint speaks of the ids from the pool's first; a range that starts past it searches alone.
+    let contiguous = first <= hint.max(pool_first);
+    let mut from = if contiguous { first.max(hint) } else { first };
+    let mut unseen: Option<i32> = None;
+    while from <= last {
+        let to = from.saturating_add(UNREGISTERED_BATCH - 1).min(last);
+        for (machine_id, tombstone_ahead) in
+            store::unregistered_machine_ids(client, &cx.node.service, from, to, &cx.times)
+        {
+            let row =
+                if tombstone_ahead { None } else { store::insert_unregistered(client, cx.node, machine_id, &cx.times) };
+            let Some(row) = row else {
+                unseen.get_or_insert(machine_id);
+                continue;
+            };
+            if contiguous {
+                super::layouts::advance_unregistered_from(client, &cx.node.service, unseen.unwrap_or(machine_id + 1));
+            }
+            return Some(row);
+        }
+        from = to + 1;
+    }
+    None
 }

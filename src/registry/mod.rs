@@ -3,6 +3,7 @@
 //! - `access`: which role may act for which service, idgen_grant_service / idgen_revoke_service,
 //!   and how sessions learn that grants changed.
 //! - `claim`: runs the core's claim policy (the tier order lives in `idgen_core::policy`).
+//! - `layouts`: each service's layout and pool, idgen_define_layout.
 //! - `store`: runs the registry's statements (`crate::statements`) with their parameters.
 //! - `api`: the SQL functions `idgen_claim`, `idgen_heartbeat`, `idgen_release`.
 //! - `prepare_guard`: refuses a PREPARE TRANSACTION after a registry write (0A000).
@@ -13,6 +14,7 @@ pub mod access;
 pub mod api;
 pub mod autonomous;
 pub mod claim;
+pub mod layouts;
 pub mod prepare_guard;
 pub mod store;
 pub mod triggers;

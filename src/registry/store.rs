@@ -31,13 +31,14 @@ use crate::statements as sql;
 use idgen_core::facts::RowFacts;
 use idgen_core::guard;
 use idgen_core::input::{GeneratorCounts, Holding, NodeIdentity};
+use idgen_core::layout::Pool;
 use idgen_core::watermark::{self, HolderKind};
 use pgrx::datum::{DatumWithOid, Inet, TimestampWithTimeZone};
 use pgrx::spi::{SpiClient, SpiHeapTupleData};
 
 /// The row a claim got, as it wrote it.
 pub struct ClaimedRow {
-    pub machine_id: i16,
+    pub machine_id: i32,
     pub version: i64,
     pub lease_until: TimestampWithTimeZone,
     /// The row's new `last_seen`: the moment of the claim.
@@ -56,7 +57,7 @@ pub enum OwnRow {
         was_released: bool,
     },
     /// The row exists but another transaction has it locked.
-    Busy(i16),
+    Busy(i32),
     Absent,
 }
 
@@ -72,23 +73,24 @@ pub struct ClaimTerms {
     pub window_ms: i64,
     /// The shortest take-back age, in seconds: no take-back of the grant before it.
     pub takeover_idle_secs: i64,
-    /// This server's `idgen.machine_id_range`: claims hand out nothing outside it.
-    pub first_machine_id: i16,
-    pub last_machine_id: i16,
+    /// The machine ids the claim may hand out: the service's pool within this server's
+    /// `idgen.machine_id_range` (or the one id a claim by number asks for).
+    pub first_machine_id: i32,
+    pub last_machine_id: i32,
 }
 
 impl ClaimTerms {
     /// The times a claim or a renewal by a holder of `kind` works with, under `settings`; `window_ms`
-    /// is the window it may issue in before its next write.
-    pub fn of(kind: HolderKind, settings: &ClaimSettings, window_ms: i64) -> ClaimTerms {
+    /// is the window it may issue in before its next write, `ids` the machine ids it may hand out.
+    pub fn of(kind: HolderKind, settings: &ClaimSettings, window_ms: i64, ids: Pool) -> ClaimTerms {
         let policy = &settings.policy;
         ClaimTerms {
             lease_secs: policy.lease_secs(),
             tolerance_ms: watermark::tolerance_ms(kind, policy, settings.max_clock_backward_ms),
             window_ms,
             takeover_idle_secs: policy.takeover_idle_1h_secs,
-            first_machine_id: settings.machine_id_first as i16,
-            last_machine_id: settings.machine_id_last as i16,
+            first_machine_id: i32::from(ids.first),
+            last_machine_id: i32::from(ids.last),
         }
     }
 }
@@ -144,7 +146,7 @@ pub fn release_own_row_ahead(client: &mut SpiClient, node: &NodeIdentity, times:
 
 /// The claimant's own row, set aside by [`release_own_row_ahead`].
 pub struct OwnRowAhead {
-    pub machine_id: i16,
+    pub machine_id: i32,
     /// How long its holders may stamp (the holder bound).
     pub bound: TimestampWithTimeZone,
     /// Its issued_until: what its holder reported.
@@ -159,7 +161,7 @@ pub fn release_own_row_outside_range(
     client: &mut SpiClient,
     node: &NodeIdentity,
     times: &ClaimTerms,
-) -> Option<(i16, TimestampWithTimeZone)> {
+) -> Option<(i32, TimestampWithTimeZone)> {
     let mut args = identity_args(node);
     args.extend([secs(times.lease_secs), secs(times.takeover_idle_secs)]);
     args.extend(range_args(times));
@@ -175,7 +177,7 @@ pub fn reuse_own_row(client: &mut SpiClient, node: &NodeIdentity, times: &ClaimT
     if let Some(row) = first_row(run(client, &sql::REUSE_OWN_ROW, None, &args)) {
         return OwnRow::Claimed { row: claimed_row(&row), was_released: column(&row, 7) };
     }
-    match first_value::<i16>(run(client, &sql::OWN_HELD_ROW, Some(1), &identity_args(node))) {
+    match first_value::<i32>(run(client, &sql::OWN_HELD_ROW, Some(1), &identity_args(node))) {
         Some(machine_id) => OwnRow::Busy(machine_id),
         None => OwnRow::Absent,
     }
@@ -189,17 +191,24 @@ pub fn reuse_own_held_row(client: &mut SpiClient, node: &NodeIdentity, times: &C
     first_row(run(client, &sql::REUSE_OWN_HELD_ROW, None, &args)).map(|row| claimed_row(&row))
 }
 
-/// Step 2, part 1: machine ids in the range with no row, lowest first, as of now, but those
-/// whose tombstone is further ahead than the claimant may wait.
-pub fn unregistered_machine_ids(client: &mut SpiClient, service: &str, times: &ClaimTerms) -> Vec<i16> {
-    let args = [
-        text(service),
-        i32::from(times.first_machine_id).into(),
-        i32::from(times.last_machine_id).into(),
-        millis(times.tolerance_ms),
-    ];
+/// Step 2, part 1: machine ids of `first..=last` (a batch of the range) with no row, lowest first,
+/// and whether each has a tombstone further ahead than the claimant may wait.
+pub fn unregistered_machine_ids(
+    client: &mut SpiClient,
+    service: &str,
+    first: i32,
+    last: i32,
+    times: &ClaimTerms,
+) -> Vec<(i32, bool)> {
+    let args = [text(service), first.into(), last.into(), millis(times.tolerance_ms)];
     let table = spi(run(client, &sql::UNREGISTERED_MACHINE_IDS, None, &args));
-    table.map(|row| spi(row.get::<i16>(1)).expect("machine_id is not null")).collect()
+    table.map(|row| (column(&row, 1), column(&row, 2))).collect()
+}
+
+/// The highest machine id of the range with a row, if any.
+pub fn highest_registered(client: &mut SpiClient, service: &str, times: &ClaimTerms) -> Option<i32> {
+    let [first, last] = range_args(times);
+    first_value::<i32>(run(client, &sql::HIGHEST_REGISTERED, Some(1), &[text(service), first, last]))
 }
 
 /// The tombstone soonest to pass among machine ids with no row whose tombstone is further ahead
@@ -208,7 +217,7 @@ pub fn soonest_tombstone_ahead(
     client: &mut SpiClient,
     service: &str,
     times: &ClaimTerms,
-) -> Option<(i16, TimestampWithTimeZone)> {
+) -> Option<(i32, TimestampWithTimeZone)> {
     let [first, last] = range_args(times);
     let args = [text(service), first, last, millis(times.tolerance_ms)];
     first_row(run(client, &sql::SOONEST_TOMBSTONE_AHEAD, Some(1), &args)).map(|row| (column(&row, 1), column(&row, 2)))
@@ -222,7 +231,7 @@ pub fn soonest_tombstone_ahead(
 pub fn insert_unregistered(
     client: &mut SpiClient,
     node: &NodeIdentity,
-    machine_id: i16,
+    machine_id: i32,
     times: &ClaimTerms,
 ) -> Option<ClaimedRow> {
     let mut args = identity_args(node);
@@ -279,7 +288,7 @@ fn range_args(times: &ClaimTerms) -> [DatumWithOid<'static>; 2] {
 }
 
 /// The row of `machine_id` as it stands, if any.
-pub fn current_row(client: &mut SpiClient, service: &str, machine_id: i16) -> Option<RowFacts> {
+pub fn current_row(client: &mut SpiClient, service: &str, machine_id: i32) -> Option<RowFacts> {
     first_row(run(client, &sql::CURRENT_ROW, Some(1), &[text(service), machine_id.into()]))
         .map(|row| row_facts(&row, 1))
 }
@@ -416,27 +425,35 @@ pub fn close_backend_lease(client: &mut SpiClient, held: &Holding, epoch: i64, c
     spi(run(client, &sql::CLOSE_BACKEND_LEASE, None, &args));
 }
 
-/// A row deleted by hand leaves its bound and version as its machine id's tombstone.
-pub fn tombstone_row(client: &mut SpiClient, service: &str, machine_id: i16, lease_secs: i64, takeover_secs: i64) {
+/// A row deleted by hand leaves its bound and version as its machine id's tombstone; its service's
+/// never-registered hint goes back to it.
+pub fn tombstone_row(client: &mut SpiClient, service: &str, machine_id: i32, lease_secs: i64, takeover_secs: i64) {
     let args = [text(service), machine_id.into(), secs(lease_secs), secs(takeover_secs)];
     spi(run(client, &sql::TOMBSTONE_ROW, None, &args));
+    if crate::privilege::installed_has_layouts() {
+        spi(run(client, &sql::LOWER_UNREGISTERED_FROM, None, &[text(service), machine_id.into()]));
+    }
 }
 
-/// Every row truncated leaves its tombstone, and a new epoch begins.
+/// Every row truncated leaves its tombstone, every never-registered hint goes back to its pool's
+/// start, and a new epoch begins.
 pub fn tombstone_all_and_start_epoch(client: &mut SpiClient, lease_secs: i64, takeover_secs: i64) {
     spi(run(client, &sql::TOMBSTONE_ALL, None, &[secs(lease_secs), secs(takeover_secs)]));
+    if crate::privilege::installed_has_layouts() {
+        spi(run(client, &sql::RESET_UNREGISTERED_FROM, None, &[]));
+    }
     spi(run(client, &sql::NEW_EPOCH, None, &[]));
 }
 
 /// A row inserted for a machine id with a tombstone takes its bound and a newer version.
-pub fn merge_tombstone(client: &mut SpiClient, service: &str, machine_id: i16) {
+pub fn merge_tombstone(client: &mut SpiClient, service: &str, machine_id: i32) {
     spi(run(client, &sql::MERGE_TOMBSTONE, None, &[text(service), machine_id.into()]));
 }
 
 /// One row or tombstone whose holder may still be stamping.
 pub struct Stamping {
     pub service: String,
-    pub machine_id: i16,
+    pub machine_id: i32,
     /// The holder's address, port and slot; none for a tombstone.
     pub holder: Option<(String, i32, Option<i32>)>,
     pub bound: TimestampWithTimeZone,
@@ -447,6 +464,9 @@ pub struct Stamping {
 pub fn lock_against_writes(client: &mut SpiClient) -> bool {
     pgrx::PgTryBuilder::new(std::panic::AssertUnwindSafe(|| {
         spi(run(client, &sql::LOCK_REGISTRY_FOR_DROP, None, &[]));
+        if crate::privilege::installed_has_layouts() {
+            spi(run(client, &sql::LOCK_LAYOUTS_FOR_DROP, None, &[]));
+        }
         true
     }))
     // The error aborts the DROP's transaction just after (the caller raises its own).

@@ -55,12 +55,15 @@ fn rows_removed<'a>(
     }
 }
 
-/// The service and machine id of a row of `system_nodes`.
-fn row_key(row: &PgHeapTuple<'_, impl WhoAllocated>) -> (String, i16) {
+/// The service and machine id of a row of `system_nodes` (machine ids are `smallint` in the objects
+/// before 0.7.0).
+fn row_key(row: &PgHeapTuple<'_, impl WhoAllocated>) -> (String, i32) {
     let service: Option<String> =
         row.get_by_name("service").unwrap_or_else(|e| panic!("idgen: system_nodes.service: {e}"));
-    let machine_id: Option<i16> =
-        row.get_by_name("machine_id").unwrap_or_else(|e| panic!("idgen: system_nodes.machine_id: {e}"));
+    let machine_id = row
+        .get_by_name::<i32>("machine_id")
+        .or_else(|_| row.get_by_name::<i16>("machine_id").map(|id| id.map(i32::from)))
+        .unwrap_or_else(|e| panic!("idgen: system_nodes.machine_id: {e}"));
     (service.expect("service is not null"), machine_id.expect("machine_id is not null"))
 }
 

@@ -1,0 +1,277 @@
+//! Each service's ID layout and pool as the registry keeps them (`idgen_private.idgen_layouts`,
+//! objects of 0.7.0 on; against older objects every service has the default): read by every
+//! claim, recorded and fixed in the transaction of its own that readies a service for its first
+//! claim, and defined before that with `idgen_define_layout`. What a layout is, and which are
+//! valid, is the core's (`idgen_core::layout`, `idgen_core::input::layout_definition`).
+//!
+//! A layout never changes once a claim has read it: the claim reads it only after the
+//! transaction that fixed it has committed, and `idgen_define_layout` changes only rows that no
+//! claim has fixed. So every holder of a service's machine ids, and every decode, cuts IDs the
+//! same way.
+
+use super::store;
+use crate::clock::{timestamptz, unix_ms, SystemClock};
+use crate::errors::{or_raise, raise};
+use crate::privilege::{as_extension_owner, installed_has_layouts};
+use crate::spi::{first_row, ok as spi, run};
+use crate::statements as sql;
+use idgen_core::generator::Clock;
+use idgen_core::input::{self, LayoutArguments};
+use idgen_core::layout::{FieldOrder, Layout, Pool, ServiceLayout};
+use idgen_core::messages;
+use pgrx::datum::{DatumWithOid, TimestampWithTimeZone};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::spi::{Spi, SpiClient, SpiHeapTupleData};
+
+/// `idgen_layouts.defined_by` of the default a service's first claim records.
+pub const FIRST_CLAIM: &str = "first claim";
+
+/// A service's layout as the registry records it, and what its claims need to know of it.
+pub struct Recorded {
+    pub service_layout: ServiceLayout,
+    /// Every machine id of the pool below it has a row or a tombstone: where the search for a
+    /// never-registered id may start (a hint, never past the truth).
+    pub unregistered_from: i32,
+    /// The layout is fixed and the service's guard rows exist: claims may start.
+    pub ready: bool,
+}
+
+/// The layout of `service` if the service is ready for claims; none when it must be readied first
+/// ([`prepare`], in a transaction of its own).
+pub fn ready(client: &mut SpiClient, service: &str) -> Option<Recorded> {
+    if !installed_has_layouts() {
+        let ready = store::guards_exist(client, service);
+        return ready.then_some(Recorded {
+            service_layout: ServiceLayout::DEFAULT,
+            unregistered_from: i32::from(ServiceLayout::DEFAULT.pool.first),
+            ready,
+        });
+    }
+    read(client, service).filter(|recorded| recorded.ready)
+}
+
+/// Readies `service` for claims: its guard rows, and its layout recorded (the default if it was
+/// never defined) and fixed. Only in a transaction of its own (a background worker), committed
+/// before any claim reads it, so that no claim waits for another session's uncommitted row and
+/// no layout changes under a claim.
+pub fn prepare(client: &mut SpiClient, service: &str) {
+    store::create_guards(client, service);
+    if !installed_has_layouts() {
+        return;
+    }
+    let mut args = layout_args(service, &ServiceLayout::DEFAULT);
+    args.push(FIRST_CLAIM.into());
+    spi(run(client, &sql::RECORD_LAYOUT, None, &args));
+    spi(run(client, &sql::FIX_LAYOUT, None, &[service.into()]));
+}
+
+/// The layout of `service` as recorded, if any (objects of 0.7.0 on).
+fn read(client: &mut SpiClient, service: &str) -> Option<Recorded> {
+    let row = first_row(run(client, &sql::SERVICE_LAYOUT, Some(1), &[service.into()]))?;
+    let invalid = |why: String| -> ! { raise(messages::layout_row_invalid(service, &why)) };
+    let int = |ordinal: usize| -> i32 {
+        row.get::<i32>(ordinal).ok().flatten().unwrap_or_else(|| invalid(format!("column {ordinal} is NULL")))
+    };
+    let width = |ordinal: usize| u32::try_from(int(ordinal)).unwrap_or(0);
+    let epoch_unix_ms: i64 = column(&row, 1);
+    let order_label: String = column(&row, 6);
+    let order = FieldOrder::from_label(&order_label).unwrap_or_else(|| invalid(format!("field_order {order_label:?}")));
+    let layout = Layout::new(epoch_unix_ms, i64::from(int(2)), width(3), width(4), width(5), order)
+        .unwrap_or_else(|e| invalid(e.to_string()));
+    let pool = Pool::new(&layout, i64::from(int(7)), i64::from(int(8))).unwrap_or_else(|e| invalid(e.to_string()));
+    Some(Recorded {
+        service_layout: ServiceLayout { layout, pool },
+        unregistered_from: int(9),
+        ready: row.get::<bool>(10).ok().flatten().unwrap_or(false),
+    })
+}
+
+/// The layout IDs of `service` are cut by: the recorded one, or the default (a service never claimed
+/// nor defined, or objects before 0.7.0).
+pub fn recorded_layout(client: &mut SpiClient, service: &str) -> Layout {
+    let recorded = if installed_has_layouts() { read(client, service) } else { None };
+    recorded.map_or(Layout::DEFAULT, |r| r.service_layout.layout)
+}
+
+/// Moves the never-registered hint of `service` up to `from`, unless another transaction holds the
+/// layout's row (see `crate::statements::ADVANCE_UNREGISTERED_FROM`).
+pub fn advance_unregistered_from(client: &mut SpiClient, service: &str, from: i32) {
+    if installed_has_layouts() {
+        spi(run(client, &sql::ADVANCE_UNREGISTERED_FROM, None, &[service.into(), from.into()]));
+    }
+}
+
+/// The layout IDs of `service` are cut by, as the decoding functions read it: the recorded one,
+/// or the default for a service never claimed nor defined. Read once per statement.
+pub fn of_service(service: &str) -> Layout {
+    static CACHE: std::sync::Mutex<Option<((pg_sys::TimestampTz, pg_sys::CommandId), Vec<(String, Layout)>)>> =
+        std::sync::Mutex::new(None);
+    // SAFETY: reads backend-local transaction state.
+    let statement = unsafe { (pg_sys::GetCurrentTransactionStartTimestamp(), pg_sys::GetCurrentCommandId(false)) };
+    let mut cache = CACHE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if cache.as_ref().is_none_or(|(at, _)| *at != statement) {
+        *cache = Some((statement, Vec::new()));
+    }
+    let (_, known) = cache.as_mut().expect("just set");
+    if let Some((_, layout)) = known.iter().find(|(name, _)| name == service) {
+        return *layout;
+    }
+    let layout = as_extension_owner(|| Spi::connect_mut(|client| recorded_layout(client, service)));
+    known.push((service.to_owned(), layout));
+    layout
+}
+
+/// The parameters `service`, preset, epoch, time unit, widths, order, pool of [`sql::RECORD_LAYOUT`]
+/// and [`sql::DEFINE_LAYOUT`] (their last, `defined_by`, is the caller's to add).
+fn layout_args(service: &str, defined: &ServiceLayout) -> Vec<DatumWithOid<'static>> {
+    let l = &defined.layout;
+    let width = |bits: u32| DatumWithOid::from(bits as i32);
+    vec![
+        service.into(),
+        defined.preset_name().into(),
+        timestamptz(l.epoch_unix_ms).expect("layout epochs fit timestamptz").into(),
+        (l.time_unit_ms as i32).into(),
+        width(l.time_bits),
+        width(l.machine_bits),
+        width(l.sequence_bits),
+        l.order.label().into(),
+        i32::from(defined.pool.first).into(),
+        i32::from(defined.pool.last).into(),
+    ]
+}
+
+type LayoutRow = (
+    String,
+    String,
+    TimestampWithTimeZone,
+    i32,
+    i32,
+    i32,
+    i32,
+    String,
+    i32,
+    i32,
+    i32,
+    i64,
+    TimestampWithTimeZone,
+    TimestampWithTimeZone,
+    String,
+    Option<TimestampWithTimeZone>,
+);
+
+/// Defines the layout and pool of a service before its first claim: a preset, changed by the parts
+/// given. Until a claim fixes it, it may be defined again; from then on it never changes (55000),
+/// but a definition equal to it is answered with it. Returns the layout as recorded.
+#[pg_extern(volatile, parallel_unsafe)]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+fn idgen_define_layout(
+    service: Option<&str>,
+    preset: default!(Option<&str>, "'snowflake'"),
+    pool_first: default!(Option<i32>, "NULL"),
+    pool_last: default!(Option<i32>, "NULL"),
+    epoch: default!(Option<TimestampWithTimeZone>, "NULL"),
+    time_unit_ms: default!(Option<i32>, "NULL"),
+    time_bits: default!(Option<i32>, "NULL"),
+    machine_bits: default!(Option<i32>, "NULL"),
+    sequence_bits: default!(Option<i32>, "NULL"),
+    field_order: default!(Option<&str>, "NULL"),
+) -> TableIterator<
+    'static,
+    (
+        name!(service, String),
+        name!(preset, String),
+        name!(epoch, TimestampWithTimeZone),
+        name!(time_unit_ms, i32),
+        name!(time_bits, i32),
+        name!(machine_bits, i32),
+        name!(sequence_bits, i32),
+        name!(field_order, String),
+        name!(pool_first, i32),
+        name!(pool_last, i32),
+        name!(machine_ids, i32),
+        name!(ids_per_second, i64),
+        name!(ends_at, TimestampWithTimeZone),
+        name!(defined_at, TimestampWithTimeZone),
+        name!(defined_by, String),
+        name!(fixed_at, Option<TimestampWithTimeZone>),
+    ),
+> {
+    const F: &str = "idgen_define_layout";
+    let service = or_raise(input::service_name(F, service));
+    let epoch_unix_ms = epoch.map(|ts| match (ts.is_infinity(), ts.is_neg_infinity()) {
+        (true, _) => Err("infinity"),
+        (_, true) => Err("-infinity"),
+        _ => Ok(unix_ms(ts)),
+    });
+    let arguments = LayoutArguments {
+        preset,
+        pool_first,
+        pool_last,
+        epoch_unix_ms,
+        time_unit_ms,
+        time_bits,
+        machine_bits,
+        sequence_bits,
+        field_order,
+    };
+    let defined = or_raise(input::layout_definition(F, &arguments, SystemClock.now_unix_ms()));
+    let definer = role_name(super::access::acting_role());
+    super::prepare_guard::wrote_in_transaction(F);
+    let row = as_extension_owner(|| {
+        Spi::connect_mut(|client| {
+            let mut args = layout_args(&service, &defined);
+            args.push(definer.into());
+            let wrote = first_row(run(client, &sql::DEFINE_LAYOUT, None, &args)).is_some();
+            let row = first_row(run(client, &sql::LAYOUT_OF, Some(1), &[service.clone().into()]))
+                .unwrap_or_else(|| panic!("idgen: the layout of {service:?} was just written"));
+            let recorded = read(client, &service).map(|r| r.service_layout);
+            if !wrote && recorded != Some(defined) {
+                let fixed_at = row.get::<TimestampWithTimeZone>(12).ok().flatten().map(unix_ms).unwrap_or_default();
+                let now = recorded.unwrap_or(ServiceLayout::DEFAULT);
+                raise(messages::layout_fixed(F, &service, &idgen_core::format::iso_utc(fixed_at), &now));
+            }
+            layout_row(&service, &row, &defined)
+        })
+    });
+    TableIterator::once(row)
+}
+
+/// The answer of `idgen_define_layout`: the row of [`sql::LAYOUT_OF`], with what the layout means.
+fn layout_row(service: &str, row: &SpiHeapTupleData, recorded: &ServiceLayout) -> LayoutRow {
+    let layout = &recorded.layout;
+    (
+        service.to_owned(),
+        column(row, 1),
+        column(row, 2),
+        column(row, 3),
+        column(row, 4),
+        column(row, 5),
+        column(row, 6),
+        column(row, 7),
+        column(row, 8),
+        column(row, 9),
+        recorded.pool.size() as i32,
+        layout.ids_per_second() as i64,
+        timestamptz(layout.last_unix_ms()).expect("layouts end by 9999"),
+        column(row, 10),
+        column(row, 11),
+        row.get::<TimestampWithTimeZone>(12).ok().flatten(),
+    )
+}
+
+/// The name of a role, as `idgen_layouts.defined_by` records it.
+fn role_name(role: pg_sys::Oid) -> String {
+    // SAFETY: looks the role up in the syscache; a missing role is an error (noerr = false).
+    unsafe {
+        let name = pg_sys::GetUserNameFromId(role, false);
+        std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned()
+    }
+}
+
+fn column<T: pgrx::FromDatum + pgrx::IntoDatum>(row: &SpiHeapTupleData, ordinal: usize) -> T {
+    row.get::<T>(ordinal)
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| panic!("idgen: idgen_layouts column {ordinal} is unexpectedly NULL"))
+}
