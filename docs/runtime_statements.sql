@@ -14,8 +14,8 @@
 --   $7 tolerance interval
 --   $8 takeback_age interval
 --   $9 window interval
---   $10 first_machine_id smallint
---   $11 last_machine_id smallint
+--   $10 first_machine_id integer
+--   $11 last_machine_id integer
 WITH victim AS (
     SELECT v.*, idgen_private.holder_bound(v, $5, $8) AS bound
     FROM idgen_private.nodes v
@@ -39,13 +39,13 @@ SET host = $2,
 FROM victim v, (SELECT pg_catalog.clock_timestamp() AS now) t
 WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) v.service::pg_catalog.text
   AND n.machine_id OPERATOR(pg_catalog.=) v.machine_id
-RETURNING n.machine_id,
+RETURNING n.machine_id::pg_catalog.int4,
     n.version,
     n.lease_until,
     n.last_seen,
     v.bound,
     n.issued_until,
-    v.machine_id,
+    v.machine_id::pg_catalog.int4,
     pg_catalog.host(v.host),
     v.port,
     v.version,
@@ -67,8 +67,8 @@ RETURNING n.machine_id,
 --   $8 tolerance interval
 --   $9 takeback_age interval
 --   $10 window interval
---   $11 first_machine_id smallint
---   $12 last_machine_id smallint
+--   $11 first_machine_id integer
+--   $12 last_machine_id integer
 WITH victim AS (
     SELECT v.*, idgen_private.holder_bound(v, $5, $9) AS bound
     FROM idgen_private.nodes v
@@ -94,13 +94,13 @@ SET host = $2,
 FROM victim v, (SELECT pg_catalog.clock_timestamp() AS now) t
 WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) v.service::pg_catalog.text
   AND n.machine_id OPERATOR(pg_catalog.=) v.machine_id
-RETURNING n.machine_id,
+RETURNING n.machine_id::pg_catalog.int4,
     n.version,
     n.lease_until,
     n.last_seen,
     v.bound,
     n.issued_until,
-    v.machine_id,
+    v.machine_id::pg_catalog.int4,
     pg_catalog.host(v.host),
     v.port,
     v.version,
@@ -131,6 +131,147 @@ INSERT INTO idgen_private.idgen_claim_guards (service, bucket)
 SELECT $1, b
 FROM pg_catalog.generate_series($2::integer, $3::integer) AS b
 ON CONFLICT DO NOTHING;
+
+-- SERVICE_LAYOUT
+-- The layout and pool of a service (objects of 0.7.0 on): epoch as Unix ms, time unit, widths, field
+-- order, pool, the never-registered hint, and whether claims may start (the layout is fixed and the
+-- guard rows exist). No row: the service was never claimed nor defined.
+--   $1 service text
+SELECT pg_catalog.floor(EXTRACT(epoch FROM l.epoch) OPERATOR(pg_catalog.*) 1000::numeric)::bigint,
+    l.time_unit_ms,
+    l.time_bits,
+    l.machine_bits,
+    l.sequence_bits,
+    l.field_order,
+    l.pool_first,
+    l.pool_last,
+    l.unregistered_from,
+    l.fixed_at IS NOT NULL AND EXISTS (
+        SELECT
+        FROM idgen_private.idgen_claim_guards g
+        WHERE g.service::pg_catalog.text OPERATOR(pg_catalog.=) $1)
+FROM idgen_private.idgen_layouts l
+WHERE l.service::pg_catalog.text OPERATOR(pg_catalog.=) $1;
+
+-- RECORD_LAYOUT
+-- Records a layout for a service that has none: the default, at its first claim (in a transaction of
+-- its own).
+--   $1 service text
+--   $2 preset text
+--   $3 epoch timestamptz
+--   $4 time_unit_ms integer
+--   $5 time_bits integer
+--   $6 machine_bits integer
+--   $7 sequence_bits integer
+--   $8 field_order text
+--   $9 pool_first integer
+--   $10 pool_last integer
+--   $11 defined_by text
+INSERT INTO idgen_private.idgen_layouts
+    (service, preset, epoch, time_unit_ms, time_bits, machine_bits, sequence_bits, field_order, pool_first,
+     pool_last, defined_by, unregistered_from)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $9)
+ON CONFLICT DO NOTHING;
+
+-- FIX_LAYOUT
+-- Fixes a service's layout at its first claim (in a transaction of its own, before the claim reads
+-- it): idgen_define_layout changes it no more.
+--   $1 service text
+UPDATE idgen_private.idgen_layouts l
+SET fixed_at = pg_catalog.clock_timestamp()
+WHERE l.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
+  AND l.fixed_at IS NULL;
+
+-- DEFINE_LAYOUT
+-- Defines a service's layout, or defines it again while no claim has fixed it. Returns nothing when
+-- it is fixed.
+--   $1 service text
+--   $2 preset text
+--   $3 epoch timestamptz
+--   $4 time_unit_ms integer
+--   $5 time_bits integer
+--   $6 machine_bits integer
+--   $7 sequence_bits integer
+--   $8 field_order text
+--   $9 pool_first integer
+--   $10 pool_last integer
+--   $11 defined_by text
+INSERT INTO idgen_private.idgen_layouts AS l
+    (service, preset, epoch, time_unit_ms, time_bits, machine_bits, sequence_bits, field_order, pool_first,
+     pool_last, defined_by, unregistered_from)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $9)
+ON CONFLICT (service) DO
+UPDATE
+SET preset = excluded.preset,
+    epoch = excluded.epoch,
+    time_unit_ms = excluded.time_unit_ms,
+    time_bits = excluded.time_bits,
+    machine_bits = excluded.machine_bits,
+    sequence_bits = excluded.sequence_bits,
+    field_order = excluded.field_order,
+    pool_first = excluded.pool_first,
+    pool_last = excluded.pool_last,
+    defined_at = excluded.defined_at,
+    defined_by = excluded.defined_by,
+    unregistered_from = excluded.unregistered_from
+WHERE l.fixed_at IS NULL
+RETURNING true;
+
+-- LAYOUT_OF
+-- A service's layout row as people read it: preset, epoch, widths, order, pool, who defined it when,
+-- and when its first claim fixed it.
+--   $1 service text
+SELECT l.preset,
+    l.epoch,
+    l.time_unit_ms,
+    l.time_bits,
+    l.machine_bits,
+    l.sequence_bits,
+    l.field_order,
+    l.pool_first,
+    l.pool_last,
+    l.defined_at,
+    l.defined_by,
+    l.fixed_at
+FROM idgen_private.idgen_layouts l
+WHERE l.service::pg_catalog.text OPERATOR(pg_catalog.=) $1;
+
+-- ADVANCE_UNREGISTERED_FROM
+-- Moves the service's never-registered hint up to `from`: only if every machine id from the hint to
+-- `from` has a row now (a row deleted meanwhile keeps it down), and unless another transaction holds
+-- the layout's row (it is a hint: the next claim moves it).
+--   $1 service text
+--   $2 from integer
+UPDATE idgen_private.idgen_layouts l
+SET unregistered_from = $2
+WHERE l.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
+  AND l.unregistered_from OPERATOR(pg_catalog.<) $2
+  AND (
+    SELECT pg_catalog.count(*)
+    FROM idgen_private.nodes n
+    WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
+      AND n.machine_id OPERATOR(pg_catalog.>=) l.unregistered_from
+      AND n.machine_id OPERATOR(pg_catalog.<) $2) OPERATOR(pg_catalog.=) ($2 OPERATOR(pg_catalog.-) l.unregistered_from)::pg_catalog.int8
+  AND EXISTS (
+    SELECT
+    FROM idgen_private.idgen_layouts x
+    WHERE x.service::pg_catalog.text OPERATOR(pg_catalog.=) $1 FOR UPDATE SKIP LOCKED);
+
+-- LOWER_UNREGISTERED_FROM
+-- A row removed by hand: the never-registered hint of its service goes back to its machine id, which
+-- a claim may hand out again once its tombstone has passed.
+--   $1 service text
+--   $2 machine_id integer
+UPDATE idgen_private.idgen_layouts l
+SET unregistered_from = $2
+WHERE l.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
+  AND l.unregistered_from OPERATOR(pg_catalog.>) $2;
+
+-- RESET_UNREGISTERED_FROM
+-- Every row truncated: every service's never-registered hint goes back to the start of its pool.
+UPDATE idgen_private.idgen_layouts l
+SET unregistered_from = l.pool_first
+WHERE l.unregistered_from OPERATOR(pg_catalog.<>) l.pool_first;
 
 -- TAKE_GUARD
 -- Takes a guard row unless another transaction holds it (see `idgen_core::guard`).
@@ -172,7 +313,7 @@ SET version = n.version OPERATOR(pg_catalog.+) 1,
 FROM own
 WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) own.service::pg_catalog.text
   AND n.machine_id OPERATOR(pg_catalog.=) own.machine_id
-RETURNING n.machine_id, own.bound, own.reported, own.last_seen;
+RETURNING n.machine_id::pg_catalog.int4, own.bound, own.reported, own.last_seen;
 
 -- RELEASE_OWN_ROW_OUTSIDE_RANGE
 -- Releases the claimant's held row outside this server's `idgen.machine_id_range`, keeping the bound.
@@ -182,8 +323,8 @@ RETURNING n.machine_id, own.bound, own.reported, own.last_seen;
 --   $4 backend_slot integer
 --   $5 lease interval
 --   $6 takeback_age interval
---   $7 first_machine_id smallint
---   $8 last_machine_id smallint
+--   $7 first_machine_id integer
+--   $8 last_machine_id integer
 WITH own AS (
     SELECT o.service, o.machine_id, idgen_private.holder_bound(o, $5, $6) AS bound
     FROM idgen_private.nodes o
@@ -201,7 +342,7 @@ SET version = n.version OPERATOR(pg_catalog.+) 1,
 FROM own
 WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) own.service::pg_catalog.text
   AND n.machine_id OPERATOR(pg_catalog.=) own.machine_id
-RETURNING n.machine_id, n.issued_until;
+RETURNING n.machine_id::pg_catalog.int4, n.issued_until;
 
 -- REUSE_OWN_ROW
 -- Claim step 1: bumps the claimant's own row (held, or else released by it) in the range, unless
@@ -216,8 +357,8 @@ RETURNING n.machine_id, n.issued_until;
 --   $6 tolerance interval
 --   $7 takeback_age interval
 --   $8 window interval
---   $9 first_machine_id smallint
---   $10 last_machine_id smallint
+--   $9 first_machine_id integer
+--   $10 last_machine_id integer
 WITH own AS (
     SELECT o.service,
         o.machine_id,
@@ -251,7 +392,7 @@ SET version = n.version OPERATOR(pg_catalog.+) 1,
 FROM own, (SELECT pg_catalog.clock_timestamp() AS now) t
 WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) own.service::pg_catalog.text
   AND n.machine_id OPERATOR(pg_catalog.=) own.machine_id
-RETURNING n.machine_id, n.version, n.lease_until, n.last_seen, own.bound, n.issued_until, own.was_released;
+RETURNING n.machine_id::pg_catalog.int4, n.version, n.lease_until, n.last_seen, own.bound, n.issued_until, own.was_released;
 
 -- REUSE_OWN_HELD_ROW
 -- A new connection's claim: [`REUSE_OWN_ROW`] without its choice of a released row, so that a new
@@ -264,8 +405,8 @@ RETURNING n.machine_id, n.version, n.lease_until, n.last_seen, own.bound, n.issu
 --   $6 tolerance interval
 --   $7 takeback_age interval
 --   $8 window interval
---   $9 first_machine_id smallint
---   $10 last_machine_id smallint
+--   $9 first_machine_id integer
+--   $10 last_machine_id integer
 WITH own AS (
     SELECT o.service, o.machine_id, idgen_private.holder_bound(o, $5, $7) AS bound
     FROM idgen_private.nodes o
@@ -286,7 +427,7 @@ SET version = n.version OPERATOR(pg_catalog.+) 1,
 FROM own, (SELECT pg_catalog.clock_timestamp() AS now) t
 WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) own.service::pg_catalog.text
   AND n.machine_id OPERATOR(pg_catalog.=) own.machine_id
-RETURNING n.machine_id, n.version, n.lease_until, n.last_seen, own.bound, n.issued_until;
+RETURNING n.machine_id::pg_catalog.int4, n.version, n.lease_until, n.last_seen, own.bound, n.issued_until;
 
 -- OWN_HELD_ROW
 -- The claimant's held row, locked or not (to tell busy from absent).
@@ -294,7 +435,7 @@ RETURNING n.machine_id, n.version, n.lease_until, n.last_seen, own.bound, n.issu
 --   $2 host inet
 --   $3 port integer
 --   $4 backend_slot integer
-SELECT n.machine_id
+SELECT n.machine_id::pg_catalog.int4
 FROM idgen_private.nodes n
 WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
   AND n.host OPERATOR(pg_catalog.=) $2
@@ -303,35 +444,34 @@ WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
   AND n.released_at IS NULL;
 
 -- UNREGISTERED_MACHINE_IDS
--- Claim step 2: the machine ids of the range with no row, lowest first, but those whose tombstone
--- (a row removed by hand) is further ahead than the claimant may wait.
+-- Claim step 2: the machine ids of `first..=last` (a batch of the range) with no row, lowest first, and
+-- whether each has a tombstone (a row removed by hand) further ahead than the claimant may wait.
 --   $1 service text
---   $2 first_machine_id integer
---   $3 last_machine_id integer
+--   $2 first integer
+--   $3 last integer
 --   $4 tolerance interval
-SELECT m::smallint
+SELECT m, EXISTS (
+    SELECT
+    FROM idgen_private.idgen_tombstones t
+    WHERE t.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
+      AND t.machine_id OPERATOR(pg_catalog.=) m
+      AND t.bound OPERATOR(pg_catalog.>) (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $4))
 FROM pg_catalog.generate_series($2::integer, $3::integer) AS m
 WHERE NOT EXISTS (
     SELECT
     FROM idgen_private.nodes n
     WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
       AND n.machine_id OPERATOR(pg_catalog.=) m)
-  AND NOT EXISTS (
-    SELECT
-    FROM idgen_private.idgen_tombstones t
-    WHERE t.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
-      AND t.machine_id OPERATOR(pg_catalog.=) m
-      AND t.bound OPERATOR(pg_catalog.>) (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $4))
 ORDER BY m;
 
 -- SOONEST_TOMBSTONE_AHEAD
 -- The tombstone of the range whose machine id has no row and which is further ahead than the
 -- claimant may wait, soonest first: what a claim that found nothing else waits for.
 --   $1 service text
---   $2 first_machine_id smallint
---   $3 last_machine_id smallint
+--   $2 first_machine_id integer
+--   $3 last_machine_id integer
 --   $4 tolerance interval
-SELECT t.machine_id, t.bound
+SELECT t.machine_id::pg_catalog.int4, t.bound
 FROM idgen_private.idgen_tombstones t
 WHERE t.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
   AND t.machine_id OPERATOR(pg_catalog.>=) $2
@@ -356,7 +496,7 @@ LIMIT 1;
 --   $6 tolerance interval
 --   $7 takeback_age interval
 --   $8 window interval
---   $9 machine_id smallint
+--   $9 machine_id integer
 --   $10 guard_bucket integer
 WITH tomb AS (
     SELECT t.version, t.bound
@@ -384,15 +524,15 @@ inserted AS (
         WHERE tomb.bound OPERATOR(pg_catalog.>) (t.now OPERATOR(pg_catalog.+) $6))
     ON CONFLICT DO NOTHING
     RETURNING *)
-SELECT inserted.machine_id, inserted.version, inserted.lease_until, inserted.last_seen,
+SELECT inserted.machine_id::pg_catalog.int4, inserted.version, inserted.lease_until, inserted.last_seen,
     (SELECT tomb.bound FROM tomb), inserted.issued_until
 FROM inserted;
 
 -- CURRENT_ROW
 -- The row of a machine id, as facts for messages.
 --   $1 service text
---   $2 machine_id smallint
-SELECT n.machine_id,
+--   $2 machine_id integer
+SELECT n.machine_id::pg_catalog.int4,
     pg_catalog.host(n.host),
     n.port,
     n.version,
@@ -407,8 +547,8 @@ WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
 -- COUNT_HELD
 -- How many machine ids of the range are registered.
 --   $1 service text
---   $2 first_machine_id smallint
---   $3 last_machine_id smallint
+--   $2 first_machine_id integer
+--   $3 last_machine_id integer
 SELECT pg_catalog.count(*)
 FROM idgen_private.nodes n
 WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
@@ -418,9 +558,9 @@ WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
 -- LEAST_RECENTLY_SEEN
 -- The least recently seen row of the range, as facts for messages.
 --   $1 service text
---   $2 first_machine_id smallint
---   $3 last_machine_id smallint
-SELECT n.machine_id,
+--   $2 first_machine_id integer
+--   $3 last_machine_id integer
+SELECT n.machine_id::pg_catalog.int4,
     pg_catalog.host(n.host),
     n.port,
     n.version,
@@ -440,7 +580,7 @@ LIMIT 1;
 -- clock). Returns the grant and the watermark held before the statement (a node's watermark never
 -- goes back: a report behind it is recorded).
 --   $1 service text
---   $2 machine_id smallint
+--   $2 machine_id integer
 --   $3 host inet
 --   $4 port integer
 --   $5 backend_slot integer
@@ -473,7 +613,7 @@ RETURNING lease_until, held_before.held;
 -- without a report, and never the watermark held, which may be ahead of the report) and its
 -- generator's counts since the claim.
 --   $1 service text
---   $2 machine_id smallint
+--   $2 machine_id integer
 --   $3 host inet
 --   $4 port integer
 --   $5 backend_slot integer
@@ -512,7 +652,7 @@ RETURNING lease_until, held_before.held;
 -- A version-checked release: a new version, the cooldown starts, the watermark rises to the report
 -- (or the clock plus `margin`). Returns the new version and watermark, and the watermark held before.
 --   $1 service text
---   $2 machine_id smallint
+--   $2 machine_id integer
 --   $3 host inet
 --   $4 port integer
 --   $5 backend_slot integer
@@ -540,7 +680,7 @@ RETURNING version, issued_until, held_before.held;
 -- RENEW_BACKEND_LEASE
 -- A backend's version- and epoch-checked renewal that writes its next window.
 --   $1 service text
---   $2 machine_id smallint
+--   $2 machine_id integer
 --   $3 host inet
 --   $4 port integer
 --   $5 backend_slot integer
@@ -576,7 +716,7 @@ RETURNING n.last_seen, n.lease_until, n.issued_until;
 -- READ_BACKEND_LEASE
 -- A backend's version- and epoch-checked read, for read-only transactions.
 --   $1 service text
---   $2 machine_id smallint
+--   $2 machine_id integer
 --   $3 host inet
 --   $4 port integer
 --   $5 backend_slot integer
@@ -601,7 +741,7 @@ WHERE service::pg_catalog.text OPERATOR(pg_catalog.=) $1
 -- A backend that stops records its last stamp (at or after its lease's not_before) in place of the
 -- window it wrote, if the row is still its own.
 --   $1 service text
---   $2 machine_id smallint
+--   $2 machine_id integer
 --   $3 host inet
 --   $4 port integer
 --   $5 backend_slot integer
@@ -777,14 +917,26 @@ UPDATE SKIP LOCKED;
 -- (tests/cluster/tests/one_source.rs ties the two).
 --   $1 service text
 --   $2 cooldown interval
---   $3 first_machine_id smallint
---   $4 last_machine_id smallint
+--   $3 first_machine_id integer
+--   $4 last_machine_id integer
 SELECT pg_catalog.count(*)
 FROM idgen_private.nodes n
 WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
   AND n.machine_id OPERATOR(pg_catalog.>=) $3
   AND n.machine_id OPERATOR(pg_catalog.<=) $4
   AND (n.released_at IS NULL OR n.released_at OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) $2));
+
+-- HIGHEST_REGISTERED
+-- The highest machine id of the range with a row: no more rows than up to it can be in use (the
+-- capacity alert counts only when that could pass a level).
+--   $1 service text
+--   $2 first_machine_id integer
+--   $3 last_machine_id integer
+SELECT pg_catalog.max(n.machine_id)::pg_catalog.int4
+FROM idgen_private.nodes n
+WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
+  AND n.machine_id OPERATOR(pg_catalog.>=) $2
+  AND n.machine_id OPERATOR(pg_catalog.<=) $3;
 
 -- SYNCHRONOUS_STANDBY_STREAMING
 -- Whether a synchronous standby streams from this server now.
@@ -798,7 +950,7 @@ SELECT EXISTS (
 -- A row deleted by hand leaves its bound and version as a tombstone (`lease` and `takeback_age`
 -- stand in for a row that records no terms).
 --   $1 service text
---   $2 machine_id smallint
+--   $2 machine_id integer
 --   $3 lease interval
 --   $4 takeback_age interval
 INSERT INTO idgen_private.idgen_tombstones AS t (service, machine_id, version, bound)
@@ -834,7 +986,7 @@ SET epoch = r.epoch OPERATOR(pg_catalog.+) 1;
 -- A row inserted (by hand, by a restore, or by a claim) takes the tombstone of its machine id, if
 -- any: its bound as watermark and a newer version.
 --   $1 service text
---   $2 machine_id smallint
+--   $2 machine_id integer
 WITH tomb AS (
     DELETE FROM idgen_private.idgen_tombstones t
     WHERE t.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
@@ -860,12 +1012,16 @@ LOCK TABLE idgen_private.nodes,
     idgen_private.idgen_history,
     idgen_private.idgen_history_purged IN ACCESS EXCLUSIVE MODE NOWAIT;
 
+-- LOCK_LAYOUTS_FOR_DROP
+-- [`LOCK_REGISTRY_FOR_DROP`] for the layouts (objects of 0.7.0 on): a claim reads them.
+LOCK TABLE idgen_private.idgen_layouts IN ACCESS EXCLUSIVE MODE NOWAIT;
+
 -- STILL_STAMPING
 -- What a DROP of the registry would forget while it may still be stamped: every row and tombstone
 -- whose bound is ahead of the clock, latest first; a row's holder as host, port, slot.
 --   $1 lease interval
 --   $2 takeback_age interval
-SELECT s.service, s.machine_id, pg_catalog.host(s.host), s.port, s.backend_slot, s.bound
+SELECT s.service, s.machine_id::pg_catalog.int4, pg_catalog.host(s.host), s.port, s.backend_slot, s.bound
 FROM (
     SELECT n.service::pg_catalog.text AS service,
         n.machine_id,
@@ -884,7 +1040,7 @@ ORDER BY s.bound DESC, s.service, s.machine_id;
 -- The events of a machine id the caller may read, in order (`idgen_explain`, as the caller); times
 -- as Unix ms, NULL when infinite.
 --   $1 service text
---   $2 machine_id smallint
+--   $2 machine_id integer
 SELECT CASE WHEN pg_catalog.isfinite(e.at) THEN pg_catalog.floor(EXTRACT(epoch FROM e.at) OPERATOR(pg_catalog.*) 1000::numeric)::bigint END,
     e.event,
     pg_catalog.host(e.host),
@@ -908,7 +1064,7 @@ ORDER BY e.event_id;
 -- SERVICES_OF_MACHINE_ID
 -- The services the caller may read that have (or had) a machine id (all of them, or the one
 -- named), and whether events of them were purged.
---   $1 machine_id smallint
+--   $1 machine_id integer
 --   $2 service text
 SELECT s.service, EXISTS (
     SELECT
@@ -926,10 +1082,37 @@ FROM (
 WHERE $2::text IS NULL OR s.service OPERATOR(pg_catalog.=) $2::text
 ORDER BY s.service;
 
+-- SERVICES_TO_EXPLAIN
+-- The services the caller may read that have registry rows or events (all of them, or the one named),
+-- with their layouts as recorded (NULL: none; objects of 0.7.0 on) and whether events of them were
+-- purged: the services an ID may be of.
+--   $1 service text
+SELECT s.service,
+    EXISTS (
+        SELECT
+        FROM idgen_private.visible_metrics m
+        WHERE m.service OPERATOR(pg_catalog.=) s.service
+          AND m.history_events_purged OPERATOR(pg_catalog.>) 0),
+    pg_catalog.floor(EXTRACT(epoch FROM l.epoch) OPERATOR(pg_catalog.*) 1000::numeric)::bigint,
+    l.time_unit_ms,
+    l.time_bits,
+    l.machine_bits,
+    l.sequence_bits,
+    l.field_order
+FROM (
+    SELECT n.service::text AS service
+    FROM idgen_private.visible_nodes n
+    UNION
+    SELECT e.service::text
+    FROM idgen_private.visible_events e) s
+    LEFT JOIN idgen_private.visible_layouts l ON l.service::pg_catalog.text OPERATOR(pg_catalog.=) s.service
+WHERE $1::text IS NULL OR s.service OPERATOR(pg_catalog.=) $1::text
+ORDER BY s.service;
+
 -- NODE_OF_MACHINE_ID
 -- The registry row of a machine id, if the caller may read it: holder and version.
 --   $1 service text
---   $2 machine_id smallint
+--   $2 machine_id integer
 SELECT pg_catalog.host(n.host), n.port, n.backend_slot, n.version
 FROM idgen_private.visible_nodes n
 WHERE n.service OPERATOR(pg_catalog.=) $1

@@ -99,13 +99,17 @@ BEGIN
      WHERE a.objsubid OPERATOR(pg_catalog.=) 0
        AND NOT EXISTS (SELECT FROM member m
                         WHERE m.classid OPERATOR(pg_catalog.=) a.classid AND m.objid OPERATOR(pg_catalog.=) a.objid)
-       -- A changed column's own table or type is no dependent, nor is a trigger of idgen's own tables
-       -- (idgen_key_unchanged, UPDATE OF machine_id: created again below).
+       -- A changed column's own table or type is no dependent, nor is a trigger or a constraint of
+       -- idgen's own tables (idgen_key_unchanged, UPDATE OF machine_id, and the machine id's CHECK:
+       -- created again below).
        AND NOT EXISTS (SELECT FROM recreated r
                         WHERE r.objsubid OPERATOR(pg_catalog.>) 0 AND r.objid OPERATOR(pg_catalog.=) a.objid)
        AND NOT EXISTS (SELECT FROM pg_catalog.pg_trigger t JOIN member m ON m.objid OPERATOR(pg_catalog.=) t.tgrelid
                         WHERE a.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_trigger'::pg_catalog.regclass
-                          AND t.oid OPERATOR(pg_catalog.=) a.objid);
+                          AND t.oid OPERATOR(pg_catalog.=) a.objid)
+       AND NOT EXISTS (SELECT FROM pg_catalog.pg_constraint c JOIN member m ON m.objid OPERATOR(pg_catalog.=) c.conrelid
+                        WHERE a.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_constraint'::pg_catalog.regclass
+                          AND c.oid OPERATOR(pg_catalog.=) a.objid);
     IF outside IS NOT NULL THEN
         RAISE EXCEPTION 'idgen cannot update to 0.7.0: objects outside the extension depend on views, functions or machine_id columns the update changes'
             USING ERRCODE = 'dependent_objects_still_exist',

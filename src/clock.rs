@@ -8,10 +8,18 @@ use pgrx::pg_sys;
 
 pub struct SystemClock;
 
-/// Waits this short are spun: sleeping would overshoot the next millisecond.
-const SPIN_MS: i64 = 2;
-/// Longer waits sleep in slices this long, checking for query cancel between them.
-const SLEEP_SLICE_MS: i64 = 10;
+/// Waits sleep in slices at most this long, checking for query cancel between them.
+const SLEEP_SLICE_US: i64 = 10_000;
+
+impl SystemClock {
+    /// Unix time in microseconds.
+    fn now_unix_us() -> i64 {
+        let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: CLOCK_REALTIME always exists; the call only writes `now`.
+        unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut now) };
+        now.tv_sec * 1_000_000 + now.tv_nsec / 1_000
+    }
+}
 
 impl Clock for SystemClock {
     #[inline]
@@ -22,19 +30,18 @@ impl Clock for SystemClock {
         now.tv_sec * 1000 + now.tv_nsec / 1_000_000
     }
 
+    /// Sleeps, never spins: a generator that waits for its next tick (its sequence used up, at
+    /// 256 IDs per 10 ms for sonyflake) or for a clock stepped back leaves the core to others.
+    /// The sleep is measured in microseconds, so it ends just past the millisecond waited for.
     fn wait_until(&mut self, unix_ms: i64) {
         loop {
             pg_sys::check_for_interrupts!();
-            let left = unix_ms - self.now_unix_ms();
-            if left <= 0 {
+            let left_us = unix_ms * 1000 - Self::now_unix_us();
+            if left_us <= 0 {
                 return;
             }
-            if left <= SPIN_MS {
-                std::hint::spin_loop();
-            } else {
-                // SAFETY: a plain sleep; signals cut it short and are handled above.
-                unsafe { pg_sys::pg_usleep((left - 1).min(SLEEP_SLICE_MS) as std::ffi::c_long * 1000) };
-            }
+            // SAFETY: a plain sleep; signals cut it short and are handled above.
+            unsafe { pg_sys::pg_usleep(left_us.min(SLEEP_SLICE_US) as std::ffi::c_long) };
         }
     }
 }

@@ -161,8 +161,8 @@ mod tests {
         let public_can = one::<String>(
             "SELECT format('%s %s %s / %s %s %s %s %s %s %s %s %s %s', \
                has_function_privilege('public', 'idgen_claim(text, inet, integer)', 'EXECUTE'), \
-               has_function_privilege('public', 'idgen_heartbeat(text, smallint, inet, integer, bigint, timestamptz, bigint, bigint, bigint)', 'EXECUTE'), \
-               has_function_privilege('public', 'idgen_release(text, smallint, inet, integer, bigint, timestamptz)', 'EXECUTE'), \
+               has_function_privilege('public', 'idgen_heartbeat(text, integer, inet, integer, bigint, timestamptz, bigint, bigint, bigint)', 'EXECUTE'), \
+               has_function_privilege('public', 'idgen_release(text, integer, inet, integer, bigint, timestamptz)', 'EXECUTE'), \
                has_table_privilege('public', 'system_nodes', 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE'), \
                has_table_privilege('public', 'idgen_private.nodes', 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE'), \
                has_table_privilege('public', 'idgen_private.idgen_registry', 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE'), \

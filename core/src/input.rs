@@ -193,6 +193,19 @@ pub fn machine_id_argument(function: &str, argument: &str, machine_id: Option<i3
     })
 }
 
+/// A machine id its service's layout can carry (heartbeat and release check it once they have read
+/// the layout): an id past the field is no holder's.
+pub fn machine_id_in_layout(function: &str, service: &str, layout: &Layout, machine_id: i32) -> Result<(), IdgenError> {
+    let max = layout.max_machine_id();
+    if (0..=i32::from(max)).contains(&machine_id) {
+        return Ok(());
+    }
+    Err(bad_value(function, "machine_id", "is out of range").detail(format!(
+        "Got {machine_id}; machine ids of service \"{service}\" run from 0 to {max} (its layout's {}-bit field).",
+        layout.machine_bits
+    )))
+}
+
 /// A role name argument: required, non-empty.
 pub fn role_name(function: &str, role: Option<&str>) -> Result<String, IdgenError> {
     let role = required(function, "role", role)?;

@@ -257,6 +257,7 @@ fn heartbeat(
         Spi::connect_mut(|client| {
             authorize_service_caller(client, F, role, &held.node.service);
             let layout = layouts::recorded_layout(client, &held.node.service);
+            or_raise(input::machine_id_in_layout(F, &held.node.service, &layout, held.machine_id));
             let reported = reported_watermark(F, &layout, held.machine_id, issued_until);
             prepare_guard::wrote_in_transaction(F);
             durability::make_commit_durable();
@@ -299,6 +300,7 @@ fn node_release(
         Spi::connect_mut(|client| {
             authorize_service_caller(client, F, role, &held.node.service);
             let layout = layouts::recorded_layout(client, &held.node.service);
+            or_raise(input::machine_id_in_layout(F, &held.node.service, &layout, held.machine_id));
             let reported = reported_watermark(F, &layout, held.machine_id, issued_until);
             // Even a release of an id not held writes (it locks the table to look, and may record
             // the refusal): no prepared transaction may keep that.

@@ -216,14 +216,14 @@ pub fn notifications_so_far(listener: &mut Client) -> Vec<postgres::Notification
 /// One row of `idgen_claim`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claimed {
-    pub machine_id: i16,
+    pub machine_id: i32,
     pub version: i64,
     pub outcome: String,
 }
 
 pub fn claim(client: &mut Client, service: &str, host: &str, port: i32) -> Result<Claimed, postgres::Error> {
     let row = client.query_one(
-        "SELECT machine_id, version, outcome FROM idgen_claim($1, $2::text::inet, $3)",
+        "SELECT machine_id::int, version, outcome FROM idgen_claim($1, $2::text::inet, $3)",
         &[&service as &(dyn postgres::types::ToSql + Sync), &host, &port],
     )?;
     Ok(Claimed { machine_id: row.get(0), version: row.get(1), outcome: row.get(2) })
@@ -232,7 +232,7 @@ pub fn claim(client: &mut Client, service: &str, host: &str, port: i32) -> Resul
 pub fn heartbeat(
     client: &mut Client,
     service: &str,
-    machine_id: i16,
+    machine_id: i32,
     host: &str,
     port: i32,
     version: i64,
@@ -243,7 +243,7 @@ pub fn heartbeat(
 pub fn release(
     client: &mut Client,
     service: &str,
-    machine_id: i16,
+    machine_id: i32,
     host: &str,
     port: i32,
     version: i64,
@@ -256,7 +256,7 @@ fn call_with_holding(
     client: &mut Client,
     function: &str,
     service: &str,
-    machine_id: i16,
+    machine_id: i32,
     host: &str,
     port: i32,
     version: i64,
@@ -301,8 +301,8 @@ pub fn fill_registry(client: &mut Client, service: &str) {
 /// Like [`fill_registry`], leaving the machine ids `free` never registered.
 /// (Deleting rows instead would leave tombstones, as it must.) The
 /// holders reported no watermark, so setting `last_seen` back ages them fully.
-pub fn fill_registry_except(client: &mut Client, service: &str, free: &[i16]) {
-    let free: Vec<i32> = free.iter().map(|&m| i32::from(m)).collect();
+pub fn fill_registry_except(client: &mut Client, service: &str, free: &[i32]) {
+    let free = free.to_vec();
     client
         .execute(
             "INSERT INTO system_nodes (service, machine_id, host, port, version) \
@@ -342,7 +342,7 @@ pub fn registry_snapshot(client: &mut Client) -> String {
 /// This connection's lease for `service`, from `idgen_backend_leases()`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendLease {
-    pub machine_id: i16,
+    pub machine_id: i32,
     pub version: i64,
     pub backend_slot: i32,
     pub ids_issued: i64,
@@ -351,15 +351,15 @@ pub struct BackendLease {
 pub fn backend_lease(client: &mut Client, service: &str) -> Option<BackendLease> {
     client
         .query_opt(
-            "SELECT machine_id, version, backend_slot, ids_issued FROM idgen_backend_leases() WHERE service = $1",
+            "SELECT machine_id::int, version, backend_slot, ids_issued FROM idgen_backend_leases() WHERE service = $1",
             &[&service],
         )
         .unwrap()
         .map(|r| BackendLease { machine_id: r.get(0), version: r.get(1), backend_slot: r.get(2), ids_issued: r.get(3) })
 }
 
-/// The machine id an ID carries.
-pub fn machine_id_of(client: &mut Client, id: i64) -> i16 {
+/// The machine id an ID of the default layout carries.
+pub fn machine_id_of(client: &mut Client, id: i64) -> i32 {
     client.query_one("SELECT machine_id FROM idgen_decode($1)", &[&id]).unwrap().get(0)
 }
 
@@ -560,6 +560,26 @@ impl idgen_core::generator::Clock for WallClock {
     }
 }
 
+/// The layout of `service` as the registry records it (`idgen_layouts`), or the default for a service
+/// never claimed nor defined (and for every service of objects before 0.7.0).
+pub fn service_layout(client: &mut Client, service: &str) -> idgen_core::Layout {
+    let has_layouts: bool = client.query_one("SELECT to_regclass('idgen_layouts') IS NOT NULL", &[]).unwrap().get(0);
+    if !has_layouts {
+        return idgen_core::Layout::DEFAULT;
+    }
+    let row = client
+        .query_opt(
+            "SELECT (extract(epoch FROM epoch) * 1000)::bigint, time_unit_ms, time_bits, machine_bits, sequence_bits, field_order \
+               FROM idgen_layouts WHERE service = $1",
+            &[&service],
+        )
+        .unwrap();
+    let Some(row) = row else { return idgen_core::Layout::DEFAULT };
+    let width = |i: usize| row.get::<_, i32>(i) as u32;
+    let order = idgen_core::layout::FieldOrder::from_label(row.get(5)).expect("a known field order");
+    idgen_core::Layout::new(row.get(0), i64::from(row.get::<_, i32>(1)), width(2), width(3), width(4), order).unwrap()
+}
+
 /// A service node as the client contract describes it, minting in-process with the core's
 /// generator (the code the database's backends run): claim, mint until the lease ends,
 /// heartbeat with its watermark, release.
@@ -567,7 +587,7 @@ pub struct TestNode {
     pub service: String,
     pub host: String,
     pub port: i32,
-    pub machine_id: i16,
+    pub machine_id: i32,
     pub version: i64,
     pub outcome: String,
     /// The lease as the server computed it, in Unix ms (a real client measures it on a monotonic clock).
@@ -578,13 +598,14 @@ pub struct TestNode {
 impl TestNode {
     pub fn claim(client: &mut Client, service: &str, host: &str, port: i32) -> Result<TestNode, postgres::Error> {
         let row = client.query_one(
-            "SELECT machine_id, version, outcome, (extract(epoch FROM lease_until) * 1000)::float8, \
+            "SELECT machine_id::int, version, outcome, (extract(epoch FROM lease_until) * 1000)::float8, \
                     (extract(epoch FROM not_before) * 1000)::float8 \
                FROM idgen_claim($1, $2::text::inet, $3)",
             &[&service as &(dyn postgres::types::ToSql + Sync), &host, &port],
         )?;
-        let machine_id: i16 = row.get(0);
+        let machine_id: i32 = row.get(0);
         let not_before_ms = row.get::<_, f64>(4).floor() as i64;
+        let layout = service_layout(client, service);
         Ok(TestNode {
             service: service.to_owned(),
             host: host.to_owned(),
@@ -593,13 +614,12 @@ impl TestNode {
             version: row.get(1),
             outcome: row.get(2),
             lease_until_ms: row.get::<_, f64>(3).floor() as i64,
-            generator: idgen_core::generator::Generator::new(
-                idgen_core::Layout::DEFAULT,
-                machine_id as u16,
-                not_before_ms,
-                0,
-            ),
+            generator: idgen_core::generator::Generator::new(layout, machine_id as u16, not_before_ms, 0),
         })
+    }
+
+    pub fn layout(&self) -> &idgen_core::Layout {
+        self.generator.layout()
     }
 
     /// Up to `count` IDs, fewer if the lease ends first.
@@ -608,10 +628,10 @@ impl TestNode {
         (0..count).map_while(|_| self.generator.next_id(&mut clock, self.lease_until_ms).ok()).collect()
     }
 
-    /// The watermark the node reports: the later of its last stamp and its clock.
+    /// The watermark the node reports: the later of the end of its last stamp's tick and its clock.
     fn watermark_ms(&self) -> f64 {
         use idgen_core::generator::Clock;
-        self.generator.last_unix_ms().max(WallClock.now_unix_ms()) as f64
+        self.generator.last_tick_end_unix_ms().max(WallClock.now_unix_ms()) as f64
     }
 
     /// A version-checked heartbeat; the new lease on success.

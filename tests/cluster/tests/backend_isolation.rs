@@ -133,10 +133,10 @@ fn concurrent_new_backends_at_serializable_succeed_with_at_most_retries() {
             })
         })
         .collect();
-    let leased: BTreeSet<i16> = join_all(workers, WORK_PATIENCE, "the serializable workers").into_iter().collect();
+    let leased: BTreeSet<i32> = join_all(workers, WORK_PATIENCE, "the serializable workers").into_iter().collect();
     assert_eq!(leased.len(), WORKERS, "{leased:?}");
     let mut client = db.connect();
-    let (rows, machines): (i64, Vec<i16>) = client
+    let (rows, machines): (i64, Vec<i32>) = client
         .query_one("SELECT count(*), array_agg(DISTINCT (idgen_decode(id)).machine_id) FROM t", &[])
         .map(|r| (r.get(0), r.get(1)))
         .unwrap();

@@ -255,7 +255,7 @@ fn settings_choose_the_service_and_the_registered_address() {
 }
 
 /// The watermark of this connection's lease row, in Unix ms, read from another session.
-fn row_watermark_ms(db: &TestDb, machine_id: i16, slot: i32) -> i64 {
+fn row_watermark_ms(db: &TestDb, machine_id: i32, slot: i32) -> i64 {
     db.connect()
         .query_one(
             "SELECT floor(extract(epoch FROM issued_until) * 1000)::bigint FROM system_nodes \

@@ -69,7 +69,7 @@ fn server_clock(client: &mut Client) -> f64 {
 }
 
 /// This backend's machine id, slot and `not_before` (Unix seconds) for the database's service.
-fn lease(client: &mut Client) -> (i16, i32, f64) {
+fn lease(client: &mut Client) -> (i32, i32, f64) {
     let row = client
         .query_one(
             "SELECT machine_id, backend_slot, extract(epoch FROM not_before)::float8 FROM idgen_backend_leases() \
@@ -153,7 +153,7 @@ fn a_larger_step_back_is_refused_and_a_new_connection_does_not_reissue_the_windo
 /// The clock runs an hour ahead while one session mints, then is corrected; `between` runs after the
 /// correction (a reconnect, a restart, a take-over setup) and returns the session that mints again, with
 /// the clock moved back into the hour that was already used.
-fn jump_ahead_then_correct(name: &str, between: impl FnOnce(&Scenario, i16) -> Client) {
+fn jump_ahead_then_correct(name: &str, between: impl FnOnce(&Scenario, i32) -> Client) {
     let s = Scenario::new(name);
     s.cluster.offset(3_600.0);
     let mut first = s.db.connect();

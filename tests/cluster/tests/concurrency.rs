@@ -30,13 +30,13 @@ fn two_hundred_concurrent_claims_get_two_hundred_distinct_ids() {
         .collect();
     let mut claims: Vec<Claimed> = join_all(workers, WORK_PATIENCE, "the 200 claimants");
     claims.sort_by_key(|c| c.machine_id);
-    let ids: Vec<i16> = claims.iter().map(|c| c.machine_id).collect();
-    assert_eq!(ids, (0..200).collect::<Vec<i16>>(), "200 distinct ids, the lowest ones");
+    let ids: Vec<i32> = claims.iter().map(|c| c.machine_id).collect();
+    assert_eq!(ids, (0..200).collect::<Vec<i32>>(), "200 distinct ids, the lowest ones");
     assert!(claims.iter().all(|c| c.outcome == "new" && c.version == 1), "{claims:?}");
 
     // The same identity, restarted gracefully (released), gets its id back with the next version.
     let mut client = db.connect();
-    let first: i16 = client
+    let first: i32 = client
         .query_one("SELECT machine_id FROM system_nodes WHERE host = '10.2.1.37' AND port = 7137", &[])
         .unwrap()
         .get(0);
@@ -115,7 +115,7 @@ fn claims_work_at_every_isolation_level() {
         client.batch_execute(&format!("BEGIN ISOLATION LEVEL {level}")).unwrap();
         let c = claim(&mut client, "svc", "10.0.0.1", 1 + i as i32).unwrap();
         client.batch_execute("COMMIT").unwrap();
-        assert_eq!((c.machine_id, c.outcome.as_str()), (i as i16, "new"), "{level}");
+        assert_eq!((c.machine_id, c.outcome.as_str()), (i as i32, "new"), "{level}");
     }
 }
 

@@ -231,7 +231,7 @@ fn events_that_come_with_an_error_are_recorded_though_the_caller_rolls_back() {
     fill_registry(&mut admin, "full");
     assert_eq!(sqlstate(&claim(&mut node, "full", "10.0.0.9", 9).unwrap_err()), "53000");
 
-    let events: Vec<(String, String, Option<i16>, String, String)> = admin
+    let events: Vec<(String, String, Option<i32>, String, String)> = admin
         .query(
             "SELECT event, service, machine_id, holder, role FROM idgen_events
               WHERE event IN ('ownership_lost', 'refused_full') ORDER BY event_id",

@@ -67,7 +67,7 @@ impl Formation {
 }
 
 /// (machine_id, version, host, port): a claim as the history records it.
-type ClaimKey = (i16, i64, String, i32);
+type ClaimKey = (i32, i64, String, i32);
 
 #[derive(Default)]
 struct Record {
@@ -78,7 +78,7 @@ struct Record {
     granted: Vec<(usize, i32)>,
     phase: usize,
     /// IDs service nodes minted, with the claim they minted under.
-    service_ids: Vec<(i64, i16, i64)>,
+    service_ids: Vec<(i64, i32, i64)>,
     /// IDs backends returned from committed inserts.
     backend_ids: Vec<i64>,
 }
@@ -300,9 +300,9 @@ fn no_id_twice_across_a_switchover_and_a_crash_of_the_primary() {
     );
     // 3. Every ID was stamped under a lease the new primary knows: nodes' under their (known) claims;
     //    backends' under a machine id the registry shows a backend holding.
-    let leases: HashSet<(i16, i64)> = known.iter().map(|(m, v, _, _)| (*m, *v)).collect();
+    let leases: HashSet<(i32, i64)> = known.iter().map(|(m, v, _, _)| (*m, *v)).collect();
     assert!(record.service_ids.iter().all(|(_, m, v)| leases.contains(&(*m, *v))));
-    let backend_ids: HashSet<i16> = primary
+    let backend_ids: HashSet<i32> = primary
         .query(
             "SELECT machine_id FROM system_nodes WHERE backend_slot IS NOT NULL
              UNION SELECT machine_id FROM idgen_private.idgen_history
@@ -316,7 +316,7 @@ fn no_id_twice_across_a_switchover_and_a_crash_of_the_primary() {
     let unknown: Vec<i64> = record
         .backend_ids
         .iter()
-        .filter(|id| !backend_ids.contains(&(((**id >> 12) & 1023) as i16)))
+        .filter(|id| !backend_ids.contains(&(((**id >> 12) & 1023) as i32)))
         .copied()
         .collect();
     assert!(unknown.is_empty(), "{} backend IDs under machine ids the new primary never gave a backend", unknown.len());

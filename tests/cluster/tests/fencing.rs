@@ -123,7 +123,7 @@ fn a_released_id_cools_down_for_others_but_not_for_its_holder() {
             &[],
         )
         .unwrap();
-    let taken = (row.get::<_, i16>(0), row.get::<_, i64>(1), row.get::<_, String>(2));
+    let taken = (row.get::<_, i32>(0), row.get::<_, i64>(1), row.get::<_, String>(2));
     assert_eq!(taken, (5, 5, "released".to_owned()));
     assert!(row.get::<_, bool>(3), "not_before is the released holder's watermark");
     // Releasing what you no longer hold changes nothing and warns.

@@ -34,7 +34,7 @@ fn heartbeat_reporting(
 }
 
 /// The clock offset idgen_nodes shows for a machine id, in seconds (NULL: none).
-fn clock_offset(client: &mut Client, machine_id: i16) -> Option<f64> {
+fn clock_offset(client: &mut Client, machine_id: i32) -> Option<f64> {
     client
         .query_one(
             "SELECT extract(epoch FROM clock_offset)::float8 FROM idgen_nodes WHERE service = 'svc' AND machine_id = $1",

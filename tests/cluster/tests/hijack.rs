@@ -322,7 +322,7 @@ fn plant_temp(client: &mut Client) {
 fn call_everything(attacker: &mut Client, admin: &mut Client, observer: &mut Client, ext: &str, service: &str) {
     // Services: new, heartbeat (with and without a watermark), release, the same node back
     // (reused), a twin (its row set aside), released, idle_1h (its alert NOTIFYs), exhaustion.
-    let claim = |c: &mut Client, host: &str| -> Result<(i16, i64, String), postgres::Error> {
+    let claim = |c: &mut Client, host: &str| -> Result<(i32, i64, String), postgres::Error> {
         c.query_one(&format!("SELECT machine_id, version, outcome FROM {ext}.idgen_claim('svc', '{host}', 1)"), &[])
             .map(|r| (r.get(0), r.get(1), r.get(2)))
     };

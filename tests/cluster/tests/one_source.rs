@@ -7,6 +7,7 @@
 use idgen_cluster_tests::*;
 use idgen_core::fleet;
 use idgen_core::history::HISTORY_RETENTION_DEFAULT_SECS;
+use idgen_core::layout::ServiceLayout;
 use idgen_core::policy::{ClaimPolicy, NodeState, RowAges};
 use postgres::Client;
 
@@ -114,7 +115,7 @@ fn a_row_that_records_no_lease_is_shown_with_the_lease_and_take_back_time_claim_
             .execute(
                 "INSERT INTO system_nodes (service, machine_id, host, port, version, last_seen)
                  VALUES ('unrecorded', $1, '192.0.2.1', $2, 1, now() - make_interval(secs => $3))",
-                &[&(machine_id as i16), &(1000 + machine_id as i32), &(*secs as f64)],
+                &[&(machine_id as i32), &(1000 + machine_id as i32), &(*secs as f64)],
             )
             .unwrap();
     }
@@ -129,7 +130,7 @@ fn a_row_that_records_no_lease_is_shown_with_the_lease_and_take_back_time_claim_
         .unwrap();
     assert_eq!(rows.len(), idle.len());
     for row in rows {
-        let machine_id: i16 = row.get(0);
+        let machine_id: i32 = row.get(0);
         let state: String = row.get(1);
         let ages =
             RowAges { idle_secs: row.get(2), released_secs: None, lease_left_secs: None, takeover_left_secs: None };
@@ -220,7 +221,7 @@ fn a_claim_counts_in_use_what_idgen_capacity_counts_in_use() {
         let row = client
             .query_one("SELECT machine_id, version FROM idgen_claim('in_use', '192.0.2.2', $1)", &[&port])
             .unwrap();
-        let (machine_id, version): (i16, i64) = (row.get(0), row.get(1));
+        let (machine_id, version): (i32, i64) = (row.get(0), row.get(1));
         client
             .query_one("SELECT idgen_release('in_use', $1, '192.0.2.2', $2, $3)", &[&machine_id, &port, &version])
             .unwrap();
@@ -282,15 +283,16 @@ fn idgen_capacity_gives_the_level_the_claims_alert_computes() {
     // the counts of rows in use near each threshold, against the levels the cluster runs by.
     let db = TestDb::create("one_source_capacity_level");
     let mut client = db.connect();
-    let row =
-        client.query_one("SELECT capacity_warning, capacity_critical, machine_ids FROM idgen_policy()", &[]).unwrap();
-    let (warning, critical, capacity): (f64, f64, i32) = (row.get(0), row.get(1), row.get(2));
+    let row = client.query_one("SELECT capacity_warning, capacity_critical FROM idgen_policy()", &[]).unwrap();
+    let (warning, critical): (f64, f64) = (row.get(0), row.get(1));
+    // The service's pool: the default layout's every machine id (this server hands out all).
+    let capacity = i32::from(ServiceLayout::DEFAULT.pool.last) + 1;
     for in_use in 0..=1024i64 {
         if in_use > 0 {
             client
                 .execute(
                     "INSERT INTO system_nodes (service, machine_id, host, port, version) VALUES ('cap', $1, '192.0.2.1', $2, 1)",
-                    &[&((in_use - 1) as i16), &(1000 + in_use as i32)],
+                    &[&((in_use - 1) as i32), &(1000 + in_use as i32)],
                 )
                 .unwrap();
         }
@@ -299,10 +301,11 @@ fn idgen_capacity_gives_the_level_the_claims_alert_computes() {
         if !((used - warning).abs() < 0.01 || (used - critical).abs() < 0.01 || in_use % 200 == 1) {
             continue;
         }
-        let sql: Option<String> = client
-            .query_opt("SELECT level FROM idgen_capacity WHERE service = 'cap'", &[])
-            .unwrap()
-            .and_then(|r| r.get(0));
+        let row = client.query_opt("SELECT level, capacity FROM idgen_capacity WHERE service = 'cap'", &[]).unwrap();
+        if let Some(row) = &row {
+            assert_eq!(row.get::<_, i32>(1), capacity, "idgen_capacity.capacity: the default pool");
+        }
+        let sql: Option<String> = row.and_then(|r| r.get(0));
         let rust = fleet::capacity_level(in_use, i64::from(capacity), warning, critical).map(|l| l.label().to_owned());
         assert_eq!(
             sql, rust,

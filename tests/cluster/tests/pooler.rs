@@ -106,7 +106,7 @@ fn login_role(admin: &mut Client, role: &str) {
 /// One row of `idgen_backend_leases()`, as a pooled client reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Lease {
-    machine_id: i16,
+    machine_id: i32,
     version: i64,
     backend_slot: i32,
     claimed_at: String,
@@ -161,7 +161,7 @@ fn turn_holding(client: &mut Client, setup: &[&str], mint: &str, inside: impl Fn
     let before = leases(client);
     let id: i64 = value(client, &format!("SELECT {mint}")).parse().unwrap();
     let after = leases(client);
-    let machine_id: i16 = value(client, &format!("SELECT machine_id FROM idgen_decode({id})")).parse().unwrap();
+    let machine_id: i32 = value(client, &format!("SELECT machine_id FROM idgen_decode({id})")).parse().unwrap();
     let setting = value(client, "SELECT coalesce(current_setting('idgen.service', true), '')");
     let backend_pid: i32 = value(client, "SELECT pg_backend_pid()").parse().unwrap();
     rows(client, "COMMIT");
@@ -409,7 +409,7 @@ fn clients_sharing_a_pooled_backend_share_its_lease() {
     assert_eq!(without_count(&lease_2), without_count(&lease_1));
     assert_eq!(without_count(&lease_3), without_count(&lease_1));
     assert_eq!((lease_1.ids_issued, lease_2.ids_issued, lease_3.ids_issued), (1, 2, 3));
-    let machine_ids: BTreeSet<i16> =
+    let machine_ids: BTreeSet<i32> =
         [firsts.id, seconds.id, again.id].iter().map(|&id| machine_id_of(&mut admin, id)).collect();
     assert_eq!(machine_ids, BTreeSet::from([lease_1.machine_id]));
 

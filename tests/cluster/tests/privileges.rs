@@ -49,7 +49,7 @@ fn a_service_role_needs_a_grant_and_never_writes_the_table_directly() {
     let version: i64 = admin.query_one("SELECT version FROM system_nodes", &[]).unwrap().get(0);
     assert_eq!(version, 2, "claimed at 1, released to 2, through the functions only");
     settings_are_for_superusers_only(&db);
-    admin.batch_execute(&format!("SELECT idgen_revoke_service('svc', '{SERVICE_ROLE}'); REVOKE ALL ON FUNCTION idgen_claim(text, inet, integer), idgen_heartbeat(text, smallint, inet, integer, bigint, timestamptz, bigint, bigint, bigint), idgen_release(text, smallint, inet, integer, bigint, timestamptz) FROM {SERVICE_ROLE}")).unwrap();
+    admin.batch_execute(&format!("SELECT idgen_revoke_service('svc', '{SERVICE_ROLE}'); REVOKE ALL ON FUNCTION idgen_claim(text, inet, integer), idgen_heartbeat(text, integer, inet, integer, bigint, timestamptz, bigint, bigint, bigint), idgen_release(text, integer, inet, integer, bigint, timestamptz) FROM {SERVICE_ROLE}")).unwrap();
 }
 
 #[test]
@@ -91,12 +91,15 @@ fn a_callers_search_path_cannot_redirect_the_registry_functions() {
     let invokers: i64 = admin
         .query_one(
             "SELECT count(*) FROM pg_proc WHERE proname IN ('idgen_claim', 'idgen_heartbeat', 'idgen_release', \
-             'idgen_grant_service', 'idgen_revoke_service', 'idgen_next_id') AND NOT prosecdef",
+             'idgen_grant_service', 'idgen_revoke_service', 'idgen_next_id', 'idgen_define_layout') AND NOT prosecdef",
             &[],
         )
         .unwrap()
         .get(0);
-    assert_eq!(invokers, 7, "claim, heartbeat, release, grant, revoke and both idgen_next_id run as their caller");
+    assert_eq!(
+        invokers, 9,
+        "both idgen_claim, heartbeat, release, grant, revoke, both idgen_next_id and idgen_define_layout run as their caller"
+    );
 }
 
 /// Before idgen is loaded in a session, SET of an idgen.* name only makes a

@@ -325,7 +325,7 @@ fn beside_a_table_named_system_nodes_idgen_installs_in_a_schema_of_its_own() {
         let mut session = Client::connect(&dsn, NoTls).unwrap();
         insert_order(&mut session, "through the default");
         let id: i64 = session.query_one("SELECT idgen_next_id()", &[]).unwrap().get(0);
-        let machine_id: i16 = session.query_one("SELECT machine_id FROM idgen_decode($1)", &[&id]).unwrap().get(0);
+        let machine_id: i32 = session.query_one("SELECT machine_id FROM idgen_decode($1)", &[&id]).unwrap().get(0);
         let lease = backend_lease(&mut session, &db.name).unwrap();
         assert_eq!(machine_id, lease.machine_id);
         let registered: i64 = admin
@@ -384,7 +384,7 @@ fn assert_new_ids_follow_old(client: &mut Client, table: &str, insert_new: &str,
     assert!(new[0] > *old.last().unwrap() && new[0] >= floor, "new IDs {} start above {floor}", new[0]);
     let distinct: i64 = client.query_one(&format!("SELECT count(DISTINCT id) FROM {table}"), &[]).unwrap().get(0);
     assert_eq!(distinct as usize, all.len());
-    let leased: i16 = client.query_one("SELECT machine_id FROM idgen_backend_leases()", &[]).unwrap().get(0);
+    let leased: i32 = client.query_one("SELECT machine_id FROM idgen_backend_leases()", &[]).unwrap().get(0);
     for &id in new {
         assert_eq!(machine_id_of(client, id), leased, "{id} is not this backend's Snowflake ID");
     }

@@ -85,14 +85,16 @@ fn a_claim_that_finds_its_range_full_fails_with_53000_naming_the_range() {
     let _range = SystemSettings::set(&clock.dsn, &[("idgen.machine_id_range", "10-12")]);
     let db = TestDb::create_on(&clock.dsn, "range_full");
     let mut client = db.connect();
-    let got: Vec<i16> =
+    let got: Vec<i32> =
         (1..=3).map(|k| claim(&mut client, "svc", &format!("10.0.0.{k}"), 1).unwrap().machine_id).collect();
     assert_eq!(got, [10, 11, 12]);
     let err = claim(&mut client, "svc", "10.0.0.4", 1).unwrap_err();
     let e = db_error(&err);
     assert_eq!(e.code().code(), "53000");
     assert!(
-        e.detail().unwrap().starts_with("3 of 3 machine ids (10 to 12, idgen.machine_id_range) are held"),
+        e.detail()
+            .unwrap()
+            .starts_with("3 of 3 machine ids (10 to 12: the service's pool within idgen.machine_id_range) are held"),
         "{:?}",
         e.detail()
     );
@@ -126,7 +128,7 @@ fn a_range_changed_under_live_holders_strands_nothing_and_hands_out_nothing_twic
     assert_eq!(more.len(), 100);
     wait_past_backend_watermark(&mut backend, "svc");
     backend.batch_execute("SELECT idgen_next_id('svc')").unwrap();
-    let held: i16 =
+    let held: i32 =
         backend.query_one("SELECT machine_id FROM idgen_backend_leases() WHERE service = 'svc'", &[]).unwrap().get(0);
     assert_eq!(held, 1);
     // idgen_health() says which rows are outside and until when they may be stamped.
@@ -144,7 +146,8 @@ fn a_range_changed_under_live_holders_strands_nothing_and_hands_out_nothing_twic
     let warned = notices.take();
     assert!(
         warned.iter().any(|n| n.message().starts_with(
-            "idgen_claim: machine id 0 of service \"svc\" is outside idgen.machine_id_range (100-199); 10.0.0.1:1 moves to machine id 101"
+            "idgen_claim: machine id 0 of service \"svc\" is outside the machine ids this server hands out for it \
+             (100-199: its pool within idgen.machine_id_range); 10.0.0.1:1 moves to machine id 101"
         )),
         "{warned:?}"
     );
@@ -165,7 +168,7 @@ fn a_range_changed_under_live_holders_strands_nothing_and_hands_out_nothing_twic
     drop(backend);
     let mut reconnected = db.connect();
     reconnected.batch_execute("SELECT idgen_next_id('svc')").unwrap();
-    let now: i16 = reconnected
+    let now: i32 = reconnected
         .query_one("SELECT machine_id FROM idgen_backend_leases() WHERE service = 'svc'", &[])
         .unwrap()
         .get(0);

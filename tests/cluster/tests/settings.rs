@@ -286,8 +286,8 @@ fn a_configured_value_the_server_refused_stops_claims_rather_than_falling_back_t
 #[test]
 fn a_range_refused_in_the_configuration_file_stops_claims_rather_than_handing_out_every_id() {
     // A DBA's typo in the configuration file: nothing checks it until the backends read it, at
-    // the reload or when they load idgen, and refuse it; they would keep the default range, all
-    // 1,024 ids, and a shard would collide with the others. (The test writes the file as an
+    // the reload or when they load idgen, and refuse it; they would keep the default range, every
+    // id of every pool, and a shard would collide with the others. (The test writes the file as an
     // editor would: ALTER SYSTEM checks the value once idgen is loaded, and before PostgreSQL 17
     // refuses idgen's settings before.)
     let (cluster, _turn) = clock_cluster_turn();
@@ -298,7 +298,7 @@ fn a_range_refused_in_the_configuration_file_stops_claims_rather_than_handing_ou
     admin
         .batch_execute(
             "DO $$ BEGIN
-                 EXECUTE format('COPY (SELECT %L) TO %L', 'idgen.machine_id_range = ''512-1024''',
+                 EXECUTE format('COPY (SELECT %L) TO %L', 'idgen.machine_id_range = ''512-65536''',
                                 current_setting('data_directory') || '/postgresql.auto.conf');
              END $$",
         )

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 const WORKERS: usize = 4;
 const NODES_PER_WORKER: usize = 4;
-const FREE_IDS: i16 = 6;
+const FREE_IDS: i32 = 6;
 const ROUNDS: usize = 40;
 const ROUND: Duration = Duration::from_millis(500);
 /// The database's settings: take back after 8 s / 6 s / 4 s idle; a lease of 4 s - 1 s.
@@ -64,7 +64,7 @@ impl XorShift {
 }
 
 /// One grant: the machine id, at a version, to a node.
-type GrantKey = (i16, i64);
+type GrantKey = (i32, i64);
 
 /// A grant's life as its node lived it: from the claim's answer to the moment it stopped issuing.
 #[derive(Debug, Clone)]
@@ -201,7 +201,7 @@ impl Node {
             }
         };
         let granted_at = Instant::now();
-        let (machine_id, version, outcome, not_before_ms): (i16, i64, String, i64) =
+        let (machine_id, version, outcome, not_before_ms): (i32, i64, String, i64) =
             (row.get(0), row.get(1), row.get(2), row.get(3));
         *tally.outcomes.entry(outcome.clone()).or_default() += 1;
         self.running = Some(Running {
@@ -225,7 +225,7 @@ fn holders_never_overlap_and_no_id_is_minted_twice_through_takebacks_fencing_and
     let _settings = SystemSettings::set(&cluster.dsn, &SETTINGS);
     let db = Arc::new(TestDb::create_on(&cluster.dsn, "soak"));
     let mut admin = db.connect();
-    let free: Vec<i16> = (0..FREE_IDS).collect();
+    let free: Vec<i32> = (0..FREE_IDS).collect();
     fill_registry_except(&mut admin, "soak", &free);
     // The other ids stay busy for good: contention is among the soak's nodes.
     admin
@@ -278,7 +278,7 @@ fn holders_never_overlap_and_no_id_is_minted_twice_through_takebacks_fencing_and
     let tally = tally.lock().unwrap();
 
     // No two holders of a machine id inside a live lease at once.
-    let mut by_id: HashMap<i16, Vec<&Tenure>> = HashMap::new();
+    let mut by_id: HashMap<i32, Vec<&Tenure>> = HashMap::new();
     for t in &tally.tenures {
         by_id.entry(t.grant.0).or_default().push(t);
     }

@@ -60,7 +60,7 @@ fn tiers_are_taken_in_order_then_a_full_registry_fails() {
     assert_eq!(e.code().code(), "53000");
     assert_eq!(e.message(), "idgen_claim: no machine id is free for service \"tiers\"");
     let detail = e.detail().unwrap();
-    assert!(detail.starts_with("1024 of 1024 machine ids (0 to 1023) are held"), "{detail}");
+    assert!(detail.starts_with("1024 of 1024 machine ids (0 to 1023: the service's pool) are held"), "{detail}");
     assert!(
         detail.contains("The least recently seen holder is machine id 11 at 192.0.2.11:10011, idle 3d"),
         "{detail}"
@@ -141,7 +141,7 @@ fn the_least_recently_seen_row_goes_first_within_a_tier() {
              UPDATE system_nodes SET last_seen = now() - interval '4 hours' WHERE machine_id = 5;",
         )
         .unwrap();
-    let ids: Vec<i16> =
+    let ids: Vec<i32> =
         (1..=3).map(|k| claim(&mut admin, "svc", &format!("10.0.0.{k}"), 1).unwrap().machine_id).collect();
     assert_eq!(ids, vec![800, 5, 700]);
 }

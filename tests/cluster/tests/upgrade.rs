@@ -8,7 +8,7 @@ use idgen_cluster_tests::*;
 use postgres::Client;
 
 /// The version `ALTER EXTENSION idgen UPDATE` reaches: the library's (Cargo.toml).
-const LATEST: &str = "0.6.0";
+const LATEST: &str = "0.7.0";
 
 #[test]
 fn the_latest_version_here_is_the_librarys() {
@@ -96,8 +96,8 @@ fn an_update_keeps_rows_and_grants_and_gives_every_row_a_watermark() {
                  ('db', 0, '127.0.0.1', 5432, 4, 3, now() - interval '10 minutes', NULL)",
         )
         .unwrap();
-    let before: Vec<(String, i16, i64)> = client
-        .query("SELECT service, machine_id, version::bigint FROM system_nodes ORDER BY 1, 2", &[])
+    let before: Vec<(String, i32, i64)> = client
+        .query("SELECT service, machine_id::int, version::bigint FROM system_nodes ORDER BY 1, 2", &[])
         .unwrap()
         .iter()
         .map(|r| (r.get(0), r.get(1), r.get(2)))
@@ -108,8 +108,8 @@ fn an_update_keeps_rows_and_grants_and_gives_every_row_a_watermark() {
     let version: String =
         client.query_one("SELECT extversion FROM pg_extension WHERE extname = 'idgen'", &[]).unwrap().get(0);
     assert_eq!(version, LATEST);
-    let after: Vec<(String, i16, i64)> = client
-        .query("SELECT service, machine_id, version::bigint FROM system_nodes ORDER BY 1, 2", &[])
+    let after: Vec<(String, i32, i64)> = client
+        .query("SELECT service, machine_id::int, version::bigint FROM system_nodes ORDER BY 1, 2", &[])
         .unwrap()
         .iter()
         .map(|r| (r.get(0), r.get(1), r.get(2)))
@@ -138,8 +138,8 @@ fn an_update_keeps_rows_and_grants_and_gives_every_row_a_watermark() {
         .query_one(
             "SELECT format('%s %s %s %s',
                  has_function_privilege('idgen_t_upgrade_svc', 'idgen_claim(text, inet, integer)', 'EXECUTE'),
-                 has_function_privilege('idgen_t_upgrade_svc', 'idgen_heartbeat(text, smallint, inet, integer, bigint, timestamptz, bigint, bigint, bigint)', 'EXECUTE'),
-                 has_function_privilege('idgen_t_upgrade_svc', 'idgen_release(text, smallint, inet, integer, bigint, timestamptz)', 'EXECUTE'),
+                 has_function_privilege('idgen_t_upgrade_svc', 'idgen_heartbeat(text, integer, inet, integer, bigint, timestamptz, bigint, bigint, bigint)', 'EXECUTE'),
+                 has_function_privilege('idgen_t_upgrade_svc', 'idgen_release(text, integer, inet, integer, bigint, timestamptz)', 'EXECUTE'),
                  has_function_privilege('public', 'idgen_claim(text, inet, integer)', 'EXECUTE'))",
             &[],
         )
@@ -158,7 +158,7 @@ fn an_update_keeps_rows_and_grants_and_gives_every_row_a_watermark() {
             &[],
         )
         .unwrap();
-    assert_eq!((row.get::<_, i16>(0), row.get::<_, String>(2), row.get::<_, bool>(3)), (1, "reused".to_owned(), true));
+    assert_eq!((row.get::<_, i32>(0), row.get::<_, String>(2), row.get::<_, bool>(3)), (1, "reused".to_owned(), true));
     let version: i64 = row.get(1);
     client.query_one("SELECT idgen_heartbeat('svc', 1::smallint, '10.0.0.2', 8080, $1, now())", &[&version]).unwrap();
     let leases: i64 = client
@@ -263,11 +263,11 @@ fn calls_of_every_function(client: &mut Client) -> Vec<String> {
 #[test]
 fn every_function_of_an_older_installation_answers_clearly_and_none_crashes() {
     // Between installing a new build and ALTER EXTENSION UPDATE, the new library serves the old
-    // version's functions, whatever their signatures were. 0.4.0's to 0.5.1's keep working (this
+    // version's functions, whatever their signatures were. 0.4.0's to 0.6.0's keep working (this
     // library runs against their objects); older ones refuse with 55000 and the hint. Never a
     // crash, an internal error (XX000) or a missing relation (42P01).
-    for version in ["0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.5.1"] {
-        let runs_against = ["0.4.0", "0.5.0", "0.5.1"].contains(&version);
+    for version in ["0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.5.1", "0.6.0"] {
+        let runs_against = ["0.4.0", "0.5.0", "0.5.1", "0.6.0"].contains(&version);
         let db = TestDb::empty_on(&base_dsn(), &format!("upgrade_calls_{}", version.replace('.', "_")));
         let mut client = db.connect();
         client.batch_execute(&format!("CREATE EXTENSION idgen VERSION '{version}'")).unwrap();
@@ -393,7 +393,10 @@ fn an_update_from_0_5_1_is_a_fresh_install_and_keeps_holders_who_then_report() {
     // keeps working with this library before it.
     let node = claim(&mut client, "svc", "10.0.0.7", 7).unwrap();
     client
-        .query_one("SELECT idgen_heartbeat('svc', $1, '10.0.0.7', 7, $2, now())", &[&node.machine_id, &node.version])
+        .query_one(
+            "SELECT idgen_heartbeat('svc', $1::int::smallint, '10.0.0.7', 7, $2, now())",
+            &[&node.machine_id, &node.version],
+        )
         .unwrap();
     let mut backend = db.connect();
     backend.query_one("SELECT idgen_next_id()", &[]).unwrap();
@@ -433,4 +436,68 @@ fn an_update_from_0_5_1_is_a_fresh_install_and_keeps_holders_who_then_report() {
         .map(|r| r.get(0))
         .collect();
     assert_eq!(findings, ["clock_backward_refusals", "generator_waits", "holder_clock_skew"]);
+}
+
+#[test]
+fn an_update_from_0_6_0_records_the_layout_every_service_has_used_and_widens_machine_ids() {
+    let db = TestDb::empty_on(&base_dsn(), "upgrade_from_0_6_0");
+    let mut client = db.connect();
+    client.batch_execute("CREATE EXTENSION idgen VERSION '0.6.0'").unwrap();
+    // This library serves 0.6.0's objects: a node claims (smallint machine ids), a backend mints,
+    // a row removed by hand leaves a tombstone of another service.
+    let node = TestNode::claim(&mut client, "svc", "10.0.0.7", 7).unwrap();
+    let mut backend = db.connect();
+    let before_update: i64 = backend.query_one("SELECT idgen_next_id()", &[]).unwrap().get(0);
+    client
+        .batch_execute(
+            "INSERT INTO system_nodes (service, machine_id, host, port, version) VALUES ('gone', 5, '10.0.0.9', 9, 1);
+             DELETE FROM system_nodes WHERE service = 'gone'",
+        )
+        .unwrap();
+    let before = registry_snapshot(&mut client);
+    client.batch_execute("ALTER EXTENSION idgen UPDATE").unwrap();
+    assert_eq!(registry_snapshot(&mut client), before, "every row, version and watermark is kept");
+    let fresh = TestDb::create("upgrade_from_0_6_0_fresh");
+    assert_eq!(
+        fingerprint(&mut client),
+        fingerprint(&mut fresh.connect()),
+        "0.6.0 updated differs from a fresh install"
+    );
+    // Every service it knew cut its IDs by the default layout: recorded as such, and fixed.
+    let database: String = client.query_one("SELECT current_database()", &[]).unwrap().get(0);
+    let layouts: Vec<(String, bool)> = client
+        .query("SELECT service, fixed_at IS NOT NULL FROM idgen_layouts ORDER BY 1", &[])
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let mut expected = vec![(database.clone(), true), ("gone".to_owned(), true), ("svc".to_owned(), true)];
+    expected.sort();
+    assert_eq!(layouts, expected);
+    for service in [database.as_str(), "gone", "svc"] {
+        assert_eq!(service_layout(&mut client, service), idgen_core::Layout::DEFAULT, "{service}");
+    }
+    let err = client.query_one("SELECT * FROM idgen_define_layout('svc', 'sonyflake')", &[]).unwrap_err();
+    assert_eq!(sqlstate(&err), "55000", "{err:?}");
+    // Machine ids are integer now; a heartbeat that passes a smallint still works.
+    let types: String = client
+        .query_one(
+            "SELECT string_agg(format_type(atttypid, NULL), ',' ORDER BY attrelid::regclass::text)
+               FROM pg_attribute WHERE attname = 'machine_id'
+                AND attrelid IN ('system_nodes'::regclass, 'idgen_private.idgen_tombstones'::regclass,
+                                 'idgen_private.idgen_history'::regclass, 'idgen_id_parts'::regclass)",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(types, "integer,integer,integer,integer");
+    client
+        .query_one(
+            "SELECT idgen_heartbeat('svc', $1::int::smallint, '10.0.0.7', 7, $2, now())",
+            &[&node.machine_id, &node.version],
+        )
+        .unwrap();
+    // The backend mints on across the update, above what it minted before it.
+    let after_update: i64 = backend.query_one("SELECT idgen_next_id()", &[]).unwrap().get(0);
+    assert!(after_update > before_update);
 }

@@ -30,7 +30,7 @@ impl Clock for NodeClock {
 /// One row of `idgen_claim` with its `not_before` in Unix ms.
 #[derive(Debug)]
 struct Grant {
-    machine_id: i16,
+    machine_id: i32,
     version: i64,
     outcome: String,
     not_before_ms: i64,
@@ -62,7 +62,7 @@ fn heartbeat_with(
 }
 
 /// The row's watermark in Unix ms.
-fn issued_until_ms(client: &mut Client, service: &str, machine_id: i16) -> i64 {
+fn issued_until_ms(client: &mut Client, service: &str, machine_id: i32) -> i64 {
     client
         .query_one(
             "SELECT (extract(epoch FROM issued_until) * 1000)::bigint FROM system_nodes WHERE service = $1 AND machine_id = $2",
