@@ -244,18 +244,21 @@ fn a_drop_fails_at_once_while_a_reader_uses_the_registry_and_holds_no_claim_back
     let reader = "idgen_t_drop_reader";
     ensure_login_role(&mut admin, reader);
     // Any role may read idgen_nodes, with no grant at all.
-    let mut reading = Client::connect(&format!("{} user={reader}", db.dsn()), postgres::NoTls).unwrap();
-    reading.batch_execute("BEGIN; SELECT count(*) FROM idgen_nodes").unwrap();
-    // A DROP that took a weaker lock and then waited for the reader's, holding it, stopped every
-    // claim until the reader's transaction ended: it must fail at once instead.
     admin.batch_execute("SET lock_timeout = '30s'").unwrap();
-    let err = admin.batch_execute("DROP EXTENSION idgen").unwrap_err();
-    assert_eq!(sqlstate(&err), "55P03", "{err:?}");
-    assert!(db_error(&err).message().contains("in use by another transaction"), "the DROP waited: {err:?}");
-    let mut other = db.connect();
-    other.batch_execute("SET lock_timeout = '5s'").unwrap();
-    next_id(&mut other).unwrap();
-    reading.batch_execute("ROLLBACK").unwrap();
+    // Any table a reader holds: the nodes (and everything idgen_nodes joins), or the layouts alone.
+    for view in ["idgen_nodes", "idgen_layouts"] {
+        let mut reading = Client::connect(&format!("{} user={reader}", db.dsn()), postgres::NoTls).unwrap();
+        reading.batch_execute(&format!("BEGIN; SELECT count(*) FROM {view}")).unwrap();
+        // A DROP that took a weaker lock and then waited for the reader's, holding it, stopped every
+        // claim until the reader's transaction ended: it must fail at once instead.
+        let err = admin.batch_execute("DROP EXTENSION idgen").unwrap_err();
+        assert_eq!(sqlstate(&err), "55P03", "{view}: {err:?}");
+        assert!(db_error(&err).message().contains("in use by another transaction"), "{view}: the DROP waited: {err:?}");
+        let mut other = db.connect();
+        other.batch_execute("SET lock_timeout = '5s'").unwrap();
+        next_id(&mut other).unwrap();
+        reading.batch_execute("ROLLBACK").unwrap();
+    }
 }
 
 #[test]

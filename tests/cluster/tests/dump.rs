@@ -7,6 +7,21 @@ use std::process::Command;
 fn registry_rows_survive_pg_dump_and_restore() {
     let source = TestDb::create("dump_source");
     let mut client = source.connect();
+    // A service with a layout of its own, fixed by its first claim, and one defined only.
+    client
+        .batch_execute(
+            "SELECT idgen_define_layout('sony', 'sonyflake', pool_first => 0, pool_last => 255);
+             SELECT idgen_define_layout('later', 'js_safe');",
+        )
+        .unwrap();
+    claim(&mut client, "sony", "10.0.0.9", 9).unwrap();
+    let layouts = |c: &mut postgres::Client| -> Vec<String> {
+        c.query("SELECT format('%s', l) FROM idgen_layouts l ORDER BY service", &[])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    };
     claim(&mut client, "svc", "10.0.0.1", 1).unwrap();
     claim(&mut client, "svc", "10.0.0.2", 2).unwrap();
     // The first node restarts gracefully: it releases, and claims its id back.
@@ -22,7 +37,13 @@ fn registry_rows_survive_pg_dump_and_restore() {
             .collect()
     };
     let events_before = history(&mut client);
-    assert_eq!(events_before.len(), 5, "{events_before:?}");
+    assert_eq!(events_before.len(), 6, "{events_before:?}");
+    let layouts_before = layouts(&mut client);
+    assert_eq!(
+        layouts_before.len(),
+        3,
+        "sony, later and svc (its first claim recorded the default): {layouts_before:?}"
+    );
 
     let dump_file = std::env::temp_dir().join(format!("{}-{}.dump", source.name, std::process::id()));
     // pg_dump and pg_restore set statement_timeout = 0 in their sessions: a deadline bounds them.
@@ -47,7 +68,9 @@ fn registry_rows_survive_pg_dump_and_restore() {
     std::fs::remove_file(&dump_file).ok();
     let mut restored = connect_to(&base_dsn(), &target);
     assert_eq!(registry_snapshot(&mut restored), before);
-    assert!(before.lines().count() == 2 && before.contains("10.0.0.2"), "{before}");
+    assert!(before.lines().count() == 3 && before.contains("10.0.0.2"), "{before}");
+    // Every layout as it was: the IDs already minted are cut by them.
+    assert_eq!(layouts(&mut restored), layouts_before);
 
     // The ownership history survives too, and goes on after the last restored event.
     assert_eq!(history(&mut restored), events_before);
@@ -56,6 +79,6 @@ fn registry_rows_survive_pg_dump_and_restore() {
     heartbeat(&mut restored, "svc", 0, "10.0.0.1", 1, 3).unwrap();
     release(&mut restored, "svc", 0, "10.0.0.1", 1, 3).unwrap();
     let after = history(&mut restored);
-    assert_eq!(after.len(), 6);
-    assert!(after[5].starts_with("6 release svc 0 4 "), "{after:?}");
+    assert_eq!(after.len(), 7);
+    assert!(after[6].starts_with("7 release svc 0 4 "), "{after:?}");
 }
