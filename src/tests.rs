@@ -117,7 +117,7 @@ mod tests {
                (SELECT count(*) FROM rel JOIN pg_attribute a ON a.attrelid = rel.oid AND a.attnum > 0 AND NOT a.attisdropped \
                  JOIN pg_class c ON c.oid = rel.oid AND c.relkind = 'r' WHERE col_description(rel.oid, a.attnum) IS NULL))",
         );
-        assert_eq!(uncommented, "21 relations, 0 without a comment, 0 columns without one");
+        assert_eq!(uncommented, "24 relations, 0 without a comment, 0 columns without one");
         assert!(one::<bool>(
             "SELECT obj_description('system_nodes_node_identity'::regclass, 'pg_class') IS NOT NULL \
                 AND (SELECT bool_and(obj_description(oid, 'pg_trigger') IS NOT NULL) FROM pg_trigger \
@@ -146,7 +146,7 @@ mod tests {
              SELECT format('%s/%s', count(*), count(*) FILTER (WHERE obj_description(m.oid, m.catalog) IS NULL)) \
              FROM member m JOIN pg_depend d ON d.objid = m.oid AND d.deptype = 'e' JOIN ext ON d.refobjid = ext.oid",
         );
-        assert_eq!(members, "28/0", "27 functions and the idgen_id_parts type, none without a comment");
+        assert_eq!(members, "33/0", "32 functions and the idgen_id_parts type, none without a comment");
     }
 
     #[pg_test]
@@ -154,13 +154,15 @@ mod tests {
         assert!(one::<bool>(
             "SELECT 'system_nodes'::regclass = ANY (extconfig) AND 'idgen_private.idgen_service_members'::regclass = ANY (extconfig) \
                 AND 'idgen_private.idgen_tombstones'::regclass = ANY (extconfig) \
+                AND 'idgen_private.idgen_layouts'::regclass = ANY (extconfig) \
              FROM pg_extension WHERE extname = 'idgen'"
         ));
         // The registry functions are open to every role, and check the acting role's service grants
         // themselves (tests/cluster/tests/privileges.rs); nothing else is.
         let public_can = one::<String>(
-            "SELECT format('%s %s %s / %s %s %s %s %s %s %s %s %s %s', \
+            "SELECT format('%s %s %s %s / %s %s %s %s %s %s %s %s %s %s %s %s', \
                has_function_privilege('public', 'idgen_claim(text, inet, integer)', 'EXECUTE'), \
+               has_function_privilege('public', 'idgen_claim(text, inet, integer, integer)', 'EXECUTE'), \
                has_function_privilege('public', 'idgen_heartbeat(text, integer, inet, integer, bigint, timestamptz, bigint, bigint, bigint)', 'EXECUTE'), \
                has_function_privilege('public', 'idgen_release(text, integer, inet, integer, bigint, timestamptz)', 'EXECUTE'), \
                has_table_privilege('public', 'system_nodes', 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE'), \
@@ -172,9 +174,11 @@ mod tests {
                has_table_privilege('public', 'idgen_private.idgen_service_members', 'SELECT, INSERT, UPDATE, DELETE'), \
                has_schema_privilege('public', 'idgen_private', 'CREATE'), \
                has_function_privilege('public', 'idgen_grant_service(text, text)', 'EXECUTE'), \
-               has_function_privilege('public', 'idgen_revoke_service(text, text)', 'EXECUTE'))",
+               has_function_privilege('public', 'idgen_revoke_service(text, text)', 'EXECUTE'), \
+               has_function_privilege('public', 'idgen_define_layout(text, text, integer, integer, timestamptz, integer, integer, integer, integer, text)', 'EXECUTE'), \
+               has_table_privilege('public', 'idgen_private.idgen_layouts', 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE'))",
         );
-        assert_eq!(public_can, "t t t / f f f f f f f f f f");
+        assert_eq!(public_can, "t t t t / f f f f f f f f f f f f");
         // The history: dumped, written and purged by idgen only, read through the filtered views.
         let history = one::<String>(
             "SELECT format('%s %s %s %s %s %s', \

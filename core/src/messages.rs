@@ -531,7 +531,7 @@ pub fn id_outside_layout(function: &str, id: i64, why: &crate::layout::LayoutErr
             SqlState::NumericValueOutOfRange,
             format!("{function}: argument \"id\" is above the largest ID of the layout"),
         )
-        .detail(format!("Got {id}; {} IDs are at most {max}.", layout_summary(layout))),
+        .detail(format!("Got {id}; the largest ID of the layout ({}) is {max}.", layout_summary(layout))),
         _ => negative_id(function, id),
     }
 }
@@ -747,12 +747,12 @@ fn with_backend_slot(value: &mut serde_json::Value, backend_slot: Option<i32>) {
 }
 
 /// `idgen_explain` found neither a registry row nor events of `machine_id` the caller may read.
-pub fn explain_nothing_known(function: &str, id: i64, service: Option<&str>) -> IdgenError {
+pub fn explain_nothing_known(function: &str, service: Option<&str>) -> IdgenError {
     let within = match service {
         Some(s) => format!("service \"{s}\""),
         None => "any service you may read".to_owned(),
     };
-    IdgenError::new(SqlState::UndefinedObject, format!("{function}: the machine id of ID {id} is not known in {within}"))
+    IdgenError::new(SqlState::UndefinedObject, format!("{function}: the ID's machine id is not known in {within}"))
         .detail("Decoded by each service's layout, its machine id has neither a registry row nor an event there, or you may not read the service (idgen_visibility).")
         .hint("Check the ID and the service name; a role sees the services granted to it with idgen_grant_service, pg_monitor sees all.")
 }

@@ -108,7 +108,7 @@ fn idgen_explain(
                 }
             }
             if rows.is_empty() {
-                raise(messages::explain_nothing_known(F, id, service));
+                raise(messages::explain_nothing_known(F, service));
             }
             rows
         })
