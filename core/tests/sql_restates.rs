@@ -14,7 +14,7 @@ use idgen_core::format::iso_utc;
 use idgen_core::guard::{self, IDENTITY_BUCKETS, MACHINE_ID_BUCKETS};
 use idgen_core::history::{Event, EventKind, HISTORY_RETENTION_DEFAULT_SECS, REFUSAL_INTERVAL_SECS};
 use idgen_core::input;
-use idgen_core::layout::{FieldOrder, Layout, Preset, MAX_LAYOUT_BITS, MAX_MACHINE_BITS};
+use idgen_core::layout::{FieldOrder, Layout, Preset, ServiceLayout, MAX_LAYOUT_BITS, MAX_MACHINE_BITS};
 use idgen_core::policy::{ClaimPolicy, NodeState, Outcome, DAY, MINUTE};
 use std::collections::BTreeSet;
 
@@ -413,6 +413,23 @@ fn the_comments_state_the_default_layout() {
              Layout::DEFAULT.machine_id_range(), has it",
             sql.path
         );
+    }
+}
+
+#[test]
+fn the_views_give_a_service_without_a_recorded_layout_the_default_pool() {
+    // idgen_nodes and idgen_capacity read each service's pool from idgen_layouts, and for a service
+    // with no row there (its row deleted by hand) the default layout's.
+    let pool = ServiceLayout::DEFAULT.pool;
+    let stated = [format!("COALESCE(l.pool_first, {})", pool.first), format!("COALESCE(l.pool_last, {})", pool.last)];
+    for name in ["idgen_nodes", "idgen_capacity"] {
+        let text = view(&DIAGNOSTICS, name);
+        for s in &stated {
+            assert!(
+                text.contains(s.as_str()),
+                "sql/diagnostics.sql, VIEW {name}, no longer says {s:?} as core/src/layout.rs, ServiceLayout::DEFAULT, has it"
+            );
+        }
     }
 }
 

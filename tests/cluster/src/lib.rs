@@ -654,6 +654,53 @@ impl TestNode {
     }
 }
 
+/// Disables and drops a test's subscription (in `subscriber_database`) and its slot (on this cluster, a
+/// slot created apart: a subscription in its own cluster cannot create it), waiting (bounded) for the apply
+/// worker and the publisher's walsender to let go. Also clears what an interrupted run left.
+pub fn drop_subscription_and_slot(subscriber_database: &str, subscription: &str, slot: &str) {
+    let cluster = base_dsn();
+    if let Ok(mut subscriber) = Client::connect(&session_dsn(&cluster, subscriber_database), NoTls) {
+        let exists: i64 = subscriber
+            .query_one(
+                "SELECT count(*) FROM pg_subscription s JOIN pg_database d ON d.oid = s.subdbid
+                  WHERE s.subname = $1 AND d.datname = current_database()",
+                &[&subscription],
+            )
+            .unwrap()
+            .get(0);
+        if exists == 1 {
+            subscriber.batch_execute(&format!("ALTER SUBSCRIPTION {subscription} DISABLE")).unwrap();
+            wait_for("the apply worker to exit", PATIENCE, || {
+                subscriber
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_subscription WHERE subname = $1 AND pid IS NOT NULL",
+                        &[&subscription],
+                    )
+                    .unwrap()
+                    .get::<_, i64>(0)
+                    == 0
+            });
+            subscriber
+                .batch_execute(&format!(
+                    "ALTER SUBSCRIPTION {subscription} SET (slot_name = NONE); DROP SUBSCRIPTION {subscription}"
+                ))
+                .unwrap();
+        }
+    }
+    let mut admin = connect_to(&cluster, "postgres");
+    let slot_exists = |admin: &mut Client| -> Option<bool> {
+        admin
+            .query_opt("SELECT active FROM pg_replication_slots WHERE slot_name = $1", &[&slot])
+            .unwrap()
+            .map(|r| r.get(0))
+    };
+    if slot_exists(&mut admin).is_some() {
+        // The publisher's walsender for the slot ends after the apply worker.
+        wait_for("the slot's walsender to exit", PATIENCE, || slot_exists(&mut admin) == Some(false));
+        admin.query_one("SELECT pg_drop_replication_slot($1)", &[&slot]).unwrap();
+    }
+}
+
 /// Every `.rs` file under `dir`, as paths relative to it.
 pub fn rust_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut found = Vec::new();

@@ -22,12 +22,20 @@ struct Scenario {
 
 impl Scenario {
     fn new(name: &str) -> Scenario {
+        Scenario::with_layout(name, "snowflake")
+    }
+
+    /// The database's service has the layout of `preset`, defined before its first claim.
+    fn with_layout(name: &str, preset: &str) -> Scenario {
         let turn = CLOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let cluster = ClockCluster::from_env();
         cluster.set("+0");
         let db = TestDb::create_on(&cluster.dsn, name);
         db.connect()
-            .batch_execute("CREATE TABLE ids (id bigint PRIMARY KEY DEFAULT idgen_next_id(), pass int NOT NULL)")
+            .batch_execute(&format!(
+                "SELECT idgen_define_layout(current_database(), '{preset}');
+                 CREATE TABLE ids (id bigint PRIMARY KEY DEFAULT idgen_next_id(), pass int NOT NULL)"
+            ))
             .unwrap();
         Scenario { cluster, db, _turn: turn }
     }
@@ -56,7 +64,7 @@ fn stamped(client: &mut Client, pass: i32) -> (f64, f64) {
     let row = client
         .query_one(
             "SELECT extract(epoch FROM min(d.ts))::float8, extract(epoch FROM max(d.ts))::float8 \
-             FROM ids, idgen_decode(ids.id) d WHERE pass = $1",
+             FROM ids, idgen_decode(ids.id, current_database()) d WHERE pass = $1",
             &[&pass],
         )
         .unwrap();
@@ -148,6 +156,37 @@ fn a_larger_step_back_is_refused_and_a_new_connection_does_not_reissue_the_windo
         let moved = notices.take().iter().any(|n| n.message().contains(&format!("machine id {first_id} of service")));
         assert!(moved || id != first_id, "the same slot reused machine id {first_id} without a warning");
     }
+}
+
+#[test]
+fn under_a_10_ms_layout_a_step_back_is_waited_out_or_refused_and_no_id_is_issued_twice() {
+    // Sonyflake's layout: 256 IDs per 10 ms tick, a tick stamped until its end.
+    let s = Scenario::with_layout("clock_sonyflake", "sonyflake");
+    let mut first = s.db.connect();
+    assert_eq!(mint(&mut first, 1, 5_000).unwrap(), 0);
+    s.cluster.offset(-1.0); // within idgen.max_clock_backward (2 s): waited out
+    assert_eq!(mint(&mut first, 2, 5_000).unwrap(), 0);
+    let above: bool = first
+        .query_one("SELECT (SELECT min(id) FROM ids WHERE pass = 2) > (SELECT max(id) FROM ids WHERE pass = 1)", &[])
+        .unwrap()
+        .get(0);
+    assert!(above, "IDs after the step are above every ID before it");
+    let (_, last) = stamped(&mut first, 2);
+    s.cluster.offset(-4.0);
+    assert_refused_with_clock_behind(mint(&mut first, 3, 10));
+    drop(first);
+    // A new connection mints through the window already used: not one ID again.
+    let mut next = s.db.connect();
+    let duplicates = mint_through(&mut next, 3, last + 0.5);
+    assert_eq!(duplicates, 0, "IDs of the window before the step were issued again");
+    let layouts: i64 = next
+        .query_one(
+            "SELECT count(*) FROM ids, idgen_decode(ids.id, current_database()) d WHERE d.ts < '2020-01-01'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(layouts, 0, "every ID decodes by the service's layout to a time of this run");
 }
 
 /// The clock runs an hour ahead while one session mints, then is corrected; `between` runs after the

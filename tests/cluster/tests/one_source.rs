@@ -7,7 +7,7 @@
 use idgen_cluster_tests::*;
 use idgen_core::fleet;
 use idgen_core::history::HISTORY_RETENTION_DEFAULT_SECS;
-use idgen_core::layout::ServiceLayout;
+use idgen_core::layout::{Layout, Preset, ServiceLayout};
 use idgen_core::policy::{ClaimPolicy, NodeState, RowAges};
 use postgres::Client;
 
@@ -310,6 +310,37 @@ fn idgen_capacity_gives_the_level_the_claims_alert_computes() {
         assert_eq!(
             sql, rust,
             "{in_use} of {capacity} in use: idgen_capacity.level (sql/diagnostics.sql) and core/src/fleet.rs' capacity_level differ"
+        );
+    }
+}
+
+#[test]
+fn idgen_layouts_gives_each_layout_the_rate_and_end_the_core_computes() {
+    // The view restates Layout::ids_per_second and Layout::last_unix_ms in SQL.
+    let db = TestDb::create("one_source_layouts");
+    let mut client = db.connect();
+    let custom =
+        "idgen_define_layout('custom', 'snowflake', epoch => '2020-02-03 04:05:06.789+00', time_unit_ms => 7, \
+                  time_bits => 40, machine_bits => 12, sequence_bits => 5, field_order => 'time_sequence_machine')";
+    client.batch_execute(&format!("SELECT {custom}")).unwrap();
+    let mut layouts: Vec<(String, Layout)> = Preset::ALL.iter().map(|p| (p.name().to_owned(), p.layout())).collect();
+    for (name, _) in &layouts {
+        client.batch_execute(&format!("SELECT idgen_define_layout('{name}', '{name}')")).unwrap();
+    }
+    layouts.push(("custom".to_owned(), service_layout(&mut client, "custom")));
+    assert_eq!(layouts[3].1.epoch_unix_ms, 1_580_702_706_789);
+    for (service, layout) in layouts {
+        let row = client
+            .query_one(
+                "SELECT ids_per_second, (extract(epoch FROM ends_at) * 1000)::bigint FROM idgen_layouts WHERE service = $1",
+                &[&service],
+            )
+            .unwrap();
+        let sql: (i64, i64) = (row.get(0), row.get(1));
+        assert_eq!(
+            sql,
+            (layout.ids_per_second() as i64, layout.last_unix_ms()),
+            "{service}: idgen_layouts (sql/diagnostics.sql) and core/src/layout.rs' ids_per_second and last_unix_ms differ"
         );
     }
 }

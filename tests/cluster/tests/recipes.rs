@@ -500,56 +500,10 @@ fn an_identity_column_switches_to_idgen_and_its_sequence_goes() {
 const SUBSCRIPTION: &str = "idgen_t_recipe_sub";
 const SLOT: &str = "idgen_t_recipe_trigger";
 
-/// Disables and drops the test's subscription and its slot, waiting (bounded) for the apply
-/// worker and the publisher's walsender to let go. Also clears what an interrupted run left.
-fn drop_subscription_and_slot(subscriber_database: &str) {
-    let cluster = base_dsn();
-    if let Ok(mut subscriber) = Client::connect(&session_dsn(&cluster, subscriber_database), NoTls) {
-        let exists: i64 = subscriber
-            .query_one(
-                "SELECT count(*) FROM pg_subscription s JOIN pg_database d ON d.oid = s.subdbid
-                  WHERE s.subname = $1 AND d.datname = current_database()",
-                &[&SUBSCRIPTION],
-            )
-            .unwrap()
-            .get(0);
-        if exists == 1 {
-            subscriber.batch_execute(&format!("ALTER SUBSCRIPTION {SUBSCRIPTION} DISABLE")).unwrap();
-            wait_for("the apply worker to exit", PATIENCE, || {
-                subscriber
-                    .query_one(
-                        "SELECT count(*) FROM pg_stat_subscription WHERE subname = $1 AND pid IS NOT NULL",
-                        &[&SUBSCRIPTION],
-                    )
-                    .unwrap()
-                    .get::<_, i64>(0)
-                    == 0
-            });
-            subscriber
-                .batch_execute(&format!(
-                    "ALTER SUBSCRIPTION {SUBSCRIPTION} SET (slot_name = NONE); DROP SUBSCRIPTION {SUBSCRIPTION}"
-                ))
-                .unwrap();
-        }
-    }
-    let mut admin = connect_to(&cluster, "postgres");
-    let slot_exists = |admin: &mut Client| -> Option<bool> {
-        admin
-            .query_opt("SELECT active FROM pg_replication_slots WHERE slot_name = $1", &[&SLOT])
-            .unwrap()
-            .map(|r| r.get(0))
-    };
-    if slot_exists(&mut admin).is_some() {
-        // The publisher's walsender for the slot ends after the apply worker.
-        wait_for("the slot's walsender to exit", PATIENCE, || slot_exists(&mut admin) == Some(false));
-        admin.query_one("SELECT pg_drop_replication_slot($1)", &[&SLOT]).unwrap();
-    }
-}
-
 #[test]
 fn a_subscriber_s_trigger_mints_once_its_search_path_is_pinned_and_fails_in_the_apply_worker_without() {
     let subscriber_database = "idgen_t_recipe_trigger_sub";
-    drop_subscription_and_slot(subscriber_database);
+    drop_subscription_and_slot(subscriber_database, SUBSCRIPTION, SLOT);
     let publisher = TestDb::empty_on(&base_dsn(), "recipe_trigger_pub");
     let subscriber = TestDb::create("recipe_trigger_sub");
     assert_eq!(subscriber.name, subscriber_database);
@@ -639,7 +593,7 @@ fn a_subscriber_s_trigger_mints_once_its_search_path_is_pinned_and_fails_in_the_
     }
     assert_ne!(rows[0].get::<_, i64>(1), rows[1].get::<_, i64>(1));
 
-    drop_subscription_and_slot(subscriber_database);
+    drop_subscription_and_slot(subscriber_database, SUBSCRIPTION, SLOT);
 }
 
 /// What the README shows under one result-returning statement of a block.

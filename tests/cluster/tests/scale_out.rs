@@ -283,3 +283,88 @@ fn claims_can_be_refused_while_no_synchronous_standby_streams() {
         .collect();
     assert_eq!(refused, [db.name.as_str(), "svc"]);
 }
+
+/// The sink of the replication test and its subscriptions (each to a slot of its own).
+const SINK: &str = "idgen_t_pools_sink";
+const SUBSCRIPTIONS: [(&str, &str); 2] =
+    [("idgen_t_pools_sub_a", "idgen_t_pools_slot_a"), ("idgen_t_pools_sub_b", "idgen_t_pools_slot_b")];
+
+#[test]
+fn two_databases_of_one_cluster_with_disjoint_pools_replicate_into_one_table_without_a_duplicate() {
+    // Two databases of one cluster: their default services (named like each database) share the
+    // server's address and its backend slots, so both would hand out machine id 0 at once. Given
+    // disjoint pools, their IDs never meet: both publish into one table of a third database.
+    for (subscription, slot) in SUBSCRIPTIONS {
+        drop_subscription_and_slot(SINK, subscription, slot);
+    }
+    let shards = [TestDb::create("pools_shard_a"), TestDb::create("pools_shard_b")];
+    let sink = TestDb::create("pools_sink");
+    assert_eq!(sink.name, SINK);
+    let mut sink_client = sink.connect();
+    sink_client.batch_execute("CREATE TABLE events (id bigint PRIMARY KEY, shard text NOT NULL)").unwrap();
+    for ((shard, (first, last)), (subscription, slot)) in shards.iter().zip([(0, 511), (512, 1023)]).zip(SUBSCRIPTIONS)
+    {
+        let mut client = shard.connect();
+        client
+            .batch_execute(&format!(
+                "SELECT idgen_define_layout(current_database(), 'snowflake', pool_first => {first}, pool_last => {last});
+                 CREATE TABLE events (id bigint PRIMARY KEY DEFAULT idgen_next_id(), shard text NOT NULL DEFAULT current_database());
+                 CREATE PUBLICATION idgen_t_pools_pub FOR TABLE events;"
+            ))
+            .unwrap();
+        // (Apart from the subscription: one creating its slot in its own cluster would wait for itself.)
+        client.query_one("SELECT pg_create_logical_replication_slot($1, 'pgoutput')", &[&slot]).unwrap();
+        sink_client
+            .batch_execute(&format!(
+                "CREATE SUBSCRIPTION {subscription} CONNECTION '{}' PUBLICATION idgen_t_pools_pub
+                     WITH (create_slot = false, slot_name = '{slot}', copy_data = false)",
+                shard.dsn().replace('\'', "''")
+            ))
+            .unwrap();
+    }
+    // Both shards mint at once, from sessions that come and go.
+    let party = std::sync::Arc::new(Barrier::new(6));
+    let workers: Vec<_> = (0..6)
+        .map(|k| {
+            let dsn = shards[k % 2].dsn();
+            let party = party.clone();
+            spawn_named(&format!("shard {} session {k}", k % 2), move || {
+                party.wait_within(PATIENCE);
+                for _ in 0..3 {
+                    let mut session = Client::connect(&dsn, postgres::NoTls).unwrap();
+                    session.batch_execute("INSERT INTO events SELECT FROM generate_series(1, 2000)").unwrap();
+                }
+            })
+        })
+        .collect();
+    join_all(workers, WORK_PATIENCE, "the shards' sessions");
+    let minted: i64 = 6 * 3 * 2000;
+    wait_for("every row to reach the sink", PATIENCE, || {
+        sink_client.query_one("SELECT count(*) FROM events", &[]).unwrap().get::<_, i64>(0) == minted
+    });
+    // No duplicate key stopped an apply worker, and each shard's IDs carry its pool's machine ids.
+    let ranges: Vec<(String, i64, i64, i64)> = sink_client
+        .query(
+            "SELECT shard, count(*), min((id >> 12) & 1023), max((id >> 12) & 1023) FROM events GROUP BY shard ORDER BY shard",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    assert_eq!(ranges.len(), 2, "{ranges:?}");
+    assert!(ranges[0].3 <= 511 && ranges[1].2 >= 512, "{ranges:?}");
+    assert_eq!((ranges[0].1, ranges[1].1), (minted / 2, minted / 2));
+    let failed: i64 = sink_client
+        .query_one(
+            "SELECT count(*) FROM pg_stat_subscription WHERE subname LIKE 'idgen_t_pools_sub_%' AND pid IS NULL",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(failed, 0, "every apply worker still runs");
+    drop(sink_client);
+    for (subscription, slot) in SUBSCRIPTIONS {
+        drop_subscription_and_slot(SINK, subscription, slot);
+    }
+}

@@ -476,6 +476,12 @@ fn an_update_from_0_6_0_records_the_layout_every_service_has_used_and_widens_mac
     assert_eq!(layouts, expected);
     for service in [database.as_str(), "gone", "svc"] {
         assert_eq!(service_layout(&mut client, service), idgen_core::Layout::DEFAULT, "{service}");
+        let pool: (i32, i32) = client
+            .query_one("SELECT pool_first, pool_last FROM idgen_layouts WHERE service = $1", &[&service])
+            .map(|r| (r.get(0), r.get(1)))
+            .unwrap();
+        let default = idgen_core::layout::ServiceLayout::DEFAULT.pool;
+        assert_eq!(pool, (i32::from(default.first), i32::from(default.last)), "{service}");
     }
     let err = client.query_one("SELECT * FROM idgen_define_layout('svc', 'sonyflake')", &[]).unwrap_err();
     assert_eq!(sqlstate(&err), "55000", "{err:?}");
