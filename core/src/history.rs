@@ -390,6 +390,14 @@ pub fn explained(finding: &Finding, service: &str, machine_id: i32, stamp_ms: i6
 mod tests {
     use super::*;
 
+    #[test]
+    fn an_id_decoded_into_the_future_is_no_services() {
+        let now = 1_800_000_000_000;
+        assert!(could_be_stamped_by_now(now, now));
+        assert!(could_be_stamped_by_now(now + 86_400_000, now), "a day ahead: a holder's clock may be");
+        assert!(!could_be_stamped_by_now(now + 86_400_001, now));
+    }
+
     fn holder(port: i32) -> Holder {
         Holder { host: "10.0.0.1".into(), port, backend_slot: None, role: None, pid: None }
     }

@@ -826,6 +826,80 @@ mod tests {
     }
 
     #[test]
+    fn a_claim_by_machine_id_names_why_it_cannot_have_it() {
+        let pool = Pool { first: 0, last: 255 };
+        let outside = machine_id_not_handed_out("idgen_claim", "fleet", 300, &pool, Some(&pool));
+        assert_eq!(
+            (outside.sqlstate.code(), outside.message.as_str()),
+            ("22023", "idgen_claim: argument \"machine_id\" is outside the service's pool")
+        );
+        assert_eq!(outside.detail.as_deref(), Some("Got 300; the pool of service \"fleet\" is 0-255."));
+        let range = machine_id_not_handed_out("idgen_claim", "fleet", 7, &pool, Some(&Pool { first: 100, last: 255 }));
+        assert_eq!(range.message, "idgen_claim: argument \"machine_id\" is not handed out by this server");
+        assert!(range.detail.unwrap().contains("this server hands out 100-255 of the pool"));
+        let none = machine_id_not_handed_out("idgen_claim", "fleet", 7, &pool, None);
+        assert!(none.detail.unwrap().contains("this server hands out none of the pool"));
+        let held = machine_id_taken("idgen_claim", &node("10.0.0.6", 1), 5, &row("10.0.0.9", 9090, 4, None), 60);
+        assert_eq!(held.sqlstate.code(), "55006");
+        assert_eq!(
+            held.message,
+            "idgen_claim: machine id 5 of service \"orders\" is in use; 10.0.0.6:1 cannot take it"
+        );
+        assert!(held.detail.unwrap().starts_with(
+            "It is held by 10.0.0.9:9090 at version 4, last seen 2026-11-29T08:00:00.000000Z (1h 3m ago)"
+        ));
+        let cooling = machine_id_taken(
+            "idgen_claim",
+            &node("10.0.0.6", 1),
+            5,
+            &row("10.0.0.9", 9090, 4, Some("2026-11-29T08:00:01Z")),
+            60,
+        );
+        assert!(cooling
+            .detail
+            .unwrap()
+            .starts_with("It was released at 2026-11-29T08:00:01Z by 10.0.0.9:9090 and cools down for 1m"));
+        let range_error = pool_outside_range("idgen_claim", &node("10.0.0.6", 1), &pool, &(512..=1023));
+        assert_eq!(range_error.sqlstate.code(), "55000");
+        assert!(range_error
+            .detail
+            .unwrap()
+            .contains("The service's pool is 0-255; this server's idgen.machine_id_range is 512-1023."));
+    }
+
+    #[test]
+    fn a_fixed_layout_is_told_in_words() {
+        let sony = crate::layout::Preset::Sonyflake.layout();
+        assert_eq!(
+            layout_summary(&sony),
+            "sonyflake: 39 bits of 10 ms since 2014-09-01T00:00:00.000Z | 8-bit sequence | 16-bit machine id"
+        );
+        let fixed = layout_fixed(
+            "idgen_define_layout",
+            "orders",
+            "2026-11-29T08:00:00.000Z",
+            &ServiceLayout { layout: sony, pool: Pool { first: 0, last: 255 } },
+        );
+        assert_eq!(
+            (fixed.sqlstate.code(), fixed.message.as_str()),
+            ("55000", "idgen_define_layout: the layout of service \"orders\" is fixed")
+        );
+        assert!(fixed.detail.unwrap().starts_with("Its first claim fixed it at 2026-11-29T08:00:00.000Z: sonyflake: "));
+        let js = crate::layout::Preset::JsSafe.layout();
+        let above = id_outside_layout("idgen_decode", 1 << 53, &js.decompose(1 << 53).unwrap_err(), &js);
+        assert_eq!(
+            (above.sqlstate.code(), above.message.as_str()),
+            ("22003", "idgen_decode: argument \"id\" is above the largest ID of the layout")
+        );
+        assert!(above.detail.unwrap().ends_with("is 9007199254740991."));
+        assert_eq!(
+            id_outside_layout("idgen_decode", -1, &js.decompose(-1).unwrap_err(), &js),
+            negative_id("idgen_decode", -1)
+        );
+        assert_eq!(layout_row_invalid("orders", "field_order \"x\"").sqlstate.code(), "XX001");
+    }
+
+    #[test]
     fn ownership_lost_names_the_new_holder() {
         let err = ownership_lost("idgen_heartbeat", &holding(), Some(&row("10.0.0.9", 9090, 4, None)));
         assert_eq!(err.sqlstate.code(), "55000");

@@ -315,7 +315,12 @@ fn serve(request: Request) -> Answer {
         }
         Request::PrepareService { service } => {
             let done = in_own_transaction(|| {
-                as_extension_owner(|| Spi::connect_mut(|client| layouts::prepare(client, &service)));
+                as_extension_owner(|| {
+                    Spi::connect_mut(|client| {
+                        durability::make_commit_durable();
+                        layouts::prepare(client, &service)
+                    })
+                });
                 ((), true)
             });
             Answer { result: done.map(|()| None), warnings: Vec::new() }

@@ -218,6 +218,8 @@ fn idgen_define_layout(
     let defined = or_raise(input::layout_definition(F, &arguments, SystemClock.now_unix_ms()));
     let definer = role_name(super::access::acting_role());
     super::prepare_guard::wrote_in_transaction(F);
+    // A layout lost at a failover would leave the service to the default at its first claim.
+    crate::durability::make_commit_durable();
     let row = as_extension_owner(|| {
         Spi::connect_mut(|client| {
             let mut args = layout_args(&service, &defined);

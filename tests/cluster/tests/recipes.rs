@@ -497,6 +497,117 @@ fn an_identity_column_switches_to_idgen_and_its_sequence_goes() {
     );
 }
 
+#[test]
+fn the_layouts_block_defines_the_layouts_it_says() {
+    let db = TestDb::create("recipe_layouts");
+    let mut admin = db.connect();
+    let block = readme_block("recipe:layouts");
+    let mut results = Vec::new();
+    for statement in statements(&block) {
+        results.push(run_block(&mut admin, &statement).unwrap());
+    }
+    let cell = |r: &Vec<Vec<Option<String>>>, c: usize| r[0][c].clone().unwrap_or_default();
+    assert_eq!(
+        (cell(&results[0], 0), cell(&results[0], 1), cell(&results[0], 2), cell(&results[0], 3)),
+        ("orders".to_owned(), "sonyflake".to_owned(), "256".to_owned(), "25600".to_owned())
+    );
+    assert!(cell(&results[0], 4).starts_with("2188-11-16 03:28:58.879"), "{:?}", results[0]);
+    assert_eq!((cell(&results[1], 0), cell(&results[1], 1)), ("js_safe".to_owned(), "256".to_owned()));
+    assert_eq!(cell(&results[2], 0), "custom");
+    let listed: Vec<(String, String, String)> =
+        results[3].iter().map(|r| (r[0].clone().unwrap(), r[1].clone().unwrap(), r[3].clone().unwrap())).collect();
+    assert_eq!(
+        listed,
+        [
+            ("metrics".to_owned(), "custom".to_owned(), "4095".to_owned()),
+            ("orders".to_owned(), "sonyflake".to_owned(), "255".to_owned()),
+            ("web".to_owned(), "js_safe".to_owned(), "255".to_owned())
+        ]
+    );
+    assert!(results[3].iter().all(|r| r[4].is_none()), "not fixed before the first claim");
+}
+
+/// A Sonyflake fleet's table: keys its nodes minted an hour ago, with the machine ids they compute.
+fn sonyflake_fleet_table(admin: &mut Client, machine_ids: &[u16]) -> Vec<i64> {
+    use idgen_core::layout::{IdParts, Preset};
+    let sony = Preset::Sonyflake.layout();
+    let hour_ago =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64 - 3_600_000;
+    let keys: Vec<i64> = machine_ids
+        .iter()
+        .flat_map(|&m| {
+            (0..100u32).map(move |s| {
+                let ticks = sony.ticks_at(hour_ago).unwrap() + i64::from(s);
+                sony.compose(IdParts { ticks, machine_id: m, sequence: s % 256 }).unwrap()
+            })
+        })
+        .collect();
+    admin.batch_execute("CREATE TABLE events (id bigint PRIMARY KEY, v int)").unwrap();
+    admin.execute("INSERT INTO events (id, v) SELECT unnest($1::bigint[]), 0", &[&keys]).unwrap();
+    let mut sorted = keys;
+    sorted.sort_unstable();
+    sorted
+}
+
+#[test]
+fn a_sonyflake_fleets_column_takes_the_default_once_its_ids_are_adopted() {
+    let db = TestDb::create("recipe_sonyflake_column");
+    let mut admin = db.connect();
+    let old = sonyflake_fleet_table(&mut admin, &[3]);
+    run_block(&mut admin, &readme_block("recipe:sonyflake-column")).unwrap();
+    assert_eq!(
+        id_column(&mut admin, "events"),
+        ("bigint".to_owned(), Some("idgen_next_id('events'::text)".to_owned()), None)
+    );
+    let mut backend = db.connect();
+    backend.batch_execute("INSERT INTO events (v) SELECT g FROM generate_series(1, 1000) g").unwrap();
+    let all = sorted_ids(&mut admin, "events");
+    assert_eq!(&all[..old.len()], old, "old keys kept, and sort first");
+    assert_eq!(all.len(), old.len() + 1000);
+    // New keys are the service's (decoded by its layout), from a machine id the fleet does not use.
+    let machine_ids: Vec<i32> = admin
+        .query("SELECT DISTINCT d.machine_id FROM events, idgen_decode(events.id, 'events') d WHERE v > 0", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(machine_ids.len(), 1);
+    assert_ne!(machine_ids[0], 3, "the database's backend took no machine id the fleet uses");
+}
+
+#[test]
+fn the_sonyflake_column_recipe_refuses_keys_ahead_of_the_service() {
+    let db = TestDb::create("recipe_sonyflake_ahead");
+    let mut admin = db.connect();
+    sonyflake_fleet_table(&mut admin, &[3]);
+    // A node whose clock ran a day ahead minted this one.
+    admin
+        .execute(
+            "INSERT INTO events (id, v) VALUES ($1, 0)",
+            &[&idgen_core::layout::Preset::Sonyflake
+                .layout()
+                .compose(idgen_core::layout::IdParts {
+                    ticks: idgen_core::layout::Preset::Sonyflake
+                        .layout()
+                        .ticks_at(
+                            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()
+                                as i64
+                                + 86_400_000,
+                        )
+                        .unwrap(),
+                    machine_id: 3,
+                    sequence: 0,
+                })
+                .unwrap()],
+        )
+        .unwrap();
+    let err = run_block(&mut admin, &readme_block("recipe:sonyflake-column")).unwrap_err();
+    admin.batch_execute("ROLLBACK").unwrap();
+    assert_eq!(sqlstate(&err), "P0001", "{err:?}");
+    assert!(db_error(&err).message().contains("could collide"), "{err:?}");
+    assert_eq!(id_column(&mut admin, "events").1, None, "the default was not set");
+}
+
 const SUBSCRIPTION: &str = "idgen_t_recipe_sub";
 const SLOT: &str = "idgen_t_recipe_trigger";
 
