@@ -105,8 +105,9 @@ pub fn advance_unregistered_from(client: &mut SpiClient, service: &str, from: i3
 /// The layout IDs of `service` are cut by, as the decoding functions read it: the recorded one,
 /// or the default for a service never claimed nor defined. Read once per statement.
 pub fn of_service(service: &str) -> Layout {
-    static CACHE: std::sync::Mutex<Option<((pg_sys::TimestampTz, pg_sys::CommandId), Vec<(String, Layout)>)>> =
-        std::sync::Mutex::new(None);
+    /// The statement (its transaction's start and command) the layouts were read in, and them.
+    type Cached = ((pg_sys::TimestampTz, pg_sys::CommandId), Vec<(String, Layout)>);
+    static CACHE: std::sync::Mutex<Option<Cached>> = std::sync::Mutex::new(None);
     // SAFETY: reads backend-local transaction state.
     let statement = unsafe { (pg_sys::GetCurrentTransactionStartTimestamp(), pg_sys::GetCurrentCommandId(false)) };
     let mut cache = CACHE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);

@@ -328,7 +328,7 @@ fn two_databases_of_one_cluster_with_disjoint_pools_replicate_into_one_table_wit
         .map(|k| {
             let dsn = shards[k % 2].dsn();
             let party = party.clone();
-            spawn_named(&format!("shard {} session {k}", k % 2), move || {
+            spawn_named(format!("shard {} session {k}", k % 2), move || {
                 party.wait_within(PATIENCE);
                 for _ in 0..3 {
                     let mut session = Client::connect(&dsn, postgres::NoTls).unwrap();
