@@ -216,7 +216,7 @@ pub fn notifications_so_far(listener: &mut Client) -> Vec<postgres::Notification
 /// One row of `idgen_claim`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claimed {
-    pub machine_id: i16,
+    pub machine_id: i32,
     pub version: i64,
     pub outcome: String,
 }
@@ -232,7 +232,7 @@ pub fn claim(client: &mut Client, service: &str, host: &str, port: i32) -> Resul
 pub fn heartbeat(
     client: &mut Client,
     service: &str,
-    machine_id: i16,
+    machine_id: i32,
     host: &str,
     port: i32,
     version: i64,
@@ -243,7 +243,7 @@ pub fn heartbeat(
 pub fn release(
     client: &mut Client,
     service: &str,
-    machine_id: i16,
+    machine_id: i32,
     host: &str,
     port: i32,
     version: i64,
@@ -256,7 +256,7 @@ fn call_with_holding(
     client: &mut Client,
     function: &str,
     service: &str,
-    machine_id: i16,
+    machine_id: i32,
     host: &str,
     port: i32,
     version: i64,
@@ -301,8 +301,8 @@ pub fn fill_registry(client: &mut Client, service: &str) {
 /// Like [`fill_registry`], leaving the machine ids `free` never registered.
 /// (Deleting rows instead would leave tombstones, as it must.) The
 /// holders reported no watermark, so setting `last_seen` back ages them fully.
-pub fn fill_registry_except(client: &mut Client, service: &str, free: &[i16]) {
-    let free: Vec<i32> = free.iter().map(|&m| i32::from(m)).collect();
+pub fn fill_registry_except(client: &mut Client, service: &str, free: &[i32]) {
+    let free = free.to_vec();
     client
         .execute(
             "INSERT INTO system_nodes (service, machine_id, host, port, version) \
@@ -342,7 +342,7 @@ pub fn registry_snapshot(client: &mut Client) -> String {
 /// This connection's lease for `service`, from `idgen_backend_leases()`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendLease {
-    pub machine_id: i16,
+    pub machine_id: i32,
     pub version: i64,
     pub backend_slot: i32,
     pub ids_issued: i64,
@@ -358,8 +358,8 @@ pub fn backend_lease(client: &mut Client, service: &str) -> Option<BackendLease>
         .map(|r| BackendLease { machine_id: r.get(0), version: r.get(1), backend_slot: r.get(2), ids_issued: r.get(3) })
 }
 
-/// The machine id an ID carries.
-pub fn machine_id_of(client: &mut Client, id: i64) -> i16 {
+/// The machine id an ID of the default layout carries.
+pub fn machine_id_of(client: &mut Client, id: i64) -> i32 {
     client.query_one("SELECT machine_id FROM idgen_decode($1)", &[&id]).unwrap().get(0)
 }
 
@@ -567,7 +567,7 @@ pub struct TestNode {
     pub service: String,
     pub host: String,
     pub port: i32,
-    pub machine_id: i16,
+    pub machine_id: i32,
     pub version: i64,
     pub outcome: String,
     /// The lease as the server computed it, in Unix ms (a real client measures it on a monotonic clock).
@@ -583,7 +583,7 @@ impl TestNode {
                FROM idgen_claim($1, $2::text::inet, $3)",
             &[&service as &(dyn postgres::types::ToSql + Sync), &host, &port],
         )?;
-        let machine_id: i16 = row.get(0);
+        let machine_id: i32 = row.get(0);
         let not_before_ms = row.get::<_, f64>(4).floor() as i64;
         Ok(TestNode {
             service: service.to_owned(),
