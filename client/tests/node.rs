@@ -287,7 +287,7 @@ fn a_graceful_shutdown_releases_and_a_kill_leaves_the_id_to_the_tiers() {
     let err = claim(&mut admin, "svc", "10.0.0.2", 1).unwrap_err();
     assert_eq!(sqlstate(&err), "53000", "a live holder's id is not free");
     let taken = claim_when_free(&mut admin, "10.0.0.2");
-    assert_eq!((taken.machine_id, taken.outcome.as_str()), ((printed[0] >> 12 & 1023) as i16, "idle_1h"));
+    assert_eq!((taken.machine_id, taken.outcome.as_str()), ((printed[0] >> 12 & 1023) as i32, "idle_1h"));
 }
 
 /// A clock that reads one instant.
@@ -332,7 +332,7 @@ fn the_published_test_vectors_hold_for_the_nodes_generator_and_for_the_database(
             .unwrap();
         assert_eq!(row.get::<_, i64>(0), id, "{v}");
         assert_eq!(row.get::<_, String>(1), v["iso"].as_str().unwrap());
-        assert_eq!((i64::from(row.get::<_, i16>(2)), i64::from(row.get::<_, i32>(3))), (machine_id, sequence));
+        assert_eq!((i64::from(row.get::<_, i32>(2)), i64::from(row.get::<_, i32>(3))), (machine_id, sequence));
     }
 }
 
@@ -395,7 +395,7 @@ fn shutdown_while_minting(node: IdgenNode) -> (Vec<i64>, bool) {
 }
 
 /// The watermark the registry holds for `machine_id` of service "svc", in Unix ms.
-fn registry_watermark_ms(client: &mut Client, machine_id: i16) -> i64 {
+fn registry_watermark_ms(client: &mut Client, machine_id: i32) -> i64 {
     client
         .query_one(
             "SELECT floor(extract(epoch FROM issued_until) * 1000)::bigint FROM system_nodes \
