@@ -543,9 +543,10 @@ fn granted(seconds: f64) -> Duration {
 }
 
 impl IdgenNode {
-    /// Claims a machine id (retrying `55P03`, `40001` and lost connections with backoff, up to
-    /// `config.start_timeout`), waits until the clock is past its `not_before`, and starts the
-    /// heartbeat thread.
+    /// Claims a machine id (any free one, or [`Config::machine_id`]; retrying `55P03`, `40001` and
+    /// lost connections with backoff, up to `config.start_timeout`), reads the service's layout in
+    /// the same session, waits until the clock is past its `not_before`, and starts the heartbeat
+    /// thread.
     pub fn start(config: Config) -> Result<IdgenNode, Error> {
         let registry = Registry::new(&config.conninfo, config.call_timeout).map_err(Error::Start)?;
         let who = Identity {
