@@ -46,16 +46,21 @@ impl CallError {
         match self {
             CallError::Unanswered { .. } => true,
             CallError::NotInstalled => false,
-            CallError::NotConnected(e) | CallError::Failed(e) => match e.code() {
-                Some(code) => matches!(code.code(), "55P03" | "40001" | "55000" | "57P01" | "57P03" | "25006"),
-                None => true,
-            },
+            CallError::NotConnected(e) | CallError::Failed(e) => worth_retrying(e),
         }
     }
 
     /// No connection, or the connection itself failed (no SQLSTATE): a new one may work.
     pub(crate) fn connection_lost(&self) -> bool {
         matches!(self, CallError::NotConnected(_)) || matches!(self, CallError::Failed(e) if e.code().is_none())
+    }
+}
+
+/// Whether a failed statement is worth another try: see [`CallError::retryable`].
+pub(crate) fn worth_retrying(e: &postgres::Error) -> bool {
+    match e.code() {
+        Some(code) => matches!(code.code(), "55P03" | "40001" | "55000" | "57P01" | "57P03" | "25006"),
+        None => true,
     }
 }
 
@@ -72,11 +77,28 @@ pub(crate) struct Session {
     pub(crate) client: Client,
     /// The schema idgen is installed in, quoted for SQL: calls name idgen's functions through it.
     pub(crate) idgen: String,
+    /// The installed idgen's version, as `pg_extension.extversion` reads ("0.7.0").
+    pub(crate) version: String,
     /// The installed idgen's heartbeat takes the clock counts (0.6.0 and later).
     pub(crate) heartbeat_counts: bool,
+    /// The installed idgen keeps a layout per service (`idgen_layouts`), takes and returns machine
+    /// ids as `integer`, and claims a given machine id (0.7.0 and later).
+    pub(crate) layouts: bool,
     pub(crate) backend: Backend,
     /// Set by the notice callback when a commit's wait for a synchronous standby was cancelled.
     unconfirmed: Arc<AtomicBool>,
+}
+
+impl Session {
+    /// How a call casts a machine id bound as `int4` to the installed idgen's parameter type:
+    /// `integer` from 0.7.0, `smallint` before.
+    pub(crate) fn machine_id_type(&self) -> &'static str {
+        if self.layouts {
+            "pg_catalog.int4"
+        } else {
+            "pg_catalog.int4::pg_catalog.int2"
+        }
+    }
 }
 
 /// Where the registry is and how long a call may take.
@@ -133,11 +155,20 @@ SELECT pg_catalog.quote_ident(n.nspname), e.extversion, a.pid, a.backend_start
   LEFT JOIN (pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace)
          ON e.extname OPERATOR(pg_catalog.=) 'idgen'";
 
-/// Whether idgen `version` ("0.6.0") takes the heartbeat's clock counts.
-fn has_heartbeat_counts(version: &str) -> bool {
+/// Whether idgen `version` ("0.6.0") is `major.minor` or later.
+fn at_least(version: &str, major: u32, minor: u32) -> bool {
     let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-    (major, minor) >= (0, 6)
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (major, minor)
+}
+
+/// Whether idgen `version` takes the heartbeat's clock counts.
+fn has_heartbeat_counts(version: &str) -> bool {
+    at_least(version, 0, 6)
+}
+
+/// Whether idgen `version` has layouts per service, integer machine ids and the claim of a given id.
+fn has_layouts(version: &str) -> bool {
+    at_least(version, 0, 7)
 }
 
 fn connect(config: &postgres::Config) -> Result<Session, CallError> {
@@ -157,10 +188,20 @@ fn connect(config: &postgres::Config) -> Result<Session, CallError> {
         return Err(CallError::NotInstalled);
     };
     let backend = Backend { pid: row.get(2), started: row.get(3) };
-    Ok(Session { client, heartbeat_counts: has_heartbeat_counts(&version), idgen, backend, unconfirmed })
+    Ok(Session {
+        client,
+        heartbeat_counts: has_heartbeat_counts(&version),
+        layouts: has_layouts(&version),
+        version,
+        idgen,
+        backend,
+        unconfirmed,
+    })
 }
 
-/// What the waiting caller and the call's thread share.
+/// What the waiting caller and the call's thread share. One per call, behind its mutex, written
+/// twice at most: the size of its largest variant costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 enum Slot<T> {
     Running(Option<(CancelToken, Backend)>),
     Done(Option<Session>, Result<T, CallError>),
@@ -306,6 +347,15 @@ mod tests {
         assert!(has_heartbeat_counts("0.6.0"));
         assert!(has_heartbeat_counts("0.10.0"));
         assert!(has_heartbeat_counts("1.0.0"));
+    }
+
+    #[test]
+    fn layouts_and_integer_machine_ids_come_with_0_7_0() {
+        assert!(!has_layouts("0.6.0"));
+        assert!(!has_layouts("0.5.1"));
+        assert!(has_layouts("0.7.0"));
+        assert!(has_layouts("0.10.0"));
+        assert!(has_layouts("1.0.0"));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! idgen-client: a service node that keeps idgen's client contract, and mints
 //! IDs in-process with the generator the database's own backends run
-//! (`idgen_core::generator`), so IDs of services and of `DEFAULT idgen_next_id()`
-//! never collide.
+//! (`idgen_core::generator`), cut by the service's layout as the registry recorded it,
+//! so IDs of services and of `DEFAULT idgen_next_id()` never collide.
 //!
 //! ```no_run
 //! use idgen_client::{Config, IdgenNode};
@@ -23,9 +23,17 @@
 //! - **claim** at start, retrying `55P03`, `40001`, lost connections and calls that timed out
 //!   with backoff ([`IdgenNode::start`], within `start_timeout` plus one `call_timeout`); a claim
 //!   that commits after the node gave up on it is released; then wait until the clock is past
-//!   `not_before`;
+//!   `not_before`. [`Config::machine_id`] claims one given id instead (a fleet adopting the ids it
+//!   already uses); the server's refusal (`55006`: held, naming the holder; `22023`: outside the
+//!   pool) is not retried;
+//! - **the layout comes from the registry**, never from the node's configuration: after the claim,
+//!   in the same session, the node reads its service's row of `idgen_layouts` (fixed by the first
+//!   claim, never changed after) and mints with it ([`IdgenNode::layout`]); a role that cannot see
+//!   the row fails `start` (the claim released) rather than guess. Against idgen before 0.7.0:
+//!   the one layout those servers have;
 //! - **heartbeat** every interval (the server's `idgen.heartbeat_interval` unless set) on a
-//!   thread of its own, with the node's watermark; reconnect and retry when the connection
+//!   thread of its own, with the node's watermark: the end of its last ID's tick (a tick of 10 ms
+//!   is stamped until its last millisecond) or its clock, whichever is later; reconnect and retry when the connection
 //!   fails (a multi-host connection string follows the primary);
 //! - **one clock policy for every holder**: a step back of the wall clock is waited out up to
 //!   `Config::max_clock_backward` (2 s, as `idgen.max_clock_backward` for backends) and refused
@@ -62,6 +70,7 @@ mod node;
 pub mod sidecar;
 pub mod signals;
 
-pub use idgen_core::generator::ClockEvents;
+pub use idgen_core::generator::{ClockEvents, Stop};
+pub use idgen_core::layout::{FieldOrder, Layout, Pool, Preset, ServiceLayout};
 pub use node::{Config, Error, IdgenNode, Metrics, Status, StatusHook, WallClockFn};
 pub use signals::{ShutdownSignal, SignalError};

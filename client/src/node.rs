@@ -1,8 +1,8 @@
 //! The node: its claim, its heartbeat thread, and `next_id`.
 
-use crate::call::{Backend, CallError, Registry, Session};
+use crate::call::{worth_retrying, Backend, CallError, Registry, Session};
 use idgen_core::generator::{Clock, ClockEvents, Generator, Stop, MAX_CLOCK_BACKWARD_DEFAULT_MS};
-use idgen_core::Layout;
+use idgen_core::layout::{FieldOrder, Layout, Pool, ServiceLayout};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -27,6 +27,12 @@ pub struct Config {
     /// The node's address and port: its identity in the registry.
     pub host: String,
     pub port: i32,
+    /// The machine id to claim, for a fleet whose nodes already use ids they compute (from the
+    /// IP, as Sonyflake does) or pin in configuration; `None` (the default): any free id of the
+    /// service's pool. Granted only if the id is free, the node's own, or takeable by the tiers;
+    /// refused otherwise (`55006`, naming its holder; `22023` outside the pool or this server's
+    /// `idgen.machine_id_range`), and a refusal is not retried. Needs idgen 0.7.0 on the server.
+    pub machine_id: Option<i32>,
     /// How often to heartbeat; `None`: the server's `idgen.heartbeat_interval`.
     pub heartbeat_interval: Option<Duration>,
     /// How long `start` retries what is worth retrying (`55P03`, `40001`, `55000`, lost
@@ -58,6 +64,7 @@ impl Config {
             service: service.to_owned(),
             host: host.to_owned(),
             port,
+            machine_id: None,
             heartbeat_interval: None,
             start_timeout: Duration::from_secs(60),
             call_timeout: Duration::from_secs(5),
@@ -98,10 +105,19 @@ pub enum Error {
     Stopped,
     /// The heartbeat thread died; the node stopped issuing.
     HeartbeatDied,
-    /// The clock is further behind the last ID than allowed, or outside the layout.
-    Clock(Stop),
-    /// The claim (or reading the policy) failed and was not worth retrying, or kept failing.
+    /// The clock is further behind the last ID than allowed, or reads a time outside the
+    /// service's layout (`layout`: what the node mints with).
+    Clock { stop: Stop, layout: Layout },
+    /// The claim (or reading the policy) failed and was not worth retrying, or kept failing; a
+    /// claim of [`Config::machine_id`] the server refused (`55006`, `22023`).
     Start(postgres::Error),
+    /// The claim was granted, but the service's layout could not be read (the role does not see
+    /// it in `idgen_layouts`) or is none the node can mint with: the claim was released, and no
+    /// ID issued. The node never guesses a layout.
+    Layout { service: String, machine_id: i32, why: String },
+    /// [`Config::machine_id`] is set, and the server's idgen (`server_version`) is older than
+    /// 0.7.0, which cannot claim a given machine id: nothing was claimed.
+    MachineIdNotSupported { machine_id: i32, server_version: String },
     /// The release at shutdown failed (the id comes back by the tier rules).
     Release(postgres::Error),
     /// A claim (until `start_timeout`) or the release got no answer within `call_timeout` (the
@@ -124,18 +140,32 @@ impl fmt::Display for Error {
             Error::OwnershipLost(detail) => write!(f, "idgen: the lease ended for good: {detail}"),
             Error::Stopped => write!(f, "idgen: the node was shut down"),
             Error::HeartbeatDied => write!(f, "idgen: the heartbeat thread died; the node stopped issuing"),
-            Error::Clock(Stop::ClockBehind { behind_ms, allowed_ms }) => write!(
+            Error::Clock { stop: Stop::ClockBehind { behind_ms, allowed_ms }, .. } => write!(
                 f,
                 "idgen: the clock is {behind_ms} ms behind the last ID, more than the {allowed_ms} ms the node waits \
                  out (Config::max_clock_backward); no ID was issued (IDs never reuse time: fix the clock, or wait)"
             ),
-            Error::Clock(Stop::ClockOutsideLayout { now_unix_ms }) => write!(
+            Error::Clock { stop: Stop::ClockOutsideLayout { now_unix_ms }, layout } => write!(
                 f,
-                "idgen: the clock reads {} (Unix ms {now_unix_ms}), outside what the ID layout can stamp; no ID was issued",
-                idgen_core::format::iso_utc(*now_unix_ms)
+                "idgen: the clock reads {} (Unix ms {now_unix_ms}), outside what the service's layout can stamp \
+                 ({}: from {} to {}); no ID was issued",
+                idgen_core::format::iso_utc(*now_unix_ms),
+                idgen_core::messages::layout_summary(layout),
+                idgen_core::format::iso_utc(layout.epoch_unix_ms),
+                idgen_core::format::iso_utc(layout.last_unix_ms())
             ),
-            Error::Clock(Stop::LeaseCheckDue) => write!(f, "idgen: the lease passed its deadline"),
+            Error::Clock { stop: Stop::LeaseCheckDue, .. } => write!(f, "idgen: the lease passed its deadline"),
             Error::Start(e) => write!(f, "idgen: could not claim a machine id: {}", describe(e)),
+            Error::Layout { service, machine_id, why } => write!(
+                f,
+                "idgen: claimed machine id {machine_id} of service \"{service}\", but could not read the service's \
+                 layout: {why}; the claim was released and no ID issued"
+            ),
+            Error::MachineIdNotSupported { machine_id, server_version } => write!(
+                f,
+                "idgen: Config::machine_id asks for machine id {machine_id}, but the server runs idgen \
+                 {server_version}, which claims only ids it picks (0.7.0 claims a given one); nothing was claimed"
+            ),
             Error::Release(e) => write!(f, "idgen: could not release the machine id: {}", describe(e)),
             Error::NoAnswer { call, within } => write!(
                 f,
@@ -172,8 +202,10 @@ fn describe(e: &postgres::Error) -> String {
 /// What a service exports about its node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Metrics {
-    pub machine_id: i16,
+    pub machine_id: i32,
     pub version: i64,
+    /// The service's layout and pool, as the registry recorded them: the layout IDs are minted with.
+    pub layout: ServiceLayout,
     pub status: Status,
     pub ids_issued: u64,
     pub heartbeats_ok: u64,
@@ -230,8 +262,12 @@ struct Lease {
 struct Shared {
     config: Config,
     registry: Registry,
-    machine_id: i16,
+    machine_id: i32,
     version: i64,
+    /// The service's layout and pool, read from the registry after the claim.
+    layout: ServiceLayout,
+    /// The claim's not_before (Unix ms): the watermark while no ID has been issued.
+    not_before_ms: i64,
     interval: Duration,
     generator: Mutex<Generator>,
     state: Mutex<Lease>,
@@ -272,18 +308,21 @@ impl Shared {
         }
     }
 
-    /// What the node tells the registry: the latest timestamp it stamped or its clock, whichever
-    /// is later (Unix ms), and its clock counts. Read under the generator's lock: no ID minted
-    /// before it is later.
+    /// What the node tells the registry: the latest time it may have stamped or its clock,
+    /// whichever is later (Unix ms), and its clock counts. An ID's tick is stamped until its end
+    /// (10 ms for Sonyflake), so the latest stamp is the end of the last ID's tick; before the
+    /// first ID, the claim's not_before. Read under the generator's lock: no ID minted before it
+    /// is later.
     fn report(&self) -> Report {
         let generator = self.generator();
+        let stamped = if generator.issued() > 0 { generator.last_tick_end_unix_ms() } else { self.not_before_ms };
         Report {
             service: self.config.service.clone(),
             machine_id: self.machine_id,
             host: self.config.host.clone(),
             port: self.config.port,
             version: self.version,
-            watermark_ms: generator.last_unix_ms().max((self.config.wall_clock)()) as f64,
+            watermark_ms: stamped.max((self.config.wall_clock)()) as f64,
             clock: generator.clock_events(),
         }
     }
@@ -293,7 +332,7 @@ impl Shared {
 #[derive(Clone)]
 struct Report {
     service: String,
-    machine_id: i16,
+    machine_id: i32,
     host: String,
     port: i32,
     version: i64,
@@ -315,25 +354,52 @@ struct Heartbeat {
 }
 
 struct Claimed {
-    machine_id: i16,
+    machine_id: i32,
     version: i64,
     not_before_ms: i64,
     lease: Duration,
     interval: Duration,
     sent: Instant,
+    /// The service's layout and pool, read after the claim in the same session.
+    layout: ServiceLayout,
 }
 
-/// Who claims: the node's identity.
+/// Who claims: the node's identity, and the machine id it asks for, if any.
 #[derive(Clone)]
 struct Identity {
     service: String,
     host: String,
     port: i32,
+    machine_id: Option<i32>,
+}
+
+/// A claim the server answered that leaves the node nothing to mint with. Not retried.
+enum Unusable {
+    /// [`Config::machine_id`] against a server before 0.7.0: nothing was claimed.
+    MachineIdNotSupported { server_version: String },
+    /// Claimed, but the layout could not be read or used: the claim was released.
+    Layout { machine_id: i32, why: String },
+}
+
+impl Unusable {
+    fn into_error(self, who: &Identity) -> Error {
+        match self {
+            Unusable::MachineIdNotSupported { server_version } => {
+                Error::MachineIdNotSupported { machine_id: who.machine_id.unwrap_or_default(), server_version }
+            }
+            Unusable::Layout { machine_id, why } => Error::Layout { service: who.service.clone(), machine_id, why },
+        }
+    }
 }
 
 /// Claims, after making sure that `abandoned` (the backend of an earlier attempt this node gave
-/// up on) runs nothing more: a claim it still ran would fence the one this attempt gets.
-fn claim(session: &mut Session, who: &Identity, abandoned: Option<Backend>) -> Result<Claimed, postgres::Error> {
+/// up on) runs nothing more: a claim it still ran would fence the one this attempt gets. Then
+/// reads the service's layout, which the claim has fixed (before 0.7.0: the default layout).
+fn claim(
+    session: &mut Session,
+    who: &Identity,
+    abandoned: Option<Backend>,
+) -> Result<Result<Claimed, Unusable>, postgres::Error> {
     if let Some(Backend { pid, started }) = abandoned {
         let wait_ms = 2_000_i64;
         session.client.query(
@@ -343,6 +409,9 @@ fn claim(session: &mut Session, who: &Identity, abandoned: Option<Backend>) -> R
             &[&pid, &started, &wait_ms],
         )?;
     }
+    if who.machine_id.is_some() && !session.layouts {
+        return Ok(Err(Unusable::MachineIdNotSupported { server_version: session.version.clone() }));
+    }
     // Only the cadence comes from the settings; the lease is the one this claim was granted.
     let policy = session.client.query_one(
         &format!(
@@ -351,26 +420,120 @@ fn claim(session: &mut Session, who: &Identity, abandoned: Option<Backend>) -> R
         ),
         &[],
     )?;
-    let sent = Instant::now();
-    let row = session.client.query_one(
-        &format!(
-            "SELECT c.machine_id, c.version,
+    // The machine id is smallint before 0.7.0: read as integer from every version.
+    let columns = "c.machine_id::pg_catalog.int4, c.version,
                     (extract(epoch FROM c.not_before) OPERATOR(pg_catalog.*) 1000)::pg_catalog.float8,
-                    extract(epoch FROM c.lease_until OPERATOR(pg_catalog.-) pg_catalog.now())::pg_catalog.float8
-               FROM {idgen}.idgen_claim($1::pg_catalog.text, $2::pg_catalog.text::pg_catalog.inet,
-                                         $3::pg_catalog.int4) c",
-            idgen = session.idgen
-        ),
-        &[&who.service, &who.host, &who.port],
-    )?;
-    Ok(Claimed {
+                    extract(epoch FROM c.lease_until OPERATOR(pg_catalog.-) pg_catalog.now())::pg_catalog.float8";
+    let sent = Instant::now();
+    let row = match who.machine_id {
+        None => session.client.query_one(
+            &format!(
+                "SELECT {columns}
+                   FROM {idgen}.idgen_claim($1::pg_catalog.text, $2::pg_catalog.text::pg_catalog.inet,
+                                             $3::pg_catalog.int4) c",
+                idgen = session.idgen
+            ),
+            &[&who.service, &who.host, &who.port],
+        )?,
+        Some(machine_id) => session.client.query_one(
+            &format!(
+                "SELECT {columns}
+                   FROM {idgen}.idgen_claim($1::pg_catalog.text, $2::pg_catalog.text::pg_catalog.inet,
+                                             $3::pg_catalog.int4, $4::pg_catalog.int4) c",
+                idgen = session.idgen
+            ),
+            &[&who.service, &who.host, &who.port, &machine_id],
+        )?,
+    };
+    let claimed = Claimed {
         machine_id: row.get(0),
         version: row.get(1),
         not_before_ms: row.get::<_, f64>(2).floor() as i64,
         lease: granted(row.get(3)),
         interval: Duration::from_secs_f64(policy.get(0)),
         sent,
-    })
+        layout: ServiceLayout::DEFAULT,
+    };
+    let layout = if session.layouts { read_layout(session, &who.service) } else { Ok(Ok(ServiceLayout::DEFAULT)) };
+    let why = match layout {
+        Ok(Ok(layout)) => match fits(&layout, claimed.machine_id) {
+            Ok(()) => return Ok(Ok(Claimed { layout, ..claimed })),
+            Err(why) => why,
+        },
+        Ok(Err(why)) => why,
+        // The server refused the read (a privilege taken away, say): said as it said it.
+        Err(e) if !worth_retrying(&e) => describe(&e),
+        // The connection failed or the server is going away: the claim is retried (the release
+        // may not get through, and the id then waits for the tiers, as after a crash).
+        Err(e) => {
+            let _ = run_release(session, &unused_report(who, &claimed));
+            return Err(e);
+        }
+    };
+    // No ID was stamped: the claim goes back at once, with its not_before as the watermark.
+    if let Err(e) = run_release(session, &unused_report(who, &claimed)) {
+        return Ok(Err(Unusable::Layout {
+            machine_id: claimed.machine_id,
+            why: format!("{why} (and its release failed: {})", describe(&e)),
+        }));
+    }
+    Ok(Err(Unusable::Layout { machine_id: claimed.machine_id, why }))
+}
+
+/// The row of `idgen_layouts` for `service`, which the session's claim has just fixed; `Err` with
+/// the reason when the role cannot see it or it is no layout the core can mint with. The view
+/// shows a service only to roles that may read it, so the read names the role.
+fn read_layout(session: &mut Session, service: &str) -> Result<Result<ServiceLayout, String>, postgres::Error> {
+    let row = session.client.query_one(
+        &format!(
+            "SELECT CURRENT_USER::pg_catalog.text,
+                    pg_catalog.round(extract(epoch FROM l.epoch) OPERATOR(pg_catalog.*) 1000)::pg_catalog.int8,
+                    l.time_unit_ms, l.time_bits, l.machine_bits, l.sequence_bits, l.field_order::pg_catalog.text,
+                    l.pool_first, l.pool_last
+               FROM (VALUES (1)) AS one (x)
+               LEFT JOIN {idgen}.idgen_layouts l
+                      ON l.service::pg_catalog.text OPERATOR(pg_catalog.=) $1::pg_catalog.text",
+            idgen = session.idgen
+        ),
+        &[&service],
+    )?;
+    let Some(epoch_unix_ms) = row.get::<_, Option<i64>>(1) else {
+        let role: String = row.get(0);
+        return Ok(Err(format!(
+            "role \"{role}\" does not see its row in {idgen}.idgen_layouts (the view shows a service to roles \
+             granted it with idgen_grant_service, the extension's owner, superusers and pg_monitor)",
+            idgen = session.idgen
+        )));
+    };
+    let int = |ordinal: usize| row.get::<_, Option<i32>>(ordinal);
+    let width = |ordinal: usize| int(ordinal).and_then(|bits| u32::try_from(bits).ok());
+    let (Some(unit), Some(time), Some(machine), Some(sequence), Some(first), Some(last)) =
+        (int(2), width(3), width(4), width(5), int(7), int(8))
+    else {
+        return Ok(Err("its row in idgen_layouts has an empty or negative part".to_owned()));
+    };
+    let label: Option<String> = row.get(6);
+    let Some(order) = label.as_deref().and_then(FieldOrder::from_label) else {
+        return Ok(Err(format!("its field order {label:?} is none this client knows")));
+    };
+    let layout = match Layout::new(epoch_unix_ms, i64::from(unit), time, machine, sequence, order) {
+        Ok(layout) => layout,
+        Err(e) => return Ok(Err(format!("its row in idgen_layouts is no layout: {e}"))),
+    };
+    match Pool::new(&layout, i64::from(first), i64::from(last)) {
+        Ok(pool) => Ok(Ok(ServiceLayout { layout, pool })),
+        Err(e) => Ok(Err(format!("its pool in idgen_layouts is outside its layout: {e}"))),
+    }
+}
+
+/// Whether `machine_id` fits the machine-id field of `layout` (the registry hands out no other).
+fn fits(layout: &ServiceLayout, machine_id: i32) -> Result<(), String> {
+    match u16::try_from(machine_id) {
+        Ok(id) if id <= layout.layout.max_machine_id() => Ok(()),
+        _ => {
+            Err(format!("machine id {machine_id} does not fit its {}-bit machine-id field", layout.layout.machine_bits))
+        }
+    }
 }
 
 /// A lease as the server granted it: `lease_until - now()` of the granting statement, measured from
@@ -380,12 +543,18 @@ fn granted(seconds: f64) -> Duration {
 }
 
 impl IdgenNode {
-    /// Claims a machine id (retrying `55P03`, `40001` and lost connections with backoff, up to
-    /// `config.start_timeout`), waits until the clock is past its `not_before`, and starts the
-    /// heartbeat thread.
+    /// Claims a machine id (any free one, or [`Config::machine_id`]; retrying `55P03`, `40001` and
+    /// lost connections with backoff, up to `config.start_timeout`), reads the service's layout in
+    /// the same session, waits until the clock is past its `not_before`, and starts the heartbeat
+    /// thread.
     pub fn start(config: Config) -> Result<IdgenNode, Error> {
         let registry = Registry::new(&config.conninfo, config.call_timeout).map_err(Error::Start)?;
-        let who = Identity { service: config.service.clone(), host: config.host.clone(), port: config.port };
+        let who = Identity {
+            service: config.service.clone(),
+            host: config.host.clone(),
+            port: config.port,
+            machine_id: config.machine_id,
+        };
         let give_up = Instant::now() + config.start_timeout;
         let mut backoff = Duration::from_millis(50);
         let mut abandoned = None;
@@ -400,11 +569,16 @@ impl IdgenNode {
                 {
                     // A claim that commits after the node gave up on it: nobody will use it.
                     let (registry, who) = (registry.clone(), who.clone());
-                    move |c, claimed| release_unused(&registry, c, &who, &claimed)
+                    move |c, claimed: Result<Claimed, Unusable>| {
+                        if let Ok(claimed) = claimed {
+                            release_unused(&registry, c, &who, &claimed)
+                        }
+                    }
                 },
             );
             match attempt {
-                (client, Ok(claimed)) => break (client, claimed),
+                (client, Ok(Ok(claimed))) => break (client, claimed),
+                (_, Ok(Err(unusable))) => return Err(unusable.into_error(&who)),
                 (_, Err(e)) if e.retryable() && Instant::now() + backoff < give_up => {
                     if let CallError::Unanswered { backend: Some(backend) } = e {
                         abandoned = Some(backend);
@@ -437,14 +611,17 @@ impl IdgenNode {
             clock.wait_until(claimed.not_before_ms + 1);
         }
         let max_backward_ms = config.max_clock_backward.as_millis().min(i64::MAX as u128) as i64;
+        // The layout is the registry's, read after the claim; `claim` checked that the id fits it.
         let generator =
-            Generator::new(Layout::DEFAULT, claimed.machine_id as u16, claimed.not_before_ms, max_backward_ms);
+            Generator::new(claimed.layout.layout, claimed.machine_id as u16, claimed.not_before_ms, max_backward_ms);
         let interval = config.heartbeat_interval.unwrap_or(claimed.interval);
         let shared = Arc::new(Shared {
             config,
             registry,
             machine_id: claimed.machine_id,
             version: claimed.version,
+            layout: claimed.layout,
+            not_before_ms: claimed.not_before_ms,
             interval,
             generator: Mutex::new(generator),
             state: Mutex::new(Lease { status: Status::Live, deadline: claimed.sent + claimed.lease, stopping: false }),
@@ -494,12 +671,18 @@ impl IdgenNode {
         let wall_deadline_ms = clock.now_unix_ms() + (deadline - now).as_millis() as i64;
         generator.next_id(&mut clock, wall_deadline_ms).map_err(|stop| match stop {
             Stop::LeaseCheckDue => Error::LeaseExpired,
-            other => Error::Clock(other),
+            other => Error::Clock { stop: other, layout: self.shared.layout.layout },
         })
     }
 
-    pub fn machine_id(&self) -> i16 {
+    pub fn machine_id(&self) -> i32 {
         self.shared.machine_id
+    }
+
+    /// The service's layout (the one IDs are minted with) and pool, as the registry recorded them
+    /// when the node claimed.
+    pub fn layout(&self) -> ServiceLayout {
+        self.shared.layout
     }
 
     pub fn version(&self) -> i64 {
@@ -522,6 +705,7 @@ impl IdgenNode {
         Metrics {
             machine_id: self.shared.machine_id,
             version: self.shared.version,
+            layout: self.shared.layout,
             status,
             ids_issued,
             heartbeats_ok: self.shared.heartbeats_ok.load(Ordering::Relaxed),
@@ -690,30 +874,28 @@ fn release(
     report: &Report,
 ) -> (Option<Session>, Result<bool, CallError>) {
     let r = report.clone();
-    registry.call(
-        session,
-        deadline,
-        move |session| {
-            let row = session.client.query_one(
-                &format!(
-                    "SELECT {idgen}.idgen_release($1::pg_catalog.text, $2::pg_catalog.int2,
-                            $3::pg_catalog.text::pg_catalog.inet, $4::pg_catalog.int4, $5::pg_catalog.int8,
-                            pg_catalog.to_timestamp($6::pg_catalog.float8 OPERATOR(pg_catalog./) 1000))",
-                    idgen = session.idgen
-                ),
-                &[&r.service, &r.machine_id, &r.host, &r.port, &r.version, &r.watermark_ms],
-            )?;
-            Ok(row.get(0))
-        },
-        |_, _| {},
-    )
+    registry.call(session, deadline, move |session| run_release(session, &r), |_, _| {})
 }
 
-/// Releases a claim nobody used (it committed after the node gave up on it, or the node gave up
-/// waiting for its not_before), with its not_before as the watermark: no ID was stamped, and none
-/// at or before it. Bounded like any call; if it fails, the id comes back by the tiers.
-fn release_unused(registry: &Registry, session: Session, who: &Identity, claimed: &Claimed) {
-    let report = Report {
+/// The release statement, on `session`.
+fn run_release(session: &mut Session, r: &Report) -> Result<bool, postgres::Error> {
+    let row = session.client.query_one(
+        &format!(
+            "SELECT {idgen}.idgen_release($1::pg_catalog.text, $2::{machine_id},
+                    $3::pg_catalog.text::pg_catalog.inet, $4::pg_catalog.int4, $5::pg_catalog.int8,
+                    pg_catalog.to_timestamp($6::pg_catalog.float8 OPERATOR(pg_catalog./) 1000))",
+            idgen = session.idgen,
+            machine_id = session.machine_id_type()
+        ),
+        &[&r.service, &r.machine_id, &r.host, &r.port, &r.version, &r.watermark_ms],
+    )?;
+    Ok(row.get(0))
+}
+
+/// What a claim nobody used is released with: its not_before as the watermark (no ID was
+/// stamped, and none at or before it).
+fn unused_report(who: &Identity, claimed: &Claimed) -> Report {
+    Report {
         service: who.service.clone(),
         machine_id: claimed.machine_id,
         host: who.host.clone(),
@@ -721,8 +903,13 @@ fn release_unused(registry: &Registry, session: Session, who: &Identity, claimed
         version: claimed.version,
         watermark_ms: claimed.not_before_ms as f64,
         clock: ClockEvents::default(),
-    };
-    let _ = release(registry, Some(session), registry.deadline(), &report);
+    }
+}
+
+/// Releases a claim nobody used (it committed after the node gave up on it, or the node gave up
+/// waiting for its not_before). Bounded like any call; if it fails, the id comes back by the tiers.
+fn release_unused(registry: &Registry, session: Session, who: &Identity, claimed: &Claimed) {
+    let _ = release(registry, Some(session), registry.deadline(), &unused_report(who, claimed));
 }
 
 /// A heartbeat with the node's watermark (and, from idgen 0.6.0 on, its clock counts); the lease
@@ -742,12 +929,13 @@ fn heartbeat(
             let row = if session.heartbeat_counts {
                 session.client.query_one(
                     &format!(
-                        "SELECT extract(epoch FROM {idgen}.idgen_heartbeat($1::pg_catalog.text, $2::pg_catalog.int2,
+                        "SELECT extract(epoch FROM {idgen}.idgen_heartbeat($1::pg_catalog.text, $2::{machine_id},
                                 $3::pg_catalog.text::pg_catalog.inet, $4::pg_catalog.int4, $5::pg_catalog.int8,
                                 pg_catalog.to_timestamp($6::pg_catalog.float8 OPERATOR(pg_catalog./) 1000),
                                 $7::pg_catalog.int8, $8::pg_catalog.int8, $9::pg_catalog.int8)
                                 OPERATOR(pg_catalog.-) pg_catalog.now())::pg_catalog.float8",
-                        idgen = session.idgen
+                        idgen = session.idgen,
+                        machine_id = session.machine_id_type()
                     ),
                     &[
                         &r.service,
@@ -764,11 +952,12 @@ fn heartbeat(
             } else {
                 session.client.query_one(
                     &format!(
-                        "SELECT extract(epoch FROM {idgen}.idgen_heartbeat($1::pg_catalog.text, $2::pg_catalog.int2,
+                        "SELECT extract(epoch FROM {idgen}.idgen_heartbeat($1::pg_catalog.text, $2::{machine_id},
                                 $3::pg_catalog.text::pg_catalog.inet, $4::pg_catalog.int4, $5::pg_catalog.int8,
                                 pg_catalog.to_timestamp($6::pg_catalog.float8 OPERATOR(pg_catalog./) 1000))
                                 OPERATOR(pg_catalog.-) pg_catalog.now())::pg_catalog.float8",
-                        idgen = session.idgen
+                        idgen = session.idgen,
+                        machine_id = session.machine_id_type()
                     ),
                     &[&r.service, &r.machine_id, &r.host, &r.port, &r.version, &r.watermark_ms],
                 )?

@@ -8,18 +8,18 @@
 //! | `GET /ids?count=N` | N IDs (1 to [`MAX_BATCH`]), in the order minted |
 //! | `GET /livez` | 200 while the process serves and its node can still issue again; 503 once it cannot (the id was lost, the heartbeat died): restart it |
 //! | `GET /readyz` | 200 while the node is live with at least [`READY_MARGIN`] of its lease left; 503 with the reason otherwise |
-//! | `GET /status` | the node's metrics, as JSON |
+//! | `GET /status` | the node's metrics and its service's layout, as JSON |
 //!
 //! Answers are plain text (one ID per line, or one line of reason) unless JSON is asked for, by
 //! `Accept: application/json` or `?format=json`. JSON gives every ID twice, as a number and as a
-//! string (`{"id": 2527..., "id_str": "2527..."}`, `{"ids": [...], "ids_str": [...]}`): IDs are
-//! above 2^53, which JavaScript's numbers cannot hold exactly. Errors are 400 (a bad request), 404,
+//! string (`{"id": 2527..., "id_str": "2527..."}`, `{"ids": [...], "ids_str": [...]}`): IDs of
+//! every layout but `js_safe` go above 2^53, which JavaScript's numbers cannot hold exactly. Errors are 400 (a bad request), 404,
 //! 405, and 503 when the node must not issue, with a reason code (`starting`, `shutting_down`,
 //! `expired`, `lost`, `heartbeat_died`, `clock`) and the node's words:
 //! `{"error": "expired", "reason": "..."}` in JSON, `expired: ...` in text.
 //! `/id` and `/ids` take GET or POST; no answer may be cached (`Cache-Control: no-store`).
 
-use crate::{Error, IdgenNode, Status};
+use crate::{Error, IdgenNode, ServiceLayout, Status};
 use serde_json::json;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
@@ -264,12 +264,14 @@ fn refusal(error: &Error) -> (&'static str, String) {
         Error::OwnershipLost(_) => "lost",
         Error::Stopped => return ("shutting_down", SHUTTING_DOWN.to_owned()),
         Error::HeartbeatDied => "heartbeat_died",
-        Error::Clock(_) => "clock",
+        Error::Clock { .. } => "clock",
         // Not answers of next_id.
         Error::Start(_)
         | Error::Release(_)
         | Error::NoAnswer { .. }
         | Error::NotBeforeAhead { .. }
+        | Error::Layout { .. }
+        | Error::MachineIdNotSupported { .. }
         | Error::NotInstalled => "unavailable",
     };
     (code, error.to_string())
@@ -315,6 +317,7 @@ impl State {
                             "heartbeats_failed": m.heartbeats_failed,
                             "time_to_deadline_ms": m.time_to_deadline.map(|d| d.as_millis() as u64),
                             "draining": draining,
+                            "layout": layout_json(&m.layout),
                         })
                     }
                 };
@@ -370,6 +373,24 @@ impl State {
             }
         }
     }
+}
+
+/// A service's layout and pool in `/status`, named as `idgen_layouts` and docs/test_vectors.json
+/// name them.
+fn layout_json(service: &ServiceLayout) -> serde_json::Value {
+    let layout = &service.layout;
+    json!({
+        "preset": service.preset_name(),
+        "epoch": idgen_core::format::iso_utc(layout.epoch_unix_ms),
+        "epoch_unix_ms": layout.epoch_unix_ms,
+        "time_unit_ms": layout.time_unit_ms,
+        "time_bits": layout.time_bits,
+        "machine_bits": layout.machine_bits,
+        "sequence_bits": layout.sequence_bits,
+        "field_order": layout.order.label(),
+        "pool_first": service.pool.first,
+        "pool_last": service.pool.last,
+    })
 }
 
 fn status_word(status: &Status) -> &'static str {

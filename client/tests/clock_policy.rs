@@ -56,7 +56,7 @@ fn a_step_back_within_the_bound_is_waited_out_beyond_it_refused_and_both_are_cou
     // 5 s back, beyond the bound: refused, nothing issued, and said so.
     step_back_behind(&offset, after, 5_000);
     match node.next_id() {
-        Err(e @ Error::Clock(Stop::ClockBehind { allowed_ms: 1_500, .. })) => {
+        Err(e @ Error::Clock { stop: Stop::ClockBehind { allowed_ms: 1_500, .. }, .. }) => {
             let text = e.to_string();
             assert!(text.contains("max_clock_backward") && text.contains("no ID was issued"), "{text}");
         }
@@ -81,7 +81,7 @@ fn a_node_that_waits_out_nothing_refuses_every_step_back() {
     let node = IdgenNode::start(config).unwrap();
     let id = node.next_id().unwrap();
     step_back_behind(&offset, id, 50);
-    assert!(matches!(node.next_id(), Err(Error::Clock(Stop::ClockBehind { allowed_ms: 0, .. }))));
+    assert!(matches!(node.next_id(), Err(Error::Clock { stop: Stop::ClockBehind { allowed_ms: 0, .. }, .. })));
     assert_eq!(node.metrics().clock.backward_refusals, 1);
     assert!(node.shutdown().unwrap());
 }

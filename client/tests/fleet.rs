@@ -79,7 +79,7 @@ fn a_nodes_clock_counts_reach_the_registry_with_its_heartbeats() {
     // 5 s behind the last ID: refused and counted.
     let stamped = Layout::DEFAULT.unix_ms_of(Layout::DEFAULT.decompose(id).unwrap().ticks);
     offset.store(stamped - real_unix_ms() - 5_000, Ordering::SeqCst);
-    assert!(matches!(node.next_id(), Err(Error::Clock(Stop::ClockBehind { .. }))));
+    assert!(matches!(node.next_id(), Err(Error::Clock { stop: Stop::ClockBehind { .. }, .. })));
     offset.store(0, Ordering::SeqCst);
     wait_until("the refusal in idgen_nodes", || {
         let row = admin

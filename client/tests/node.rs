@@ -287,7 +287,7 @@ fn a_graceful_shutdown_releases_and_a_kill_leaves_the_id_to_the_tiers() {
     let err = claim(&mut admin, "svc", "10.0.0.2", 1).unwrap_err();
     assert_eq!(sqlstate(&err), "53000", "a live holder's id is not free");
     let taken = claim_when_free(&mut admin, "10.0.0.2");
-    assert_eq!((taken.machine_id, taken.outcome.as_str()), ((printed[0] >> 12 & 1023) as i16, "idle_1h"));
+    assert_eq!((taken.machine_id, taken.outcome.as_str()), ((printed[0] >> 12 & 1023) as i32, "idle_1h"));
 }
 
 /// A clock that reads one instant.
@@ -303,36 +303,128 @@ impl idgen_core::generator::Clock for Frozen {
     }
 }
 
+/// Defines `service` with the layout of a vectors entry (before its first claim): its preset, and
+/// every part as the file gives it.
+fn define_layout_of_entry(admin: &mut Client, service: &str, entry: &serde_json::Value) {
+    let l = &entry["layout"];
+    let preset = match entry["preset"].as_str().unwrap() {
+        "custom" => "snowflake",
+        preset => preset,
+    };
+    let part = |key: &str| l[key].as_i64().unwrap() as i32;
+    admin
+        .query(
+            "SELECT idgen_define_layout($1, preset => $2, epoch => $3::text::timestamptz, time_unit_ms => $4,
+                    time_bits => $5, machine_bits => $6, sequence_bits => $7, field_order => $8)",
+            &[
+                &service,
+                &preset,
+                &l["epoch"].as_str().unwrap(),
+                &part("time_unit_ms"),
+                &part("time_bits"),
+                &part("machine_bits"),
+                &part("sequence_bits"),
+                &l["field_order"].as_str().unwrap(),
+            ],
+        )
+        .unwrap();
+}
+
 #[test]
 fn the_published_test_vectors_hold_for_the_nodes_generator_and_for_the_database() {
     let doc: serde_json::Value = serde_json::from_str(include_str!("../../docs/test_vectors.json")).unwrap();
     let db = TestDb::create("client_vectors");
     let mut client = db.connect();
-    for v in doc["vectors"].as_array().unwrap() {
-        let (unix_ms, machine_id, sequence, id) = (
-            v["unix_ms"].as_i64().unwrap(),
-            v["machine_id"].as_i64().unwrap(),
-            v["sequence"].as_i64().unwrap(),
-            v["id"].as_i64().unwrap(),
+    let entries = doc["layouts"].as_array().unwrap();
+    assert_eq!(entries.len(), 4, "the three presets and a custom layout");
+    for (k, entry) in entries.iter().enumerate() {
+        let name = entry["name"].as_str().unwrap();
+        let service = format!("vectors_{name}");
+        define_layout_of_entry(&mut client, &service, entry);
+        // The node takes its layout from the registry at its claim: it is the file's, part for part.
+        let node = IdgenNode::start(Config::new(&db.dsn(), &service, "10.0.7.1", k as i32 + 1)).unwrap();
+        let recorded = node.layout();
+        assert!(node.shutdown().unwrap());
+        let l = &entry["layout"];
+        let layout = recorded.layout;
+        assert_eq!(
+            (
+                layout.epoch_unix_ms,
+                layout.time_unit_ms,
+                i64::from(layout.time_bits),
+                i64::from(layout.machine_bits),
+                i64::from(layout.sequence_bits),
+                layout.order.label(),
+            ),
+            (
+                l["epoch_unix_ms"].as_i64().unwrap(),
+                l["time_unit_ms"].as_i64().unwrap(),
+                l["time_bits"].as_i64().unwrap(),
+                l["machine_bits"].as_i64().unwrap(),
+                l["sequence_bits"].as_i64().unwrap(),
+                l["field_order"].as_str().unwrap(),
+            ),
+            "{name}"
         );
-        // The generator a node mints with: its first ID in a millisecond has sequence 0.
-        if sequence == 0 {
-            let mut generator =
-                idgen_core::generator::Generator::new(idgen_core::Layout::DEFAULT, machine_id as u16, unix_ms - 1, 0);
-            assert_eq!(generator.next_id(&mut Frozen(unix_ms), i64::MAX), Ok(id), "{v}");
+        assert_eq!(recorded.preset_name(), entry["preset"].as_str().unwrap());
+        let (machine_bits, sequence_bits) = (l["machine_bits"].as_i64().unwrap(), l["sequence_bits"].as_i64().unwrap());
+        let (machine_shift, sequence_shift) = match l["field_order"].as_str().unwrap() {
+            "time_machine_sequence" => (sequence_bits, 0),
+            _ => (0, machine_bits),
+        };
+        for v in entry["vectors"].as_array().unwrap() {
+            let (unix_ms, tick_ms, machine_id, sequence, id) = (
+                v["unix_ms"].as_i64().unwrap(),
+                v["tick_unix_ms"].as_i64().unwrap(),
+                v["machine_id"].as_i64().unwrap(),
+                v["sequence"].as_i64().unwrap(),
+                v["id"].as_i64().unwrap(),
+            );
+            // The generator a node mints with, on the layout it read: from a floor just before the
+            // tick, its IDs in the tick count the sequence from 0.
+            let mut generator = idgen_core::generator::Generator::new(layout, machine_id as u16, tick_ms - 1, 0);
+            let minted: Vec<i64> =
+                (0..=sequence).map(|_| generator.next_id(&mut Frozen(unix_ms), i64::MAX).unwrap()).collect();
+            assert_eq!(minted.last(), Some(&id), "{name} {v}");
+            // The database reads and builds the same IDs by the service's layout.
+            let row = client
+                .query_one(
+                    "SELECT idgen_min_id($1::text::timestamptz, $5) | ($2::bigint << $6::int) | ($3::bigint << $7::int),
+                            idgen_max_id($1::text::timestamptz, $5),
+                            to_char((d).ts AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), (d).machine_id, (d).sequence
+                       FROM (SELECT idgen_decode($4, $5) AS d) x",
+                    &[
+                        &v["iso"].as_str().unwrap(),
+                        &machine_id,
+                        &sequence,
+                        &id,
+                        &service,
+                        &(machine_shift as i32),
+                        &(sequence_shift as i32),
+                    ],
+                )
+                .unwrap();
+            assert_eq!(row.get::<_, i64>(0), id, "{name} {v}");
+            let low_bits = (1i64 << (machine_bits + sequence_bits)) - 1;
+            assert_eq!(row.get::<_, i64>(1), (id & !low_bits) | low_bits, "{name} {v}");
+            assert_eq!(row.get::<_, String>(2), v["tick_iso"].as_str().unwrap(), "{name} {v}");
+            assert_eq!((i64::from(row.get::<_, i32>(3)), i64::from(row.get::<_, i32>(4))), (machine_id, sequence));
         }
-        // The database reads and builds the same IDs.
-        let row = client
-            .query_one(
-                "SELECT idgen_min_id($1::text::timestamptz) | ($2::bigint << 12) | $3::bigint,
-                        to_char((d).ts AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), (d).machine_id, (d).sequence
-                   FROM (SELECT idgen_decode($4) AS d) x",
-                &[&v["iso"].as_str().unwrap(), &machine_id, &sequence, &id],
-            )
-            .unwrap();
-        assert_eq!(row.get::<_, i64>(0), id, "{v}");
-        assert_eq!(row.get::<_, String>(1), v["iso"].as_str().unwrap());
-        assert_eq!((i64::from(row.get::<_, i16>(2)), i64::from(row.get::<_, i32>(3))), (machine_id, sequence));
+        // Outside the layout the generator refuses, and so does the database: nothing wraps.
+        for v in entry["invalid"].as_array().unwrap() {
+            let unix_ms = v["unix_ms"].as_i64().unwrap();
+            // From a floor a tick before: the clock's tick is a new one, and outside the layout.
+            let mut generator = idgen_core::generator::Generator::new(layout, 0, unix_ms - layout.time_unit_ms, 0);
+            assert_eq!(
+                generator.next_id(&mut Frozen(unix_ms), i64::MAX),
+                Err(idgen_client::Stop::ClockOutsideLayout { now_unix_ms: unix_ms }),
+                "{name} {v}"
+            );
+            let refused = client
+                .query_one("SELECT idgen_min_id($1::text::timestamptz, $2)", &[&v["iso"].as_str().unwrap(), &service])
+                .unwrap_err();
+            assert_eq!(sqlstate(&refused), "22008", "{name} {v}: {refused:?}");
+        }
     }
 }
 
@@ -395,7 +487,7 @@ fn shutdown_while_minting(node: IdgenNode) -> (Vec<i64>, bool) {
 }
 
 /// The watermark the registry holds for `machine_id` of service "svc", in Unix ms.
-fn registry_watermark_ms(client: &mut Client, machine_id: i16) -> i64 {
+fn registry_watermark_ms(client: &mut Client, machine_id: i32) -> i64 {
     client
         .query_one(
             "SELECT floor(extract(epoch FROM issued_until) * 1000)::bigint FROM system_nodes \

@@ -14,7 +14,12 @@ use serde_json::Value;
 /// A sidecar for "svc" as `host`:1, and its address once it is ready (live, and its node inside
 /// its lease).
 fn start_sidecar(dsn: &str, host: &str) -> (Node, String) {
-    let node = spawn_node(dsn, host, &["--listen", "127.0.0.1:0"]);
+    start_sidecar_with(dsn, host, &[])
+}
+
+/// [`start_sidecar`], with `extra` arguments.
+fn start_sidecar_with(dsn: &str, host: &str, extra: &[&str]) -> (Node, String) {
+    let node = spawn_node(dsn, host, &[&["--listen", "127.0.0.1:0"], extra].concat());
     let line = node.stderr.wait_for("the address it listens on", |l| l.starts_with("idgen-node: listening on "));
     let address = line.trim_start_matches("idgen-node: listening on http://").to_owned();
     wait_for("the sidecar to be ready", PATIENCE, || {
@@ -294,4 +299,73 @@ fn while_it_claims_the_sidecar_answers_503_starting_and_a_sigterm_then_is_kept_f
     holder.batch_execute("ROLLBACK").unwrap();
     assert!(node.exit_status().success(), "{:?}", node.stderr.so_far());
     assert!(node_row(&mut admin, "10.0.0.1").0, "claimed, then released");
+}
+
+#[test]
+fn a_sidecar_adopting_a_machine_id_of_a_sonyflake_service_says_so_and_serves_its_ids() {
+    let db = TestDb::create("client_sidecar_layout");
+    let mut admin = db.connect();
+    admin
+        .batch_execute("SELECT idgen_define_layout('svc', preset => 'sonyflake', pool_first => 0, pool_last => 511)")
+        .unwrap();
+    let (mut node, address) = start_sidecar_with(&db.dsn(), "10.0.0.9", &["--machine-id", "300"]);
+    // The startup line names the machine id asked for and the layout the registry recorded.
+    let line = node.stderr.wait_for("the startup line", |l| l.starts_with("idgen-node: machine id "));
+    assert!(line.contains("machine id 300 of service \"svc\""), "{line}");
+    assert!(
+        line.contains("sonyflake: 39 bits of 10 ms since 2014-09-01T00:00:00.000Z") && line.contains("pool 0-511"),
+        "{line}"
+    );
+    let status = json(&http_get(&address, "/status"));
+    assert_eq!(status["machine_id"].as_i64(), Some(300), "{status}");
+    let layout = &status["layout"];
+    assert_eq!(
+        (
+            layout["preset"].as_str(),
+            layout["epoch"].as_str(),
+            layout["time_unit_ms"].as_i64(),
+            layout["field_order"].as_str(),
+            layout["pool_first"].as_i64(),
+            layout["pool_last"].as_i64()
+        ),
+        (
+            Some("sonyflake"),
+            Some("2014-09-01T00:00:00.000Z"),
+            Some(10),
+            Some("time_sequence_machine"),
+            Some(0),
+            Some(511)
+        ),
+        "{status}"
+    );
+    let reply = http_get(&address, "/ids?count=500");
+    let minted = ids(&reply.body.lines().map(str::to_owned).collect::<Vec<_>>());
+    let astray: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM unnest($1::bigint[]) id WHERE (idgen_decode(id, 'svc')).machine_id <> 300",
+            &[&minted],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!((minted.len(), astray), (500, 0));
+    node.signal("TERM");
+    assert!(node.exit_status().success());
+}
+
+#[test]
+fn idgen_node_asking_for_a_held_machine_id_exits_with_the_registrys_refusal() {
+    let db = TestDb::create("client_sidecar_adopt_refused");
+    let mut admin = db.connect();
+    let mut holder = spawn_node(&db.dsn(), "10.0.0.10", &["--machine-id", "7", "--rate", "100"]);
+    holder.stdout.take(1);
+    let mut second = spawn_node(&db.dsn(), "10.0.0.11", &["--machine-id", "7"]);
+    let status = second.exit_status();
+    assert_eq!(status.code(), Some(1), "{status}");
+    let said = second.stderr.so_far().join("\n");
+    assert!(said.contains("55006") && said.contains("10.0.0.10:1"), "{said}");
+    assert!(holder.running(), "the holder stopped");
+    let (released, _, machine_id) = node_row(&mut admin, "10.0.0.10");
+    assert_eq!((released, machine_id), (false, 7));
+    holder.signal("TERM");
+    assert!(holder.exit_status().success());
 }

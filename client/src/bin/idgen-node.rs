@@ -5,9 +5,12 @@
 //!
 //! ```text
 //! idgen-node --dsn "host=127.0.0.1 port=28815 user=postgres dbname=idgen_demo" \
-//!            --service orders --host 10.0.0.5 --port 8080 [--rate 10] [--count N]
+//!            --service orders --host 10.0.0.5 --port 8080 [--machine-id N] [--rate 10] [--count N]
 //! idgen-node --dsn ... --service orders --host 10.0.0.5 --port 8080 --listen 127.0.0.1:7070 [--threads 4]
 //! ```
+//! `--machine-id N` claims that machine id (a fleet adopting the ids it already uses), and fails
+//! with the server's refusal when someone else holds it. The startup line on stderr names the
+//! machine id and the service's layout, as the registry recorded it.
 //! With `--listen`, the bound address is printed on stderr (`idgen-node: listening on
 //! http://127.0.0.1:7070`), which tells the port when it was 0.
 //!
@@ -26,15 +29,15 @@ use std::time::Duration;
 
 fn usage(why: &str) -> ! {
     eprintln!("idgen-node: {why}");
-    eprintln!("usage: idgen-node --dsn CONNINFO --service NAME --host ADDRESS --port PORT [--rate IDS_PER_SECOND] [--count N] [--call-timeout SECONDS]");
-    eprintln!("       idgen-node --dsn CONNINFO --service NAME --host ADDRESS --port PORT --listen ADDRESS:PORT [--threads N] [--call-timeout SECONDS]");
+    eprintln!("usage: idgen-node --dsn CONNINFO --service NAME --host ADDRESS --port PORT [--machine-id N] [--rate IDS_PER_SECOND] [--count N] [--call-timeout SECONDS]");
+    eprintln!("       idgen-node --dsn CONNINFO --service NAME --host ADDRESS --port PORT [--machine-id N] --listen ADDRESS:PORT [--threads N] [--call-timeout SECONDS]");
     std::process::exit(2)
 }
 
 fn main() {
     let mut args = std::env::args().skip(1);
     let (mut dsn, mut service, mut host, mut port, mut rate, mut count) = (None, None, None, None, 10.0_f64, None);
-    let (mut listen, mut threads, mut call_timeout) = (None, 4usize, None);
+    let (mut listen, mut threads, mut call_timeout, mut machine_id) = (None, 4usize, None, None);
     while let Some(flag) = args.next() {
         let mut value = || args.next().unwrap_or_else(|| usage(&format!("{flag} needs a value")));
         match flag.as_str() {
@@ -42,6 +45,9 @@ fn main() {
             "--service" => service = Some(value()),
             "--host" => host = Some(value()),
             "--port" => port = Some(value().parse::<i32>().unwrap_or_else(|_| usage("--port takes a number"))),
+            "--machine-id" => {
+                machine_id = Some(value().parse::<i32>().unwrap_or_else(|_| usage("--machine-id takes a number")))
+            }
             "--rate" => {
                 rate = value()
                     .parse::<f64>()
@@ -90,6 +96,7 @@ fn main() {
     });
 
     let mut config = Config::new(&dsn, &service, &host, port);
+    config.machine_id = machine_id;
     config.on_status_change = Some(Arc::new(|status: &Status| eprintln!("idgen-node: lease {status:?}")));
     if let Some(timeout) = call_timeout {
         config.call_timeout = timeout;
@@ -101,7 +108,15 @@ fn main() {
             std::process::exit(1)
         }
     };
-    eprintln!("idgen-node: machine id {} of service \"{service}\" at version {}", node.machine_id(), node.version());
+    let layout = node.layout();
+    eprintln!(
+        "idgen-node: machine id {} of service \"{service}\" at version {}; layout {}, pool {}-{}",
+        node.machine_id(),
+        node.version(),
+        idgen_core::messages::layout_summary(&layout.layout),
+        layout.pool.first,
+        layout.pool.last
+    );
     match sidecar {
         Some(sidecar) => {
             sidecar.serve(node.clone());

@@ -144,13 +144,13 @@ pub fn stamped_ms(id: i64) -> i64 {
 }
 
 /// The machine id an ID carries.
-pub fn machine_of(id: i64) -> i16 {
-    (id >> 12 & 1023) as i16
+pub fn machine_of(id: i64) -> i32 {
+    (id >> 12 & 1023) as i32
 }
 
 /// The registry row of node `host`:1 of service "svc": whether it is released, its watermark
 /// (`issued_until`, Unix ms) and its machine id.
-pub fn node_row(admin: &mut Client, host: &str) -> (bool, i64, i16) {
+pub fn node_row(admin: &mut Client, host: &str) -> (bool, i64, i32) {
     let row = admin
         .query_one(
             "SELECT released_at IS NOT NULL, floor(extract(epoch FROM issued_until) * 1000)::bigint, machine_id \
