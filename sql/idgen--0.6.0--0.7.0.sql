@@ -152,6 +152,12 @@ DROP FUNCTION idgen_release(text, smallint, inet, integer, bigint, timestamptz);
 DROP FUNCTION idgen_backend_leases();
 DROP FUNCTION idgen_explain(bigint, text);
 
+-- A claim looks for the claimant's own rows, released ones included, by its identity: without this,
+-- in a service of 32,768 rows it read them all.
+CREATE INDEX system_nodes_node_rows ON system_nodes (service, host, port);
+COMMENT ON INDEX system_nodes_node_rows IS
+    'The rows of a node identity, held or released: a claim finds the claimant''s own row by it, whatever the size of the service.';
+
 -- Machine ids of a 16-bit field. (The trigger names the column: it goes for the change.)
 DROP TRIGGER idgen_key_unchanged ON system_nodes;
 ALTER TABLE system_nodes ALTER COLUMN machine_id TYPE integer;

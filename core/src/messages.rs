@@ -310,6 +310,21 @@ pub fn moved_into_range(function: &str, node: &NodeIdentity, from: i32, here: &P
     .detail(format!("Machine id {from} was released with its watermark; no server may hand it out before that watermark has passed."))
 }
 
+/// A node that holds one machine id claims another by number: it leaves the one it holds.
+pub fn moved_to_wanted(function: &str, node: &NodeIdentity, from: i32, to: i32) -> IdgenError {
+    IdgenError::new(
+        SqlState::Warning,
+        format!(
+            "{function}: {} of service \"{}\" claimed machine id {to} by number and leaves machine id {from}",
+            node.name(),
+            node.service
+        ),
+    )
+    .detail(format!(
+        "Machine id {from} was released with its watermark; no node gets it before that watermark has passed."
+    ))
+}
+
 /// A take-back that a person should hear about (the policy alerts on the 1-hour tier):
 /// event `<outcome>_takeover`, e.g. `idle_1h_takeover`.
 pub fn takeover_alert(

@@ -180,11 +180,20 @@ pub fn claim(
     if let Some(claimed_id) = claimed {
         let row = &claimed_id.row;
         if let Some((from, left_at)) = outside {
-            notices.push(Notice::Warning(messages::moved_into_range(function, node, from, &ids, row.machine_id)));
-            let why = format!(
-                "outside the machine ids this server hands out for the service ({}-{}: its pool within idgen.machine_id_range)",
-                ids.first, ids.last
-            );
+            let (warning, why) = match wanted {
+                Some(_) => (
+                    messages::moved_to_wanted(function, node, from, row.machine_id),
+                    format!("its node claimed machine id {} by number", row.machine_id),
+                ),
+                None => (
+                    messages::moved_into_range(function, node, from, &here, row.machine_id),
+                    format!(
+                        "outside the machine ids this server hands out for the service ({}-{}: its pool within idgen.machine_id_range)",
+                        here.first, here.last
+                    ),
+                ),
+            };
+            notices.push(Notice::Warning(warning));
             record_set_aside(client, &cx, from, unix_ms(left_at), why);
         }
         if let Some(ahead) = &moved {

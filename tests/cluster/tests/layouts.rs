@@ -365,6 +365,20 @@ fn a_node_claims_the_machine_id_it_already_uses_only_when_nobody_else_may_hold_i
     // A heartbeat still works with a smallint machine id, and one past the layout is no holder's.
     let small = by_id(&mut admin, "10.0.9.12", 12).unwrap();
     admin.query_one("SELECT idgen_heartbeat('fleet', 12::smallint, '10.0.9.12', 8080, $1)", &[&small.version]).unwrap();
+    // A node that holds one id and asks for another leaves the one it holds, with a WARNING.
+    let (mut moving, notices) = db.connect_recording();
+    let moved = by_id(&mut moving, "10.0.9.12", 13).unwrap();
+    assert_eq!((moved.machine_id, moved.outcome.as_str()), (13, "new"));
+    let warned: Vec<String> = notices.take().iter().map(|n| n.message().to_owned()).collect();
+    assert!(
+        warned.contains(&"idgen_claim: 10.0.9.12:8080 of service \"fleet\" claimed machine id 13 by number and leaves machine id 12".to_owned()),
+        "{warned:?}"
+    );
+    let left: bool = admin
+        .query_one("SELECT released_at IS NOT NULL FROM system_nodes WHERE service = 'fleet' AND machine_id = 12", &[])
+        .unwrap()
+        .get(0);
+    assert!(left);
     let err = admin.query_one("SELECT idgen_heartbeat('default', 1024, '10.0.9.12', 8080, 1)", &[]).unwrap_err();
     assert_eq!(sqlstate(&err), "22023");
     assert!(db_error(&err).detail().unwrap().contains("run from 0 to 1023 (its layout's 10-bit field)"), "{err:?}");
