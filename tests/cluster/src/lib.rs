@@ -561,23 +561,23 @@ impl idgen_core::generator::Clock for WallClock {
 }
 
 /// The layout of `service` as the registry records it (`idgen_layouts`), or the default for a service
-/// never claimed nor defined (and for every service of objects before 0.7.0).
-pub fn service_layout(client: &mut Client, service: &str) -> idgen_core::Layout {
-    let has_layouts: bool = client.query_one("SELECT to_regclass('idgen_layouts') IS NOT NULL", &[]).unwrap().get(0);
+/// never claimed nor defined (and for every service of objects before 0.7.0). A lost connection is
+/// the caller's to handle: the failover load follows it to the new primary.
+pub fn service_layout(client: &mut Client, service: &str) -> Result<idgen_core::Layout, postgres::Error> {
+    let has_layouts: bool = client.query_one("SELECT to_regclass('idgen_layouts') IS NOT NULL", &[])?.get(0);
     if !has_layouts {
-        return idgen_core::Layout::DEFAULT;
+        return Ok(idgen_core::Layout::DEFAULT);
     }
     let row = client
         .query_opt(
             "SELECT (extract(epoch FROM epoch) * 1000)::bigint, time_unit_ms, time_bits, machine_bits, sequence_bits, field_order \
                FROM idgen_layouts WHERE service = $1",
             &[&service],
-        )
-        .unwrap();
-    let Some(row) = row else { return idgen_core::Layout::DEFAULT };
+        )?;
+    let Some(row) = row else { return Ok(idgen_core::Layout::DEFAULT) };
     let width = |i: usize| row.get::<_, i32>(i) as u32;
     let order = idgen_core::layout::FieldOrder::from_label(row.get(5)).expect("a known field order");
-    idgen_core::Layout::new(row.get(0), i64::from(row.get::<_, i32>(1)), width(2), width(3), width(4), order).unwrap()
+    Ok(idgen_core::Layout::new(row.get(0), i64::from(row.get::<_, i32>(1)), width(2), width(3), width(4), order).unwrap())
 }
 
 /// A service node as the client contract describes it, minting in-process with the core's
@@ -605,7 +605,7 @@ impl TestNode {
         )?;
         let machine_id: i32 = row.get(0);
         let not_before_ms = row.get::<_, f64>(4).floor() as i64;
-        let layout = service_layout(client, service);
+        let layout = service_layout(client, service)?;
         Ok(TestNode {
             service: service.to_owned(),
             host: host.to_owned(),

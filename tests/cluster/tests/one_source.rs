@@ -327,7 +327,7 @@ fn idgen_layouts_gives_each_layout_the_rate_and_end_the_core_computes() {
     for (name, _) in &layouts {
         client.batch_execute(&format!("SELECT idgen_define_layout('{name}', '{name}')")).unwrap();
     }
-    layouts.push(("custom".to_owned(), service_layout(&mut client, "custom")));
+    layouts.push(("custom".to_owned(), service_layout(&mut client, "custom").unwrap()));
     assert_eq!(layouts[3].1.epoch_unix_ms, 1_580_702_706_789);
     for (service, layout) in layouts {
         let row = client

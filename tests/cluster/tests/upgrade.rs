@@ -475,7 +475,7 @@ fn an_update_from_0_6_0_records_the_layout_every_service_has_used_and_widens_mac
     expected.sort();
     assert_eq!(layouts, expected);
     for service in [database.as_str(), "gone", "svc"] {
-        assert_eq!(service_layout(&mut client, service), idgen_core::Layout::DEFAULT, "{service}");
+        assert_eq!(service_layout(&mut client, service).unwrap(), idgen_core::Layout::DEFAULT, "{service}");
         let pool: (i32, i32) = client
             .query_one("SELECT pool_first, pool_last FROM idgen_layouts WHERE service = $1", &[&service])
             .map(|r| (r.get(0), r.get(1)))
