@@ -52,13 +52,8 @@ pub fn lost_event(held: &Holding, told: &IdgenError, who: &Who) -> Event {
     let mut event = event(EventKind::OwnershipLost, &held.node, who);
     event.machine_id = Some(held.machine_id);
     event.version = Some(held.version);
-    event.detail = Some(told_text(told));
+    event.detail = Some(told.one_line());
     event
-}
-
-/// What a caller was told, for an event's detail: the message and its DETAIL.
-pub fn told_text(error: &IdgenError) -> String {
-    format!("{} {}", error.message, error.detail.as_deref().unwrap_or_default()).trim().to_owned()
 }
 
 /// Records `event` in the current transaction (which runs with the extension owner's rights).

@@ -95,6 +95,15 @@ impl IdgenError {
         self.hint = Some(hint.into());
         self
     }
+
+    /// The message and its DETAIL as one sentence-separated line, for a text column (an event's
+    /// detail, `idgen_policy().problem`): "message. Detail." Messages end without a period.
+    pub fn one_line(&self) -> String {
+        match &self.detail {
+            Some(detail) => format!("{}. {detail}", self.message),
+            None => self.message.clone(),
+        }
+    }
 }
 
 impl fmt::Display for IdgenError {
@@ -111,3 +120,19 @@ impl fmt::Display for IdgenError {
 }
 
 impl std::error::Error for IdgenError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_line_separates_the_message_from_its_detail() {
+        let told = IdgenError::new(SqlState::ObjectNotInPrerequisiteState, "machine id 5 is no longer held at version 2")
+            .detail("It was released at 2026-11-29T08:01:00Z and is at version 4 now.");
+        assert_eq!(
+            told.one_line(),
+            "machine id 5 is no longer held at version 2. It was released at 2026-11-29T08:01:00Z and is at version 4 now."
+        );
+        assert_eq!(IdgenError::new(SqlState::InvalidParameterValue, "no detail").one_line(), "no detail");
+    }
+}

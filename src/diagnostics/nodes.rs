@@ -34,7 +34,7 @@ fn interval_ms(ms: i64) -> Interval {
 fn settings_problem() -> Option<String> {
     settings::configured_value_refused()
         .or_else(|| settings::policy_as_set().validate().err())
-        .map(|e| format!("{} {}", e.message, e.detail.unwrap_or_default()))
+        .map(|e| e.one_line())
 }
 
 /// `idgen.machine_id_range` as the views read it (count, first, last). The views of 0.7.0 on meet it

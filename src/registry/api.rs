@@ -195,7 +195,7 @@ fn report_behind(
         event.version = Some(held.version);
         // A time before year 1 has no ISO form Postgres reads back: the DETAIL shows it.
         event.issued_until = (unix_ms(reported) >= YEAR_1_UNIX_MS).then(|| iso_utc(unix_ms(reported)));
-        event.detail = Some(history::told_text(&warning));
+        event.detail = Some(warning.one_line());
         history::record_refusal_here(client, &event);
     }
     report(warning, PgLogLevel::WARNING);

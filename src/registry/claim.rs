@@ -263,7 +263,7 @@ pub fn claim(
 fn refused(cx: &Context, kind: EventKind, machine_id: Option<i32>, error: IdgenError, notices: Vec<Notice>) -> Refused {
     let mut event = history::event(kind, cx.node, cx.who);
     event.machine_id = machine_id;
-    event.detail = Some(history::told_text(&error));
+    event.detail = Some(error.one_line());
     Refused { error, event: Some(event), notices }
 }
 

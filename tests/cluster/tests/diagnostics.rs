@@ -248,6 +248,12 @@ fn events_that_come_with_an_error_are_recorded_though_the_caller_rolls_back() {
     assert!(events[1].3.starts_with("backend slot "), "{events:?}");
     assert_eq!((events[2].0.as_str(), events[2].1.as_str(), events[2].2), ("refused_full", "full", None));
     assert!(events.iter().all(|e| e.4 == "postgres"));
+    // An event's detail is what the holder was told, the message and its DETAIL as sentences.
+    let told: String = admin
+        .query_one("SELECT detail FROM idgen_events WHERE event = 'ownership_lost' ORDER BY event_id LIMIT 1", &[])
+        .unwrap()
+        .get(0);
+    assert!(told.contains(" at version 1. It is now held by "), "{told}");
     let counted = admin
         .query_one("SELECT ownership_losses, refused_claims FROM idgen_metrics WHERE service = 'svc'", &[])
         .unwrap();

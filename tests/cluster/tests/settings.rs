@@ -63,7 +63,11 @@ fn inconsistent_settings_stop_claims_and_heartbeats() {
     );
     assert!(finding.get::<_, String>(2).contains("idgen.heartbeat_interval (1h) must be shorter than the lease"));
     let problem: Option<String> = admin.query_one("SELECT problem FROM idgen_policy()", &[]).unwrap().get(0);
-    assert!(problem.is_some());
+    let problem = problem.expect("idgen_policy().problem names the inconsistency");
+    assert!(
+        problem.starts_with("idgen settings are inconsistent. idgen.heartbeat_interval (1h) must be shorter than the lease"),
+        "{problem}"
+    );
     // The views still show every row, by the thresholds as set.
     let state: String = admin.query_one("SELECT state FROM idgen_nodes", &[]).unwrap().get(0);
     assert_eq!(state, "live");
