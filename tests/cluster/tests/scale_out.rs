@@ -294,6 +294,8 @@ fn two_databases_of_one_cluster_with_disjoint_pools_replicate_into_one_table_wit
     // Two databases of one cluster: their default services (named like each database) share the
     // server's address and its backend slots, so both would hand out machine id 0 at once. Given
     // disjoint pools, their IDs never meet: both publish into one table of a third database.
+    // The turn also keeps out the test above, which narrows the scratch cluster's range meanwhile.
+    let (_clock, _turn) = clock_cluster_turn();
     for (subscription, slot) in SUBSCRIPTIONS {
         drop_subscription_and_slot(SINK, subscription, slot);
     }
