@@ -127,8 +127,9 @@ mod tests {
 
     #[test]
     fn one_line_separates_the_message_from_its_detail() {
-        let told = IdgenError::new(SqlState::ObjectNotInPrerequisiteState, "machine id 5 is no longer held at version 2")
-            .detail("It was released at 2026-11-29T08:01:00Z and is at version 4 now.");
+        let told =
+            IdgenError::new(SqlState::ObjectNotInPrerequisiteState, "machine id 5 is no longer held at version 2")
+                .detail("It was released at 2026-11-29T08:01:00Z and is at version 4 now.");
         assert_eq!(
             told.one_line(),
             "machine id 5 is no longer held at version 2. It was released at 2026-11-29T08:01:00Z and is at version 4 now."

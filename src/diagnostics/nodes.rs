@@ -32,9 +32,7 @@ fn interval_ms(ms: i64) -> Interval {
 
 /// Why the settings are inconsistent, as `idgen_policy().problem` says it, or None.
 fn settings_problem() -> Option<String> {
-    settings::configured_value_refused()
-        .or_else(|| settings::policy_as_set().validate().err())
-        .map(|e| e.one_line())
+    settings::configured_value_refused().or_else(|| settings::policy_as_set().validate().err()).map(|e| e.one_line())
 }
 
 /// `idgen.machine_id_range` as the views read it (count, first, last). The views of 0.7.0 on meet it

@@ -65,7 +65,9 @@ fn inconsistent_settings_stop_claims_and_heartbeats() {
     let problem: Option<String> = admin.query_one("SELECT problem FROM idgen_policy()", &[]).unwrap().get(0);
     let problem = problem.expect("idgen_policy().problem names the inconsistency");
     assert!(
-        problem.starts_with("idgen settings are inconsistent. idgen.heartbeat_interval (1h) must be shorter than the lease"),
+        problem.starts_with(
+            "idgen settings are inconsistent. idgen.heartbeat_interval (1h) must be shorter than the lease"
+        ),
         "{problem}"
     );
     // The views still show every row, by the thresholds as set.
