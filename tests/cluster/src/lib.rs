@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 mod bounded;
 pub use bounded::*;
+pub mod docs;
 mod http;
 pub use http::*;
 
@@ -577,7 +578,8 @@ pub fn service_layout(client: &mut Client, service: &str) -> Result<idgen_core::
     let Some(row) = row else { return Ok(idgen_core::Layout::DEFAULT) };
     let width = |i: usize| row.get::<_, i32>(i) as u32;
     let order = idgen_core::layout::FieldOrder::from_label(row.get(5)).expect("a known field order");
-    Ok(idgen_core::Layout::new(row.get(0), i64::from(row.get::<_, i32>(1)), width(2), width(3), width(4), order).unwrap())
+    Ok(idgen_core::Layout::new(row.get(0), i64::from(row.get::<_, i32>(1)), width(2), width(3), width(4), order)
+        .unwrap())
 }
 
 /// A service node as the client contract describes it, minting in-process with the core's
