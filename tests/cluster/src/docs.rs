@@ -111,6 +111,22 @@ pub fn doc_block(marker: &str) -> String {
     }
 }
 
+/// `text` with the docs' database name, `shop` (as a whole word), replaced by `database`.
+pub fn with_database(text: &str, database: &str) -> String {
+    let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("shop") {
+        let before = rest[..at].chars().next_back();
+        let after = rest[at + 4..].chars().next();
+        out.push_str(&rest[..at]);
+        out.push_str(if before.is_some_and(is_word) || after.is_some_and(is_word) { "shop" } else { database });
+        rest = &rest[at + 4..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// The statements of a block, one by one, as psql sends them: a statement ends with a line ending
 /// in `;` (comments aside) outside a `$$` body; a line starting with `\` is a meta-command of its
 /// own. Each statement comes with the comment lines that follow it up to the next statement.

@@ -17,7 +17,9 @@
 //! whole number), `<time>` (a time, as psql prints a timestamptz in UTC or as idgen writes one in a message), `<interval>`, `<text>` (any text). Every other
 //! character must be what psql prints (cells compare trimmed).
 
-use idgen_cluster_tests::docs::{doc_block, pages, repository_root, sql_blocks, statements, Page, SqlBlock};
+use idgen_cluster_tests::docs::{
+    doc_block, pages, repository_root, sql_blocks, statements, with_database, Page, SqlBlock,
+};
 use idgen_cluster_tests::*;
 use postgres::error::DbError;
 use postgres::{Client, Config, NoTls, SimpleQueryMessage};
@@ -198,22 +200,6 @@ fn matches_shown(shown: &str, value: &str) -> Result<bool, String> {
 }
 
 // ---- running a page
-
-/// `text` with the docs' database name, `shop` (as a whole word), replaced by `database`.
-fn with_database(text: &str, database: &str) -> String {
-    let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_';
-    let mut out = String::new();
-    let mut rest = text;
-    while let Some(at) = rest.find("shop") {
-        let before = rest[..at].chars().next_back();
-        let after = rest[at + 4..].chars().next();
-        out.push_str(&rest[..at]);
-        out.push_str(if before.is_some_and(is_word) || after.is_some_and(is_word) { "shop" } else { database });
-        rest = &rest[at + 4..];
-    }
-    out.push_str(rest);
-    out
-}
 
 /// A session as a reader's psql: statements bounded, times in UTC, notices kept.
 struct Session {
@@ -454,19 +440,31 @@ fn normalized(sql: &str) -> String {
     code.join(" ").split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// The tables an expected pg_regress output prints after the statement `code`, in each of the
-/// case's expected files that has the statement.
-fn regress_tables(case: &str, code: &str) -> Vec<(String, Table)> {
+/// The names of a pg_regress case's expected outputs: `CASE.out` and its variants `CASE_N.out`.
+fn regress_files(case: &str) -> Vec<String> {
     let dir = repository_root().join("tests/pg_regress/expected");
-    let mut found = Vec::new();
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|n| n == &format!("{case}.out") || (n.starts_with(&format!("{case}_")) && n.ends_with(".out")))
         .collect();
     files.sort();
+    files
+}
+
+/// The texts of a pg_regress case's expected outputs.
+fn regress_outputs(case: &str) -> Vec<String> {
+    let dir = repository_root().join("tests/pg_regress/expected");
+    regress_files(case).iter().map(|name| std::fs::read_to_string(dir.join(name)).unwrap()).collect()
+}
+
+/// The tables an expected pg_regress output prints after the statement `code`, in each of the
+/// case's expected files that has the statement.
+fn regress_tables(case: &str, code: &str) -> Vec<(String, Table)> {
+    let dir = repository_root().join("tests/pg_regress/expected");
+    let mut found = Vec::new();
     let last_line = code.lines().last().unwrap().trim();
-    for name in files {
+    for name in regress_files(case) {
         let text = std::fs::read_to_string(dir.join(&name)).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         for (i, line) in lines.iter().enumerate() {
@@ -500,6 +498,18 @@ fn check_regress_block(block: &SqlBlock, case: &str) -> Vec<String> {
         if !source.contains(&normalized(&code)) {
             problems.push(format!("{}: not a statement of tests/pg_regress/sql/{case}.sql: {code}", block.place));
             continue;
+        }
+        for message in &shown.messages {
+            let lines = [
+                Some(format!("{}:  {}", message.severity, message.text)),
+                message.detail.as_ref().map(|d| format!("DETAIL:  {d}")),
+                message.hint.as_ref().map(|h| format!("HINT:  {h}")),
+            ];
+            for line in lines.into_iter().flatten() {
+                if !regress_outputs(case).iter().any(|out| out.lines().any(|l| l.trim_end() == line)) {
+                    problems.push(format!("{}: {code}\n    no expected output of {case} prints {line:?}", block.place));
+                }
+            }
         }
         if let Some(shown) = &shown.table {
             let tables = regress_tables(case, &code);

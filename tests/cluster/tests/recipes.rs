@@ -5,26 +5,10 @@
 //! Sonyflake columns to `idgen_next_id()`, defining layouts, a trigger on a logical-replication
 //! subscriber, and the SQL of the main job's demo through psql.
 
-use idgen_cluster_tests::docs::doc_block;
+use idgen_cluster_tests::docs::{doc_block, with_database};
 use idgen_cluster_tests::*;
 use postgres::{Client, NoTls, SimpleQueryMessage};
 use std::process::Command;
-
-/// `sql` with the docs' database name, `shop` (as a whole word), replaced by `database`.
-fn with_database(sql: &str, database: &str) -> String {
-    let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_';
-    let mut out = String::new();
-    let mut rest = sql;
-    while let Some(at) = rest.find("shop") {
-        let before = rest[..at].chars().next_back();
-        let after = rest[at + 4..].chars().next();
-        out.push_str(&rest[..at]);
-        out.push_str(if before.is_some_and(is_word) || after.is_some_and(is_word) { "shop" } else { database });
-        rest = &rest[at + 4..];
-    }
-    out.push_str(rest);
-    out
-}
 
 /// A recipe's two parts: what comes before `\nBEGIN;\n`, and the transaction from `BEGIN;` on.
 fn split_at_transaction(name: &str, block: &str) -> (String, String) {
