@@ -35,7 +35,7 @@ def iso(ms):
     return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"
 
 
-# The layouts, from their definitions (issue 20 and the README's preset table), not from idgen's code.
+# The layouts, from their definitions (issue 20 and the preset table of docs/concepts.md), not from idgen's code.
 LAYOUTS = [
     {
         # Twitter's Snowflake cut, idgen's default since 0.1.0: 41 bits of ms since 2025 | 10 | 12.

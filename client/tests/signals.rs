@@ -54,3 +54,39 @@ fn a_second_signal_during_the_release_lets_the_release_finish() {
         assert_released_bounding(&mut admin, "10.0.0.1", &printed);
     }
 }
+
+/// A line of `idgen-node`'s stderr with what differs from run to run made general: the machine id
+/// and the service's name.
+fn general(line: &str) -> String {
+    let mut out = String::new();
+    let mut rest = line;
+    while let Some(at) = rest.find("machine id ") {
+        out.push_str(&rest[..at + "machine id ".len()]);
+        rest = rest[at + "machine id ".len()..].trim_start_matches(|c: char| c.is_ascii_digit());
+        out.push('N');
+    }
+    out.push_str(rest);
+    match (out.find("service \""), out.find("\" at version")) {
+        (Some(start), Some(end)) if start < end => format!("{}service \"S{}", &out[..start], &out[end..]),
+        _ => out,
+    }
+}
+
+#[test]
+fn idgen_node_prints_on_stderr_what_the_docs_show() {
+    // docs/services.md shows a node's run from its start to Ctrl-C: every line it prints on stderr,
+    // but for the machine id and the service, must be what a node prints.
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/services.md")).unwrap();
+    let section = &doc[doc.find("## `idgen-node`: a node from the command line").expect("the section on idgen-node")..];
+    let start = section.find("```console\n").expect("its transcript") + "```console\n".len();
+    let transcript = &section[start..start + section[start..].find("```").unwrap()];
+    let shown: Vec<String> = transcript.lines().filter(|l| l.starts_with("idgen-node: ")).map(general).collect();
+    assert!(shown.len() >= 3, "{transcript}");
+    let db = TestDb::create("client_transcript");
+    let mut node = spawn_node(&db.dsn(), "10.0.0.7", &["--rate", "2"]);
+    assert_eq!(ids(&node.stdout.take(2)).len(), 2);
+    node.signal("INT");
+    assert!(node.exit_status().success(), "{:?}", node.stderr.so_far());
+    let printed: Vec<String> = node.stderr.so_far().iter().map(|l| general(l)).collect();
+    assert_eq!(printed, shown, "idgen-node printed {:?}", node.stderr.so_far());
+}

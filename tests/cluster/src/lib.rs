@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 mod bounded;
 pub use bounded::*;
+pub mod docs;
 mod http;
 pub use http::*;
 

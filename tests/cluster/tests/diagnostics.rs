@@ -408,7 +408,7 @@ fn a_process_that_took_a_slot_after_its_holder_left_is_not_shown_as_the_holder()
     assert_eq!(row.get::<_, Option<String>>(1).as_deref(), Some("unrelated"));
 }
 
-/// The queries the runbook and postgres_exporter run (README: the runbook, metrics).
+/// The queries the runbook and postgres_exporter run (docs/operations.md: the runbook, metrics).
 const DIAGNOSTIC_QUERIES: &[&str] = &[
     "SELECT * FROM idgen_health()",
     "SELECT * FROM idgen_metrics",

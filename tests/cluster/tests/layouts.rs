@@ -423,8 +423,8 @@ fn rows_removed_by_hand_send_the_search_for_a_never_registered_id_back_to_them()
 
 #[test]
 fn a_bigserial_columns_keys_sort_below_what_any_layout_mints_from_now_on() {
-    // The check the README gives before a column takes DEFAULT idgen_next_id(service): every key
-    // below idgen_min_id(clock_timestamp(), service). (The README's recipes, for serial columns and
+    // The check docs/install.md gives before a column takes DEFAULT idgen_next_id(service): every key
+    // below idgen_min_id(clock_timestamp(), service). (The recipes of docs/install.md, for serial columns and
     // for a Sonyflake fleet's, run as written in tests/cluster/tests/recipes.rs.)
     let db = TestDb::create("layouts_migrate");
     let mut admin = db.connect();

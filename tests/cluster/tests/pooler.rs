@@ -1,4 +1,4 @@
-//! idgen behind PgBouncer in transaction mode, the pooler the README recommends for
+//! idgen behind PgBouncer in transaction mode, the pooler docs/install.md recommends for
 //! connection-per-request applications (scripts/clusters.sh's `start_pooler`, `IDGEN_POOLER_DSN`):
 //! clients share the pool's server backends, and with them each backend's lease and settings.
 //! PgBouncer 1.18 keeps no prepared statement across transactions, so every statement through it
@@ -310,7 +310,7 @@ fn a_plain_set_of_idgen_service_leaks_to_the_next_client_on_the_backend() {
     login_role(&mut admin, ROLE);
     admin.query_one("SELECT idgen_grant_service('orders', $1)", &[&ROLE]).unwrap();
 
-    // The pitfall the README warns of: a session-level SET stays with the server backend, and
+    // The pitfall the README and docs/install.md warn of: a session-level SET stays with the server backend, and
     // PgBouncer's transaction mode resets nothing between clients.
     let mut setter = pooled(database, ROLE);
     rows(&mut setter, "SET idgen.service = 'orders'");

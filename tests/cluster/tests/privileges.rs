@@ -34,7 +34,7 @@ fn a_service_role_needs_a_grant_and_never_writes_the_table_directly() {
         assert_eq!(sqlstate(&err), "42501", "{sql}: {err:?}");
     }
 
-    // The grant the README tells a DBA to give.
+    // The grant docs/security.md tells a DBA to give.
     admin.batch_execute(&format!("SELECT idgen_grant_service('svc', '{SERVICE_ROLE}')")).unwrap();
     as_service_role(
         &mut admin,
@@ -130,7 +130,7 @@ fn settings_are_for_superusers_only(db: &TestDb) {
     assert_eq!(sqlstate(&err), "42501", "{err:?}");
 }
 
-/// The privileges matrix the README shows: each role against each entry point, "ok" or the SQLSTATE.
+/// The privileges matrix docs/security.md shows: each role against each entry point, "ok" or the SQLSTATE.
 #[test]
 fn privileges_matrix() {
     let db = TestDb::create("matrix");

@@ -1,49 +1,19 @@
-//! The README's day-one recipes, run as the README writes them (each block is read from README.md
-//! between its `<!-- NAME:begin -->` and `<!-- NAME:end -->` markers, so the docs cannot drift
-//! from what is tested): installing into a busy database, reinstalling beside connected sessions,
-//! a schema of its own beside a table named `system_nodes`, switching `serial` and identity
-//! columns to `idgen_next_id()`, a trigger on a logical-replication subscriber, and the quick start
-//! through psql.
+//! The docs' recipes, run as the docs write them (each block is read from README.md or docs/*.md by
+//! its marker, `<!-- recipe NAME -->` on the line before its fence, so the docs cannot drift from
+//! what is tested): installing into a busy database, reinstalling beside connected sessions, a
+//! schema of its own beside a table named `system_nodes`, switching `serial`, identity and
+//! Sonyflake columns to `idgen_next_id()`, defining layouts, a trigger on a logical-replication
+//! subscriber, and the SQL of the main job's demo through psql.
 
+use idgen_cluster_tests::docs::{doc_block, with_database};
 use idgen_cluster_tests::*;
 use postgres::{Client, NoTls, SimpleQueryMessage};
 use std::process::Command;
 
-/// The SQL of the README block between `<!-- {name}:begin -->` and `<!-- {name}:end -->`, without its fence.
-fn readme_block(name: &str) -> String {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
-    let begin = format!("<!-- {name}:begin -->\n");
-    let end = format!("<!-- {name}:end -->");
-    let start = readme.find(&begin).unwrap_or_else(|| panic!("README.md has no {begin:?}")) + begin.len();
-    let length = readme[start..].find(&end).unwrap_or_else(|| panic!("README.md has no {end:?} after {begin:?}"));
-    let block = &readme[start..start + length];
-    block
-        .strip_prefix("```sql\n")
-        .and_then(|b| b.strip_suffix("```\n"))
-        .unwrap_or_else(|| panic!("the README's {name} block is not one ```sql fence: {block:?}"))
-        .to_owned()
-}
-
-/// `sql` with the README's database name, `shop` (as a whole word), replaced by `database`.
-fn with_database(sql: &str, database: &str) -> String {
-    let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_';
-    let mut out = String::new();
-    let mut rest = sql;
-    while let Some(at) = rest.find("shop") {
-        let before = rest[..at].chars().next_back();
-        let after = rest[at + 4..].chars().next();
-        out.push_str(&rest[..at]);
-        out.push_str(if before.is_some_and(is_word) || after.is_some_and(is_word) { "shop" } else { database });
-        rest = &rest[at + 4..];
-    }
-    out.push_str(rest);
-    out
-}
-
-/// The README block's two parts: what comes before `\nBEGIN;\n`, and the transaction from `BEGIN;` on.
+/// A recipe's two parts: what comes before `\nBEGIN;\n`, and the transaction from `BEGIN;` on.
 fn split_at_transaction(name: &str, block: &str) -> (String, String) {
     let (before, transaction) =
-        block.split_once("\nBEGIN;\n").unwrap_or_else(|| panic!("the README's {name} block has no BEGIN;"));
+        block.split_once("\nBEGIN;\n").unwrap_or_else(|| panic!("the recipe {name} has no BEGIN;"));
     (before.to_owned(), format!("BEGIN;\n{transaction}"))
 }
 
@@ -65,7 +35,7 @@ fn statements(block: &str) -> Vec<String> {
     statements
 }
 
-/// Runs a README block's statements one at a time, as psql does, stopping at the first error;
+/// Runs a recipe's statements one at a time, as psql does, stopping at the first error;
 /// returns the rows of the last statement, as text. (One simple query holding several statements
 /// would make them one transaction, which psql does not.)
 fn run_block(client: &mut Client, block: &str) -> Result<Vec<Vec<Option<String>>>, postgres::Error> {
@@ -128,10 +98,10 @@ fn installing_into_a_busy_database_takes_no_outage_and_every_session_mints_at_on
     };
     wait_for("the long query to run", PATIENCE, || is_sleeping(&mut observer));
 
-    // The README's block, in a session of its own: the install, a table, and a first ID at once
+    // The recipe, in a session of its own: the install, a table, and a first ID at once
     // (no 55000), then a healthy registry.
     let mut dba = db.connect();
-    let findings = run_block(&mut dba, &readme_block("recipe:busy-install")).unwrap();
+    let findings = run_block(&mut dba, &doc_block("recipe busy-install")).unwrap();
     assert!(findings.is_empty(), "idgen_health() right after the install: {findings:?}");
     // Every session mints at once: a new one, and those connected before, the one inside its
     // transaction included. Connected at once, each holds its own machine id.
@@ -157,8 +127,8 @@ fn installing_into_a_busy_database_takes_no_outage_and_every_session_mints_at_on
 fn the_first_id_needs_the_install_committed() {
     let db = TestDb::empty_on(&base_dsn(), "recipe_uncommitted_install");
     let mut dba = db.connect();
-    // The README's block as one transaction, as a migration tool runs a migration.
-    let block = readme_block("recipe:busy-install");
+    // The recipe as one transaction, as a migration tool runs a migration.
+    let block = doc_block("recipe busy-install");
     let (install, _) = block.split_once("SELECT * FROM idgen_health()").unwrap();
     dba.batch_execute("BEGIN").unwrap();
     let err = run_block(&mut dba, install).unwrap_err();
@@ -202,7 +172,7 @@ fn a_reinstall_beside_connected_sessions_changes_nothing_when_refused_and_mints_
     // the recipe's listing names it.
     let err = admin.batch_execute("DROP EXTENSION idgen").unwrap_err();
     assert_eq!(sqlstate(&err), "2BP01", "{err:?}");
-    let (listing, reinstall) = split_at_transaction("reinstall", &readme_block("recipe:reinstall"));
+    let (listing, reinstall) = split_at_transaction("reinstall", &doc_block("recipe reinstall"));
     let listed = run_block(&mut admin, &listing).unwrap();
     let expected = vec![Some("orders".to_owned()), Some("id".to_owned()), Some("idgen_next_id()".to_owned())];
     assert_eq!(listed, vec![expected]);
@@ -312,7 +282,7 @@ fn beside_a_table_named_system_nodes_idgen_installs_in_a_schema_of_its_own() {
         .get(0);
     assert_eq!(leftovers, 0);
 
-    run_block(&mut admin, &with_database(&readme_block("recipe:own-schema"), &db.name)).unwrap();
+    run_block(&mut admin, &with_database(&doc_block("recipe own-schema"), &db.name)).unwrap();
     assert_eq!(users_table(&mut admin), before);
 
     // New sessions reach idgen through the database's search_path, a role below superuser too
@@ -403,7 +373,7 @@ fn a_serial_column_switches_to_idgen_in_one_transaction_that_gives_way_to_traffi
         )
         .unwrap();
     let old = sorted_ids(&mut admin, "accounts");
-    let (lookup, switch) = split_at_transaction("serial", &readme_block("recipe:serial"));
+    let (lookup, switch) = split_at_transaction("serial", &doc_block("recipe serial"));
     let sequence = run_block(&mut admin, &lookup).unwrap();
     assert_eq!(sequence, vec![vec![Some("public.accounts_id_seq".to_owned())]]);
 
@@ -452,7 +422,7 @@ fn a_bigserial_already_at_idgen_s_ids_is_refused_by_the_recipe() {
              INSERT INTO accounts (name) VALUES ('high');",
         )
         .unwrap();
-    let (_, switch) = split_at_transaction("serial", &readme_block("recipe:serial"));
+    let (_, switch) = split_at_transaction("serial", &doc_block("recipe serial"));
     let err = run_block(&mut admin, &switch).unwrap_err();
     admin.batch_execute("ROLLBACK").unwrap();
     assert_eq!(sqlstate(&err), "P0001", "{err:?}");
@@ -486,7 +456,7 @@ fn an_identity_column_switches_to_idgen_and_its_sequence_goes() {
             .get(0)
     };
     assert_eq!(sequences(&mut admin), 1);
-    run_block(&mut admin, &readme_block("recipe:identity")).unwrap();
+    run_block(&mut admin, &doc_block("recipe identity")).unwrap();
     assert_eq!(id_column(&mut admin, "events"), ("bigint".to_owned(), Some("idgen_next_id()".to_owned()), None));
     assert_eq!(sequences(&mut admin), 0, "the identity's sequence is gone");
     assert_new_ids_follow_old(
@@ -501,7 +471,7 @@ fn an_identity_column_switches_to_idgen_and_its_sequence_goes() {
 fn the_layouts_block_defines_the_layouts_it_says() {
     let db = TestDb::create("recipe_layouts");
     let mut admin = db.connect();
-    let block = readme_block("recipe:layouts");
+    let block = doc_block("recipe layouts");
     let mut results = Vec::new();
     for statement in statements(&block) {
         results.push(run_block(&mut admin, &statement).unwrap());
@@ -554,7 +524,7 @@ fn a_sonyflake_fleets_column_takes_the_default_once_its_ids_are_adopted() {
     let db = TestDb::create("recipe_sonyflake_column");
     let mut admin = db.connect();
     let old = sonyflake_fleet_table(&mut admin, &[3]);
-    run_block(&mut admin, &readme_block("recipe:sonyflake-column")).unwrap();
+    run_block(&mut admin, &doc_block("recipe sonyflake-column")).unwrap();
     assert_eq!(
         id_column(&mut admin, "events"),
         ("bigint".to_owned(), Some("idgen_next_id('events'::text)".to_owned()), None)
@@ -601,7 +571,7 @@ fn the_sonyflake_column_recipe_refuses_keys_ahead_of_the_service() {
                 .unwrap()],
         )
         .unwrap();
-    let err = run_block(&mut admin, &readme_block("recipe:sonyflake-column")).unwrap_err();
+    let err = run_block(&mut admin, &doc_block("recipe sonyflake-column")).unwrap_err();
     admin.batch_execute("ROLLBACK").unwrap();
     assert_eq!(sqlstate(&err), "P0001", "{err:?}");
     assert!(db_error(&err).message().contains("could collide"), "{err:?}");
@@ -618,8 +588,8 @@ fn a_subscriber_s_trigger_mints_once_its_search_path_is_pinned_and_fails_in_the_
     let publisher = TestDb::empty_on(&base_dsn(), "recipe_trigger_pub");
     let subscriber = TestDb::create("recipe_trigger_sub");
     assert_eq!(subscriber.name, subscriber_database);
-    let recipe = readme_block("recipe:subscriber-trigger");
-    // The same function without its SET clause: what the README warns of.
+    let recipe = doc_block("recipe subscriber-trigger");
+    // The same function without its SET clause: what the docs warn of.
     let unpinned: String =
         recipe.lines().filter(|l| !l.trim_start().starts_with("SET search_path")).map(|l| format!("{l}\n")).collect();
     assert_eq!(unpinned.lines().count() + 1, recipe.lines().count(), "the recipe has one SET search_path line");
@@ -707,95 +677,6 @@ fn a_subscriber_s_trigger_mints_once_its_search_path_is_pinned_and_fails_in_the_
     drop_subscription_and_slot(subscriber_database, SUBSCRIPTION, SLOT);
 }
 
-/// What the README shows under one result-returning statement of a block.
-#[derive(Debug)]
-enum Shown {
-    Nothing,
-    /// `SELECT …;   -- 2`: the single value.
-    Value(String),
-    /// A psql table in `-- ` comments under the statement: its header and rows, cells trimmed.
-    Table(Vec<String>, Vec<Vec<String>>),
-}
-
-fn cells(line: &str) -> Vec<String> {
-    line.split('|').map(|c| c.trim().to_owned()).collect()
-}
-
-fn is_separator(line: &str) -> bool {
-    let line = line.trim();
-    !line.is_empty() && line.chars().all(|c| c == '-' || c == '+') && line.contains("--")
-}
-
-/// One entry per SELECT of a psql script, in order: what the script's comments show for it.
-fn shown_results(script: &str) -> Vec<Shown> {
-    let lines: Vec<&str> = script.lines().collect();
-    let mut shown = Vec::new();
-    let mut statement = String::new();
-    let mut i = 0;
-    while i < lines.len() {
-        let line = lines[i];
-        i += 1;
-        let (code, comment) = match line.split_once("--") {
-            Some((code, comment)) => (code.trim(), Some(comment.trim())),
-            None => (line.trim(), None),
-        };
-        if code.is_empty() || code.starts_with('\\') {
-            continue;
-        }
-        statement.push_str(code);
-        statement.push(' ');
-        if !code.ends_with(';') {
-            continue;
-        }
-        let select = statement.trim_start().to_ascii_uppercase().starts_with("SELECT");
-        statement.clear();
-        if !select {
-            continue;
-        }
-        if let Some(value) = comment {
-            shown.push(Shown::Value(value.to_owned()));
-            continue;
-        }
-        let comment_at = |j: usize| lines.get(j).and_then(|l| l.strip_prefix("--")).map(str::trim_end);
-        match (comment_at(i), comment_at(i + 1)) {
-            (Some(header), Some(separator)) if is_separator(separator) => {
-                let header = cells(header);
-                let mut rows = Vec::new();
-                i += 2;
-                while let Some(row) = comment_at(i).filter(|r| r.contains('|')) {
-                    rows.push(cells(row));
-                    i += 1;
-                }
-                shown.push(Shown::Table(header, rows));
-            }
-            _ => shown.push(Shown::Nothing),
-        }
-    }
-    shown
-}
-
-/// The tables psql printed (aligned format): header and rows, cells trimmed.
-fn printed_tables(output: &str) -> Vec<(Vec<String>, Vec<Vec<String>>)> {
-    let lines: Vec<&str> = output.lines().collect();
-    let mut tables = Vec::new();
-    let mut i = 0;
-    while i + 1 < lines.len() {
-        if !is_separator(lines[i + 1]) {
-            i += 1;
-            continue;
-        }
-        let header = cells(lines[i]);
-        let mut rows = Vec::new();
-        i += 2;
-        while i < lines.len() && !(lines[i].starts_with('(') && lines[i].ends_with(')')) {
-            rows.push(cells(lines[i]));
-            i += 1;
-        }
-        tables.push((header, rows));
-    }
-    tables
-}
-
 /// Runs `script` through psql on `dsn`, as a file (psql reads it as it would a paste), within
 /// [`PATIENCE`]: status, stdout, stderr.
 fn run_psql(dsn: &str, script: &str) -> (std::process::ExitStatus, String, String) {
@@ -807,52 +688,11 @@ fn run_psql(dsn: &str, script: &str) -> (std::process::ExitStatus, String, Strin
             .arg(&file)
             .env("PGOPTIONS", "-c statement_timeout=300s"),
         PATIENCE,
-        "psql running the quick start (is $PG_BIN on PATH?)",
+        "psql running a script (is $PG_BIN on PATH?)",
     );
     std::fs::remove_file(&file).ok();
     let text = |bytes: Vec<u8>| String::from_utf8(bytes).unwrap();
     (output.status, text(output.stdout), text(output.stderr))
-}
-
-#[test]
-fn the_quick_start_runs_through_psql_as_written_and_prints_what_the_readme_shows() {
-    // The test's database name, held for this process as every test database's is; the quick
-    // start creates the database itself.
-    let database = TestDb::empty_on(&base_dsn(), "quick_start").name;
-    let mut admin = connect_to(&base_dsn(), "postgres");
-    admin.batch_execute(&format!("DROP DATABASE {database} WITH (FORCE)")).unwrap();
-    let block = readme_block("quick-start");
-    assert!(block.starts_with("CREATE DATABASE shop;\n\\c shop\n"), "the quick start creates its database: {block}");
-    let script = with_database(&block, &database);
-    let (status, stdout, stderr) = run_psql(&session_dsn(&base_dsn(), "postgres"), &script);
-    assert!(status.success(), "psql: {status}\n{stderr}\n{stdout}");
-    assert_eq!(stderr, "", "the quick start prints no NOTICE, WARNING or error");
-
-    // Everything shown but what differs from run to run (two IDs of one statement share a
-    // millisecond, sequence 0 and 1, unless the clock ticks between them).
-    let varies = ["id", "ts", "sequence", "backend_slot", "lease_until"];
-    let shown = shown_results(&script);
-    let printed = printed_tables(&stdout);
-    assert_eq!(shown.len(), printed.len(), "one printed table per SELECT:\n{stdout}");
-    assert!(shown.iter().filter(|s| !matches!(s, Shown::Nothing)).count() >= 3, "{shown:?}");
-    for (shown, (header, rows)) in shown.iter().zip(&printed) {
-        match shown {
-            Shown::Nothing => {}
-            Shown::Value(value) => assert_eq!(rows, &vec![vec![value.clone()]], "{header:?}"),
-            Shown::Table(shown_header, shown_rows) => {
-                assert_eq!(header, shown_header);
-                assert_eq!(rows.len(), shown_rows.len(), "{header:?}: printed {rows:?}, README {shown_rows:?}");
-                for (row, shown_row) in rows.iter().zip(shown_rows) {
-                    for ((column, cell), shown_cell) in header.iter().zip(row).zip(shown_row) {
-                        if !varies.contains(&column.as_str()) {
-                            assert_eq!(cell, shown_cell, "column {column}: printed {row:?}, README {shown_row:?}");
-                        }
-                    }
-                }
-            }
-        }
-    }
-    admin.batch_execute(&format!("DROP DATABASE {database} WITH (FORCE)")).unwrap();
 }
 
 #[test]

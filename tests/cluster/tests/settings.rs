@@ -2,6 +2,7 @@
 //! ALTER SYSTEM, cannot differ per session, role or database, and fail closed when inconsistent.
 //! These tests change them on the clock-step cluster, one at a time.
 
+use idgen_cluster_tests::docs::{pages, sql_blocks};
 use idgen_cluster_tests::*;
 
 #[test]
@@ -217,24 +218,16 @@ fn contradicting_thresholds_warn_at_each_sessions_next_use_after_the_reload() {
     assert_eq!(finding, "settings_inconsistent");
 }
 
-/// The `sql` blocks of the README and docs/.
+/// The `sql` blocks of README.md and docs/ marked `<!-- alter-system -->`: every block that sets
+/// idgen's settings with ALTER SYSTEM (tests/cluster/tests/docs_examples.rs checks that each has
+/// the marker).
 fn documented_sql_blocks() -> Vec<(String, String)> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let mut files = vec![root.join("README.md")];
-    let docs = std::fs::read_dir(root.join("docs")).unwrap();
-    files.extend(docs.map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "md")));
-    let mut blocks = Vec::new();
-    for file in files {
-        let text = std::fs::read_to_string(&file).unwrap();
-        let mut rest = text.as_str();
-        while let Some(start) = rest.find("```sql\n") {
-            let body = &rest[start + 7..];
-            let end = body.find("```").unwrap_or_else(|| panic!("an unclosed sql block in {}", file.display()));
-            blocks.push((file.display().to_string(), body[..end].to_owned()));
-            rest = &body[end + 3..];
-        }
-    }
-    blocks
+    pages()
+        .iter()
+        .flat_map(sql_blocks)
+        .filter(|b| b.marker.as_deref() == Some("alter-system"))
+        .map(|b| (b.place, b.sql))
+        .collect()
 }
 
 #[test]

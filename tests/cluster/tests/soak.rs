@@ -27,7 +27,8 @@ const NODES_PER_WORKER: usize = 4;
 const FREE_IDS: i32 = 6;
 const ROUNDS: usize = 40;
 const ROUND: Duration = Duration::from_millis(500);
-/// The database's settings: take back after 8 s / 6 s / 4 s idle; a lease of 4 s - 1 s.
+/// Cluster-wide settings (ALTER SYSTEM on the clock-step cluster, reset after the run): take back after
+/// 8 s / 6 s / 4 s idle; a lease of 4 s - 1 s.
 const SETTINGS: [(&str, &str); 6] = [
     ("idgen.takeover_idle_7d", "8s"),
     ("idgen.takeover_idle_1d", "6s"),
