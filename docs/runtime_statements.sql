@@ -578,7 +578,9 @@ LIMIT 1;
 -- HEARTBEAT
 -- A version-checked heartbeat: a new grant, and the watermark raised to the report (or the server's
 -- clock). Returns the grant and the watermark held before the statement (a node's watermark never
--- goes back: a report behind it is recorded).
+-- goes back: a report behind it is recorded). The grant never goes back either: the answer may
+-- never reach the node (lost after the commit), which then holds the grant before, so a lease
+-- shortened by a reload starts once that one has ended.
 --   $1 service text
 --   $2 machine_id integer
 --   $3 host inet
@@ -590,8 +592,8 @@ LIMIT 1;
 --   $9 takeback_age interval
 UPDATE idgen_private.nodes
 SET last_seen = t.now,
-    lease_until = t.now OPERATOR(pg_catalog.+) $7,
-    takeover_at = t.now OPERATOR(pg_catalog.+) $9,
+    lease_until = GREATEST(lease_until, t.now OPERATOR(pg_catalog.+) $7),
+    takeover_at = GREATEST(takeover_at, t.now OPERATOR(pg_catalog.+) $9),
     issued_until = GREATEST(issued_until, COALESCE($8, t.now))
 FROM (SELECT pg_catalog.clock_timestamp() AS now) t, (
     SELECT o.issued_until AS held
@@ -626,8 +628,8 @@ RETURNING lease_until, held_before.held;
 --   $12 sequence_exhaustions bigint
 UPDATE idgen_private.nodes
 SET last_seen = t.now,
-    lease_until = t.now OPERATOR(pg_catalog.+) $7,
-    takeover_at = t.now OPERATOR(pg_catalog.+) $9,
+    lease_until = GREATEST(lease_until, t.now OPERATOR(pg_catalog.+) $7),
+    takeover_at = GREATEST(takeover_at, t.now OPERATOR(pg_catalog.+) $9),
     issued_until = GREATEST(issued_until, COALESCE($8, t.now)),
     reports_version = $6,
     clock_offset = $8 OPERATOR(pg_catalog.-) t.now,

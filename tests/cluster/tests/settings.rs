@@ -92,22 +92,19 @@ fn thresholds_cannot_differ_per_session_role_or_database() {
     }
 }
 
-#[test]
-fn a_lower_threshold_after_a_reload_waits_for_the_lease_as_granted() {
-    let (cluster, _turn) = clock_cluster_turn();
-    let db = TestDb::create_on(&cluster.dsn, "reload_lease");
+/// The thresholds come down to seconds, consistently, after `holder` was granted machine id 0 of
+/// "svc" under the defaults (a lease of 55 minutes, no take-back for an hour); every other id is
+/// busy for good. Returns the holder and the lowered settings (restored when dropped).
+fn holder_granted_before_a_lowering_reload(cluster: &ClockCluster, db: &TestDb) -> (Claimed, SystemSettings) {
     let mut admin = db.connect();
     fill_registry_except(&mut admin, "svc", &[0]);
     // The other ids are busy for good: their holders were granted terms of years.
     admin
         .batch_execute("UPDATE system_nodes SET lease_until = now() + interval '10 years', takeover_at = now() + interval '10 years'")
         .unwrap();
-    // Granted under the defaults: a lease of 55 minutes, no take-back for an hour.
     let holder = claim(&mut admin, "svc", "10.0.0.1", 1).unwrap();
     assert_eq!(holder.machine_id, 0);
-    // The tiers come down to seconds, consistently, and the holder falls silent for 20 s (the
-    // server's clock steps on, rather than the test waiting).
-    let _settings = SystemSettings::set(
+    let settings = SystemSettings::set(
         &cluster.dsn,
         &[
             ("idgen.takeover_idle_7d", "40s"),
@@ -118,6 +115,12 @@ fn a_lower_threshold_after_a_reload_waits_for_the_lease_as_granted() {
             ("idgen.release_cooldown", "1s"),
         ],
     );
+    (holder, settings)
+}
+
+/// After the holder fell silent for 20 s (the server's clock steps on, rather than the test
+/// waiting): its id is not taken back before the take-back time it was granted, and is after.
+fn the_grant_stands_until_it_ends(cluster: &ClockCluster, db: &TestDb) {
     cluster.offset(20.0);
     let mut other = db.connect();
     let err = claim(&mut other, "svc", "10.0.0.2", 1).unwrap_err();
@@ -131,6 +134,34 @@ fn a_lower_threshold_after_a_reload_waits_for_the_lease_as_granted() {
     assert_eq!(taken.machine_id, 0);
     assert!(taken.outcome.starts_with("idle_"), "{taken:?}");
     cluster.set("+0");
+}
+
+#[test]
+fn a_lower_threshold_after_a_reload_waits_for_the_lease_as_granted() {
+    let (cluster, _turn) = clock_cluster_turn();
+    let db = TestDb::create_on(&cluster.dsn, "reload_lease");
+    let (_holder, _settings) = holder_granted_before_a_lowering_reload(&cluster, &db);
+    the_grant_stands_until_it_ends(&cluster, &db);
+}
+
+#[test]
+fn a_heartbeat_after_a_lowering_reload_keeps_the_grant_its_node_may_still_hold() {
+    // The heartbeat commits, but its answer (the shorter lease) may never reach the node: lost
+    // after the commit, or a call the node timed out that committed anyway. The node then holds
+    // the grant it last heard of, so the registry keeps it until it ends.
+    let (cluster, _turn) = clock_cluster_turn();
+    let db = TestDb::create_on(&cluster.dsn, "reload_heartbeat");
+    let (holder, _settings) = holder_granted_before_a_lowering_reload(&cluster, &db);
+    let mut node = db.connect();
+    let grant = "SELECT lease_until, takeover_at FROM system_nodes WHERE service = 'svc' AND machine_id = 0";
+    let before = node.query_one(grant, &[]).unwrap();
+    heartbeat(&mut node, "svc", 0, "10.0.0.1", 1, holder.version).unwrap();
+    let after = node.query_one(grant, &[]).unwrap();
+    for column in 0..2 {
+        let (was, is): (std::time::SystemTime, std::time::SystemTime) = (before.get(column), after.get(column));
+        assert!(is >= was, "column {column} of the grant went back from {was:?} to {is:?}");
+    }
+    the_grant_stands_until_it_ends(&cluster, &db);
 }
 
 #[test]
