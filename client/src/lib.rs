@@ -25,7 +25,9 @@
 //!   that commits after the node gave up on it is released; then wait until the clock is past
 //!   `not_before`. [`Config::machine_id`] claims one given id instead (a fleet adopting the ids it
 //!   already uses); the server's refusal (`55006`: held, naming the holder; `22023`: outside the
-//!   pool) is not retried;
+//!   pool) is not retried; then **report before the first ID**: one heartbeat with the node's clock
+//!   as its watermark, answered before `start` returns (the claim takes no report, and a clock far
+//!   ahead of the server's would otherwise stamp past what the registry holds);
 //! - **the layout comes from the registry**, never from the node's configuration: after the claim,
 //!   in the same session, the node reads its service's row of `idgen_layouts` (fixed by the first
 //!   claim, never changed after) and mints with it ([`IdgenNode::layout`]); a role that cannot see
@@ -40,8 +42,9 @@
 //!   beyond it ([`Error::Clock`]); both, and exhausted sequences, are counted
 //!   ([`Metrics::clock`]) and reported with every heartbeat;
 //! - **the lease is measured on a monotonic clock** from the moment the last successful
-//!   heartbeat (or the claim) was *sent*: `next_id` refuses once it has passed, and resumes
-//!   if a later heartbeat succeeds (the node still owns the id);
+//!   heartbeat (or the claim) was *sent*, as each answer grants it (a reload that shortens
+//!   leases reaches the node once the grant it holds has ended): `next_id` refuses once it has
+//!   passed, and resumes if a later heartbeat succeeds (the node still owns the id);
 //! - **a refused heartbeat** (`55000`: the id moved; `22023`: its watermark refused; `42501`: the
 //!   grant revoked) stops the node for good, with the server's DETAIL;
 //! - **the last word is true**: `shutdown` stops every minting thread before it reads the

@@ -545,8 +545,8 @@ fn granted(seconds: f64) -> Duration {
 impl IdgenNode {
     /// Claims a machine id (any free one, or [`Config::machine_id`]; retrying `55P03`, `40001` and
     /// lost connections with backoff, up to `config.start_timeout`), reads the service's layout in
-    /// the same session, waits until the clock is past its `not_before`, and starts the heartbeat
-    /// thread.
+    /// the same session, waits until the clock is past its `not_before`, reports its clock with a
+    /// first heartbeat, and starts the heartbeat thread.
     pub fn start(config: Config) -> Result<IdgenNode, Error> {
         let registry = Registry::new(&config.conninfo, config.call_timeout).map_err(Error::Start)?;
         let who = Identity {
@@ -630,6 +630,7 @@ impl IdgenNode {
             heartbeats_failed: AtomicU64::new(0),
             heartbeats_timed_out: AtomicU64::new(0),
         });
+        let client = first_report(&shared, client, give_up)?;
         let (hand_back, stopped) = mpsc::sync_channel(1);
         let thread = std::thread::Builder::new()
             .name(format!("idgen-heartbeat-{}", shared.machine_id))
@@ -788,6 +789,42 @@ impl Drop for DeathWatch {
         if std::thread::panicking() {
             self.0.set_status(Status::HeartbeatDied);
         }
+    }
+}
+
+/// Reports to the registry before the node issues its first ID: a heartbeat with its watermark (its
+/// clock). The claim took no report from the node, so until one is answered the registry bounds
+/// what this holder may stamp by the server's clock; a node whose clock is far ahead would stamp
+/// past that bound, and a later holder of the id, cut off from this one, would repeat its IDs.
+/// Retries what is worth retrying until `give_up`; on any other failure the claim is released
+/// (with its `not_before`: nothing was stamped) and the node does not start.
+fn first_report(shared: &Shared, mut client: Option<Session>, give_up: Instant) -> Result<Option<Session>, Error> {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let sent = Instant::now();
+        let (session, result) = heartbeat(shared, client.take(), sent + shared.registry.timeout);
+        client = session;
+        let failed = match result {
+            Ok(lease) => {
+                shared.heartbeats_ok.fetch_add(1, Ordering::Relaxed);
+                shared.state().deadline = sent + lease;
+                return Ok(client);
+            }
+            Err(e) if e.retryable() && Instant::now() + backoff < give_up => {
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+                continue;
+            }
+            Err(CallError::Failed(e)) if lease_ended(&e) => Error::OwnershipLost(refusal(&e)),
+            Err(CallError::NotConnected(e) | CallError::Failed(e)) => Error::Start(e),
+            Err(CallError::Unanswered { .. }) => {
+                Error::NoAnswer { call: "first heartbeat", within: shared.config.call_timeout }
+            }
+            Err(CallError::NotInstalled) => Error::NotInstalled,
+        };
+        let unused = Report { watermark_ms: shared.not_before_ms as f64, ..shared.report() };
+        let _ = release(&shared.registry, client, shared.registry.deadline(), &unused);
+        return Err(failed);
     }
 }
 

@@ -85,3 +85,39 @@ fn a_node_that_waits_out_nothing_refuses_every_step_back() {
     assert_eq!(node.metrics().clock.backward_refusals, 1);
     assert!(node.shutdown().unwrap());
 }
+
+#[test]
+fn a_node_whose_clock_is_a_day_ahead_reports_it_before_its_first_id() {
+    // The claim takes no report: the registry bounds a new holder by the server's clock. A node
+    // whose clock is a day ahead stamps a day ahead from its first ID; were it cut off before its
+    // first heartbeat, its id would be taken back after the 1-hour tier and its IDs repeated by the
+    // next holder a day later (simulation finding F1). The node reports before it mints, so the
+    // registry holds its clock before any ID exists.
+    let db = TestDb::create("client_clock_day_ahead");
+    let mut admin = db.connect();
+    let day_ms = 86_400_000;
+    let offset = Arc::new(AtomicI64::new(day_ms));
+    let mut config = Config::new(&db.dsn(), "svc", "10.0.2.9", 1);
+    config.wall_clock = offset_clock(&offset);
+    // No heartbeat of the thread's during the test: only the report `start` makes.
+    config.heartbeat_interval = Some(Duration::from_secs(3_600));
+    let node = IdgenNode::start(config).unwrap();
+    let id = node.next_id().unwrap();
+    let stamped = Layout::DEFAULT.unix_ms_of(Layout::DEFAULT.decompose(id).unwrap().ticks);
+    assert!(stamped > real_unix_ms() + day_ms / 2, "the ID is stamped by the node's clock, a day ahead");
+    // What a node taking the id over must wait for: the report plus the lease granted with it.
+    let bound: f64 = admin
+        .query_one(
+            "SELECT extract(epoch FROM issued_until + (lease_until - last_seen))::float8 * 1000
+               FROM system_nodes WHERE host = '10.0.2.9'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        bound as i64 > stamped,
+        "the registry bounds the holder at {bound} ms, before its first ID's stamp {stamped} ms"
+    );
+    assert_eq!(node.metrics().heartbeats_ok, 1, "the report before the first ID");
+    assert!(node.shutdown().unwrap());
+}
