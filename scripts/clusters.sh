@@ -1,26 +1,22 @@
 #!/usr/bin/env bash
-# The servers idgen runs in, for the demo, the benchmarks and the tests: puts the release build
-# into a PostgreSQL (15 or 18, see use_pg in common.sh), and starts the scratch cluster, the
+# The servers idgen runs in, for the demo, the benchmarks and the tests: puts idgen's package
+# (scripts/package.sh) into a PostgreSQL (15 or 18, see use_pg in common.sh), and starts the scratch cluster, the
 # clock-step cluster (libfaketime), PgBouncer in front of the scratch cluster, and the
 # pg_auto_failover formation (scripts/formation.sh). Everything listens on 127.0.0.1 only, with
-# trust authentication; data under target/ (or IDGEN_WORK_DIR). Installs no packages: run
+# trust authentication; data under target/ (or IDGEN_WORK_DIR). Installs no other packages: run
 # scripts/provision.sh first.
 #
 #   bash scripts/clusters.sh stop [15|18]    # stops that version's scratch and clock-step clusters and pooler
 #
 # Sourced (by demo.sh, test.sh, bench*.sh), it defines the functions below and does nothing by itself.
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/package.sh"
 
-# Builds idgen (release: what users run, and fast enough to reach the layout's
-# 4,096 IDs per millisecond) and installs it into PostgreSQL $PG_MAJOR.
+# Builds idgen's package for PostgreSQL $PG_MAJOR (release: what users run, and fast enough to
+# reach the layout's 4,096 IDs per millisecond) and installs it as a DBA would: what runs here is
+# what users get.
 install_extension() {
-    say "building (release) and installing idgen into PostgreSQL $PG_MAJOR"
-    local sudo_flag=()
-    is_root || sudo_flag=(--sudo)
-    # The wheel's PostgreSQL 18 belongs to whoever installed it: no sudo there.
-    if [ "$PG_MAJOR" = 18 ]; then sudo_flag=(); fi
-    (cd "$ROOT" && cargo pgrx install --release --pg-config "$PG_CONFIG" --no-default-features --features "pg$PG_MAJOR" \
-        "${sudo_flag[@]}")
+    build_package "$PG_MAJOR"
+    install_package "$PG_MAJOR"
 }
 
 # The install scripts of earlier versions (tests/upgrade), so that tests/cluster/tests/upgrade.rs
