@@ -2,10 +2,11 @@
 //! and the slow path that claims or renews a lease through the registry.
 //!
 //! The hot path reads the clock once, compares it with the lease's check
-//! deadline and composes the ID: no SPI, no lock shared with other backends
-//! (the mutex below is this process's own). For a service other than the
-//! database's own it also compares the acting role and the grants' generation
-//! with those it last checked (`registry::access`).
+//! deadline and the registry's generation with the one the lease was confirmed
+//! in (`registry::incarnation`: a DROP moves it), and composes the ID: no SPI, no
+//! lock shared with other backends (the mutex below is this process's own). For
+//! a service other than the database's own it also compares the acting role and
+//! the grants' generation with those it last checked (`registry::access`).
 //!
 //! The slow path runs when no lease is held or the deadline passed. A claim, and
 //! each renewal of the window, commit in a transaction of their own
@@ -22,6 +23,7 @@ use crate::history::Who;
 use crate::privilege::as_extension_owner;
 use crate::registry::access;
 use crate::registry::autonomous::{self, LeaseAnswer, Request};
+use crate::registry::incarnation;
 use crate::registry::store::{self, BackendCheck};
 use crate::server;
 use crate::settings;
@@ -67,7 +69,7 @@ pub fn next_id(function: &str, service: &str, check_name: fn(&str) -> Result<Str
             let mut state = STATE.lock();
             match state.leases.get(service) {
                 Some(lease) if !lease.authorized_for(acting_now) => (Stop::LeaseCheckDue, None),
-                Some(lease) => match lease.next_id(&mut clock) {
+                Some(lease) => match lease.next_id(&mut clock, incarnation::generation()) {
                     Ok(id) => return id,
                     Err(stop) => (stop, lease.held().map(|h| h.terms.layout)),
                 },
@@ -102,7 +104,7 @@ pub fn next_id_of_session_service(function: &str) -> i64 {
             if resolved_at == generation {
                 let lease = state.leases.at(index);
                 if lease.authorized_for(acting_now) {
-                    if let Ok(id) = lease.next_id(&mut SystemClock) {
+                    if let Ok(id) = lease.next_id(&mut SystemClock, incarnation::generation()) {
                         return id;
                     }
                 }
@@ -142,6 +144,7 @@ fn renew(function: &str, service: &str) {
     if in_parallel_worker {
         raise(messages::in_parallel_worker(function));
     }
+    let generation = incarnation::confirming();
     let settings = or_raise(settings::claim_settings());
     let heartbeat_ms = settings.policy.heartbeat_interval_secs * 1000;
     let max_backward_ms = settings.max_clock_backward_ms;
@@ -185,6 +188,7 @@ fn renew(function: &str, service: &str) {
                         issued_ms,
                         max_backward_ms,
                         heartbeat_ms,
+                        generation,
                     );
                     return;
                 }
@@ -220,10 +224,11 @@ fn renew(function: &str, service: &str) {
                 issued_until_unix_ms,
                 max_backward_ms,
                 heartbeat_ms,
+                generation,
             );
         }
         LeaseAnswer::Claimed(terms) => {
-            lease.claimed(node, terms, max_backward_ms, heartbeat_ms);
+            lease.claimed(node, terms, max_backward_ms, heartbeat_ms, generation);
             drop(state);
             close_at_exit();
         }

@@ -79,6 +79,7 @@ pub extern "C-unwind" fn _PG_init() {
     settings::register();
     registry::prepare_guard::register_transaction_callback();
     registry::access::register_invalidation_callbacks();
+    registry::incarnation::register_invalidation_callback();
 }
 
 #[cfg(any(test, feature = "pg_test"))]

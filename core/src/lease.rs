@@ -64,6 +64,8 @@ pub struct BackendLease {
     grant_needed: bool,
     /// Who may use the service without asking the registry again; `None`: ask.
     authorized: Option<Authorized>,
+    /// The generation of the registry (see [`BackendLease::next_id`]) the lease was last confirmed in.
+    confirmed_in: u64,
 }
 
 /// When a lease must be checked again: a heartbeat interval after its last
@@ -86,6 +88,7 @@ impl BackendLease {
             check_due_unix_ms: i64::MIN,
             grant_needed: true,
             authorized: None,
+            confirmed_in: 0,
         }
     }
 
@@ -129,19 +132,32 @@ impl BackendLease {
         Some(last.max(held.terms.not_before_unix_ms))
     }
 
-    /// The hot path: an ID, or why not. No lease means the check is due.
+    /// The hot path: an ID, or why not. No lease means the check is due, and so does a lease
+    /// confirmed in another `registry_generation` than the current one: a token the edge moves
+    /// whenever the registry may have been dropped (and created again), so that no ID is issued
+    /// under the window of a registry that is gone, whatever the clock reads since.
     #[inline]
-    pub fn next_id(&mut self, clock: &mut impl Clock) -> Result<i64, Stop> {
+    pub fn next_id(&mut self, clock: &mut impl Clock, registry_generation: u64) -> Result<i64, Stop> {
         match &mut self.generator {
-            Some(generator) => generator.next_id(clock, self.check_due_unix_ms),
-            None => Err(Stop::LeaseCheckDue),
+            Some(generator) if self.confirmed_in == registry_generation => {
+                generator.next_id(clock, self.check_due_unix_ms)
+            }
+            _ => Err(Stop::LeaseCheckDue),
         }
     }
 
-    /// The registry committed a claim by `node` that granted `terms`. The generator goes on
-    /// from lease to lease (its IDs keep growing) while the service's layout stays; a layout
-    /// of a registry created since (DROP and CREATE EXTENSION) starts a new one.
-    pub fn claimed(&mut self, node: NodeIdentity, terms: Terms, max_backward_ms: i64, heartbeat_interval_ms: i64) {
+    /// The registry committed a claim by `node` that granted `terms`, asked for in
+    /// `registry_generation`. The generator goes on from lease to lease (its IDs keep growing)
+    /// while the service's layout stays; a layout of a registry created since (DROP and CREATE
+    /// EXTENSION) starts a new one.
+    pub fn claimed(
+        &mut self,
+        node: NodeIdentity,
+        terms: Terms,
+        max_backward_ms: i64,
+        heartbeat_interval_ms: i64,
+        registry_generation: u64,
+    ) {
         if self.generator.as_ref().is_some_and(|g| *g.layout() != terms.layout) {
             self.generator = None;
         }
@@ -153,11 +169,13 @@ impl BackendLease {
         let held =
             HeldLease { terms, verified_at_unix_ms: terms.claimed_at_unix_ms, issued_before: generator.issued() };
         self.node = Some(node);
+        self.confirmed_in = registry_generation;
         self.set_held(Some(held), heartbeat_interval_ms);
     }
 
     /// The registry confirmed the lease at `verified_at_unix_ms` with the given end and
-    /// watermark: committed by a renewal, or read in a read-only transaction.
+    /// watermark, asked for in `registry_generation`: committed by a renewal, or read in a
+    /// read-only transaction.
     pub fn verified(
         &mut self,
         verified_at_unix_ms: i64,
@@ -165,8 +183,10 @@ impl BackendLease {
         issued_until_unix_ms: i64,
         max_backward_ms: i64,
         heartbeat_interval_ms: i64,
+        registry_generation: u64,
     ) {
         let Some(before) = self.held else { return };
+        self.confirmed_in = registry_generation;
         if let Some(generator) = &mut self.generator {
             generator.set_max_backward_ms(max_backward_ms);
         }
@@ -263,6 +283,8 @@ mod tests {
     const T0: i64 = EPOCH_2025_UNIX_MS + 5_000_000;
     const HB: i64 = 300_000;
     const LEASE: i64 = 3_300_000;
+    /// The registry generation the tests' leases are confirmed in.
+    const GEN: u64 = 7;
 
     struct StillClock(i64);
     impl Clock for StillClock {
@@ -293,55 +315,55 @@ mod tests {
 
     fn claimed() -> BackendLease {
         let mut lease = BackendLease::new("orders".into());
-        lease.claimed(backend(), terms(4, 2, T0), 2_000, HB);
+        lease.claimed(backend(), terms(4, 2, T0), 2_000, HB, GEN);
         lease
     }
 
     #[test]
     fn no_lease_means_no_id() {
         let mut lease = BackendLease::new("orders".into());
-        assert_eq!(lease.next_id(&mut StillClock(T0)), Err(Stop::LeaseCheckDue));
+        assert_eq!(lease.next_id(&mut StillClock(T0), GEN), Err(Stop::LeaseCheckDue));
     }
 
     #[test]
     fn a_claim_issues_until_the_heartbeat_interval_then_asks_for_a_check() {
         let mut lease = claimed();
-        assert!(lease.next_id(&mut StillClock(T0 + 1)).is_ok());
-        assert!(lease.next_id(&mut StillClock(T0 + HB - 1)).is_ok());
-        assert_eq!(lease.next_id(&mut StillClock(T0 + HB)), Err(Stop::LeaseCheckDue));
+        assert!(lease.next_id(&mut StillClock(T0 + 1), GEN).is_ok());
+        assert!(lease.next_id(&mut StillClock(T0 + HB - 1), GEN).is_ok());
+        assert_eq!(lease.next_id(&mut StillClock(T0 + HB), GEN), Err(Stop::LeaseCheckDue));
         assert_eq!(lease.ids_issued(), 2);
         // A committed renewal moves the deadline on.
-        lease.verified(T0 + HB, T0 + HB + LEASE, T0 + HB + LEASE, 2_000, HB);
-        assert!(lease.next_id(&mut StillClock(T0 + HB)).is_ok());
+        lease.verified(T0 + HB, T0 + HB + LEASE, T0 + HB + LEASE, 2_000, HB, GEN);
+        assert!(lease.next_id(&mut StillClock(T0 + HB), GEN).is_ok());
     }
 
     #[test]
     fn a_read_verification_never_extends_past_the_lease_end() {
         let mut lease = claimed();
         // Read-only checks confirm ownership but cannot move lease_until.
-        lease.verified(T0 + LEASE - 10, T0 + LEASE, T0 + LEASE, 2_000, HB);
-        assert!(lease.next_id(&mut StillClock(T0 + LEASE - 1)).is_ok());
-        assert_eq!(lease.next_id(&mut StillClock(T0 + LEASE)), Err(Stop::LeaseCheckDue));
+        lease.verified(T0 + LEASE - 10, T0 + LEASE, T0 + LEASE, 2_000, HB, GEN);
+        assert!(lease.next_id(&mut StillClock(T0 + LEASE - 1), GEN).is_ok());
+        assert_eq!(lease.next_id(&mut StillClock(T0 + LEASE), GEN), Err(Stop::LeaseCheckDue));
     }
 
     #[test]
     fn a_lost_lease_issues_nothing_until_claimed_again() {
         let mut lease = claimed();
-        lease.next_id(&mut StillClock(T0 + 1)).unwrap();
+        lease.next_id(&mut StillClock(T0 + 1), GEN).unwrap();
         lease.lost();
         assert!(lease.held().is_none());
-        assert_eq!(lease.next_id(&mut StillClock(T0 + 2)), Err(Stop::LeaseCheckDue));
+        assert_eq!(lease.next_id(&mut StillClock(T0 + 2), GEN), Err(Stop::LeaseCheckDue));
         assert_eq!(lease.closing_watermark_unix_ms(), None, "a lost lease leaves nothing to record");
     }
 
     #[test]
     fn ids_keep_growing_across_leases() {
         let mut lease = claimed();
-        let first = lease.next_id(&mut StillClock(T0 + 50)).unwrap();
+        let first = lease.next_id(&mut StillClock(T0 + 50), GEN).unwrap();
         lease.lost();
         // Re-claimed with the same machine id and an earlier-looking claim time.
-        lease.claimed(backend(), terms(4, 3, T0 + 10), 2_000, HB);
-        let second = lease.next_id(&mut StillClock(T0 + 50)).unwrap();
+        lease.claimed(backend(), terms(4, 3, T0 + 10), 2_000, HB, GEN);
+        let second = lease.next_id(&mut StillClock(T0 + 50), GEN).unwrap();
         assert!(second > first);
         assert_eq!(lease.ids_issued(), 1);
         assert_eq!(lease.last_issued_unix_ms(), Some(T0 + 51));
@@ -351,20 +373,20 @@ mod tests {
     fn a_closing_lease_leaves_its_last_stamp_or_its_not_before() {
         let mut lease = claimed();
         assert_eq!(lease.closing_watermark_unix_ms(), Some(T0), "nothing stamped: not_before");
-        lease.next_id(&mut StillClock(T0 + 700)).unwrap();
-        lease.next_id(&mut StillClock(T0 + 900)).unwrap();
+        lease.next_id(&mut StillClock(T0 + 700), GEN).unwrap();
+        lease.next_id(&mut StillClock(T0 + 900), GEN).unwrap();
         assert_eq!(lease.closing_watermark_unix_ms(), Some(T0 + 900));
         // Never below not_before, which covers the earlier holders of the id.
         let mut later = BackendLease::new("orders".into());
         let t = Terms { not_before_unix_ms: T0 + 5_000, ..terms(4, 2, T0) };
-        later.claimed(backend(), t, 2_000, HB);
+        later.claimed(backend(), t, 2_000, HB, GEN);
         assert_eq!(later.closing_watermark_unix_ms(), Some(T0 + 5_000));
     }
 
     #[test]
     fn leases_are_kept_per_service_and_closed_together() {
         let mut all = BackendLeases::new();
-        all.get_or_add("a").claimed(backend(), terms(1, 1, T0), 2_000, HB);
+        all.get_or_add("a").claimed(backend(), terms(1, 1, T0), 2_000, HB, GEN);
         all.get_or_add("b");
         assert!(all.get("a").unwrap().held().is_some());
         assert!(all.get("b").unwrap().held().is_none());
@@ -400,13 +422,13 @@ mod tests {
         // The registry recorded a window of 10 ms: the backend must check (and write a new one) first.
         let mut lease = BackendLease::new("orders".into());
         let terms = Terms { issued_until_unix_ms: T0 + 10, ..terms(4, 2, T0) };
-        lease.claimed(backend(), terms, 2_000, HB);
-        assert!(lease.next_id(&mut StillClock(T0 + 9)).is_ok());
-        assert_eq!(lease.next_id(&mut StillClock(T0 + 10)), Err(Stop::LeaseCheckDue));
+        lease.claimed(backend(), terms, 2_000, HB, GEN);
+        assert!(lease.next_id(&mut StillClock(T0 + 9), GEN).is_ok());
+        assert_eq!(lease.next_id(&mut StillClock(T0 + 10), GEN), Err(Stop::LeaseCheckDue));
         // A write moved the watermark on; a read-only check that finds it behind its lease end stops there too.
-        lease.verified(T0 + 10, T0 + 10 + LEASE, T0 + 30, 2_000, HB);
-        assert!(lease.next_id(&mut StillClock(T0 + 29)).is_ok());
-        assert_eq!(lease.next_id(&mut StillClock(T0 + 30)), Err(Stop::LeaseCheckDue));
+        lease.verified(T0 + 10, T0 + 10 + LEASE, T0 + 30, 2_000, HB, GEN);
+        assert!(lease.next_id(&mut StillClock(T0 + 29), GEN).is_ok());
+        assert_eq!(lease.next_id(&mut StillClock(T0 + 30), GEN), Err(Stop::LeaseCheckDue));
     }
 
     #[test]
@@ -414,10 +436,25 @@ mod tests {
         // An earlier holder may have stamped up to T0 + 1500: the backend waits that out.
         let mut lease = BackendLease::new("orders".into());
         let terms = Terms { not_before_unix_ms: T0 + 1_500, ..terms(4, 2, T0) };
-        lease.claimed(backend(), terms, 2_000, HB);
+        lease.claimed(backend(), terms, 2_000, HB, GEN);
         let mut clock = StillClock(T0);
-        let id = lease.next_id(&mut clock).unwrap();
+        let id = lease.next_id(&mut clock, GEN).unwrap();
         assert_eq!(Layout::DEFAULT.decompose(id).unwrap().ticks, T0 + 1_501 - EPOCH_2025_UNIX_MS);
         assert_eq!(clock.0, T0 + 1_501, "waited, did not stamp early");
+    }
+
+    #[test]
+    fn a_lease_of_an_earlier_registry_generation_issues_nothing_before_it_is_confirmed_again() {
+        // The registry was dropped (and perhaps created again) since the lease was confirmed: its
+        // window may still be ahead of the clock (a clock stepped back since), but it belongs to a
+        // registry that is gone.
+        let mut lease = claimed();
+        assert!(lease.next_id(&mut StillClock(T0 + 1), GEN).is_ok());
+        assert_eq!(lease.next_id(&mut StillClock(T0 + 2), GEN + 1), Err(Stop::LeaseCheckDue));
+        assert_eq!(lease.ids_issued(), 1);
+        // Confirmed in the current generation, it issues again.
+        lease.verified(T0 + 2, T0 + 2 + LEASE, T0 + 2 + LEASE, 2_000, HB, GEN + 1);
+        assert!(lease.next_id(&mut StillClock(T0 + 3), GEN + 1).is_ok());
+        assert_eq!(lease.next_id(&mut StillClock(T0 + 4), GEN), Err(Stop::LeaseCheckDue));
     }
 }

@@ -2,6 +2,8 @@
 //!
 //! - `access`: which role may act for which service, idgen_grant_service / idgen_revoke_service,
 //!   and how sessions learn that grants changed.
+//! - `incarnation`: the registry's generation, which a DROP moves, so that backends check their
+//!   leases before issuing under a registry that is gone.
 //! - `claim`: runs the core's claim policy (the tier order lives in `idgen_core::policy`).
 //! - `layouts`: each service's layout and pool, idgen_define_layout.
 //! - `store`: runs the registry's statements (`crate::statements`) with their parameters.
@@ -14,6 +16,7 @@ pub mod access;
 pub mod api;
 pub mod autonomous;
 pub mod claim;
+pub mod incarnation;
 pub mod layouts;
 pub mod prepare_guard;
 pub mod store;

@@ -322,3 +322,46 @@ fn a_drop_or_truncate_reading_an_old_snapshot_is_refused() {
     admin.batch_execute("TRUNCATE system_nodes").unwrap();
     drop_extension(&mut admin).unwrap();
 }
+
+/// The machine id an ID carries (the default layout).
+fn machine_id_of(client: &mut Client, id: i64) -> i32 {
+    client.query_one("SELECT machine_id FROM idgen_decode($1)", &[&id]).unwrap().get(0)
+}
+
+#[test]
+fn a_backend_of_a_dropped_registry_issues_nothing_under_its_window_when_the_clock_steps_back_into_it() {
+    // The drop guard lets a DROP through once every window has ended on the server's clock. A clock
+    // that was ahead at the DROP and is then corrected (as NTP does) lands back inside a window a
+    // connected backend of the dropped registry still holds in memory. The new registry hands that
+    // machine id to another backend, from now on: the old one must check its lease, not issue under
+    // its window (simulation finding F2).
+    let (cluster, _turn) = clock_cluster_turn();
+    let db = TestDb::create_on(&cluster.dsn, "drop_step_back");
+    let mut old = db.connect();
+    let first = next_id(&mut old).unwrap();
+    let window_end_ms: f64 = old
+        .query_one("SELECT extract(epoch FROM issued_until)::float8 * 1000 FROM idgen_backend_leases()", &[])
+        .unwrap()
+        .get(0);
+    // Ahead by a minute: the window has ended, and the registry is dropped and created again.
+    cluster.offset(60.0);
+    let mut admin = db.connect();
+    drop_registry(&mut admin, "DROP EXTENSION idgen; CREATE EXTENSION idgen").unwrap();
+    // Corrected to half a second before the old window's end, however long all this took.
+    let real_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as f64;
+    cluster.offset((window_end_ms - 500.0 - real_ms) / 1000.0);
+    let mut new = db.connect();
+    let taken = next_id(&mut new).unwrap();
+    assert_eq!(
+        machine_id_of(&mut new, taken),
+        machine_id_of(&mut new, first),
+        "the new registry hands out the same id"
+    );
+    let after = next_id(&mut old).unwrap();
+    assert_ne!(
+        machine_id_of(&mut new, after),
+        machine_id_of(&mut new, taken),
+        "the backend of the dropped registry issued under its old window, beside the id's new holder"
+    );
+    cluster.set("+0");
+}

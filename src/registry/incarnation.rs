@@ -1,0 +1,64 @@
+//! Whether the registry a backend's leases were confirmed in may be gone.
+//!
+//! A backend keeps its lease's window in memory and issues under it without reading the registry
+//! (the hot path). After `DROP EXTENSION` the drop guard has seen every window end, but a server
+//! clock stepped back later reopens a window that just ended; a connected backend would issue
+//! under it again while the new registry hands the same machine id to another holder. So the
+//! leases carry the registry's generation ([`generation`]): it moves on every invalidation of
+//! `idgen_private.idgen_registry` (its DROP among them; a relcache invalidation that every session
+//! processes at its next transaction or lock, before its next statement) and on a reset of every
+//! relation cache, and a lease confirmed in an earlier generation is checked against the registry
+//! before its next ID (`idgen_core::lease::BackendLease::next_id`). The check finds another epoch
+//! in a registry created again, and the backend claims anew there.
+
+use pgrx::pg_sys;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// Moves whenever the registry may have been dropped.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+/// The oid of `idgen_private.idgen_registry`, once known (0 before, and again after its invalidation).
+static REGISTRY: AtomicU32 = AtomicU32::new(0);
+
+#[inline]
+pub fn generation() -> u64 {
+    GENERATION.load(Ordering::Relaxed)
+}
+
+/// The generation a lease asked for now is confirmed in. Read before the registry is: an
+/// invalidation that arrives meanwhile moves the generation past it, and the lease is checked
+/// again at its next ID. Learns, first, which relation to watch (a DROP and CREATE gives the
+/// registry a new oid, learnt at the next check after the old one's invalidation).
+pub fn confirming() -> u64 {
+    let generation = generation();
+    if REGISTRY.load(Ordering::Relaxed) == 0 {
+        // SAFETY: catalog lookups by name in a transaction (the caller's, before it reads the
+        // registry); InvalidOid when idgen is not installed, and the claim then fails anyway.
+        let oid = unsafe {
+            let schema = pg_sys::get_namespace_oid(c"idgen_private".as_ptr(), true);
+            if schema == pg_sys::InvalidOid {
+                pg_sys::InvalidOid
+            } else {
+                pg_sys::get_relname_relid(c"idgen_registry".as_ptr(), schema)
+            }
+        };
+        REGISTRY.store(u32::from(oid), Ordering::Relaxed);
+    }
+    generation
+}
+
+/// Hooks the generation to the registry's invalidations; called from `_PG_init`.
+pub fn register_invalidation_callback() {
+    // SAFETY: registers a plain function for the life of the backend; it only moves counters.
+    unsafe { pg_sys::CacheRegisterRelcacheCallback(Some(relation_changed), pg_sys::Datum::from(0)) };
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn relation_changed(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
+    let watched = REGISTRY.load(Ordering::Relaxed);
+    if relid == pg_sys::InvalidOid || (watched != 0 && u32::from(relid) == watched) {
+        if relid != pg_sys::InvalidOid {
+            REGISTRY.store(0, Ordering::Relaxed);
+        }
+        GENERATION.fetch_add(1, Ordering::Relaxed);
+    }
+}
