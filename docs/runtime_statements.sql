@@ -114,6 +114,12 @@ RETURNING n.machine_id::pg_catalog.int4,
 SELECT r.epoch
 FROM idgen_private.idgen_registry r;
 
+-- READ_VERSION_BASE
+-- The version a row of a machine id never registered in this registry starts after (objects of
+-- 0.7.0 on; before, 0).
+SELECT r.version_base
+FROM idgen_private.idgen_registry r;
+
 -- GUARDS_EXIST
 -- Whether the service has its guard rows.
 --   $1 service text
@@ -486,8 +492,9 @@ ORDER BY t.bound, t.machine_id
 LIMIT 1;
 
 -- INSERT_UNREGISTERED
--- Claim step 2: inserts a machine id for the claimant if its guard is free. A machine id whose
--- row was removed by hand continues from its tombstone: its bound and a newer version.
+-- Claim step 2: inserts a machine id for the claimant if its guard is free, at the version after
+-- `version_base` ([`READ_VERSION_BASE`]). A machine id whose row was removed by hand continues from
+-- its tombstone: its bound and a newer version.
 --   $1 service text
 --   $2 host inet
 --   $3 port integer
@@ -498,6 +505,7 @@ LIMIT 1;
 --   $8 window interval
 --   $9 machine_id integer
 --   $10 guard_bucket integer
+--   $11 version_base bigint
 WITH tomb AS (
     SELECT t.version, t.bound
     FROM idgen_private.idgen_tombstones t
@@ -507,7 +515,7 @@ inserted AS (
     INSERT INTO idgen_private.nodes
         (service, machine_id, host, port, backend_slot, version, last_seen, lease_until, takeover_at, issued_until)
     SELECT $1, $9, $2, $3, $4,
-        COALESCE((SELECT tomb.version FROM tomb), 0) OPERATOR(pg_catalog.+) 1,
+        COALESCE((SELECT tomb.version FROM tomb), $11) OPERATOR(pg_catalog.+) 1,
         t.now,
         t.now OPERATOR(pg_catalog.+) $5,
         t.now OPERATOR(pg_catalog.+) $7,

@@ -18,14 +18,19 @@ scratch_psql idgen_demo -v q=- <<'SQL'
 \echo
 CREATE EXTENSION idgen;
 \echo '-- two nodes of the "orders" service boot and claim machine ids'
-SELECT * FROM idgen_claim('orders', '10.0.0.5', 8080);
+\echo '-- (versions start at a base each registry draws: a node keeps the version its claim returned)'
+SELECT * FROM idgen_claim('orders', '10.0.0.5', 8080) \gset first_
+SELECT :first_machine_id AS machine_id, :first_version AS version, :'first_outcome' AS outcome,
+       :'first_lease_until' AS lease_until, :'first_not_before' AS not_before;
 SELECT * FROM idgen_claim('orders', '10.0.0.6', 8080);
 \echo '-- the first shuts down gracefully: it gives its id back with the last timestamp it stamped'
-SELECT idgen_release('orders', 0::smallint, '10.0.0.5', 8080, 1, clock_timestamp()) AS released;
+SELECT idgen_release('orders', :first_machine_id, '10.0.0.5', 8080, :first_version, clock_timestamp()) AS released;
 \echo '-- restarted on the same address after that release: same machine id, next version, after its watermark'
-SELECT * FROM idgen_claim('orders', '10.0.0.5', 8080);
-\echo '-- it heartbeats with its version and its watermark (its own clock); the registry renews its lease'
-SELECT idgen_heartbeat('orders', 0::smallint, '10.0.0.5', 8080, 3, clock_timestamp()) AS lease_until;
+SELECT * FROM idgen_claim('orders', '10.0.0.5', 8080) \gset again_
+SELECT :again_machine_id AS machine_id, :again_version AS version, :'again_outcome' AS outcome,
+       :'again_lease_until' AS lease_until, :'again_not_before' AS not_before;
+\echo '-- it reports before its first ID, and heartbeats with its version and its watermark (its own clock)'
+SELECT idgen_heartbeat('orders', :again_machine_id, '10.0.0.5', 8080, :again_version, clock_timestamp()) AS lease_until;
 \echo '-- the orders service runs as its own role, which may act for orders and nothing else'
 DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'orders_svc') THEN CREATE ROLE orders_svc LOGIN; END IF; END $$;
 SELECT idgen_grant_service('orders', 'orders_svc') AS granted;

@@ -11,6 +11,8 @@
 --   idgen_decode, idgen_min_id and idgen_max_id take a service and follow its layout.
 -- - idgen_nodes, idgen_capacity and idgen_health() count each service's pool within
 --   idgen.machine_id_range.
+-- - idgen_registry.version_base: rows never registered start at a version drawn for each
+--   registry (0 here: this registry's rows keep starting at 1).
 -- Every view and SQL function that reads a table whose machine_id changes type is dropped and
 -- created again, as a fresh install has them. The 0.7.0 library also runs against 0.6.0's,
 -- 0.5.1's, 0.5.0's and 0.4.0's objects until this update (every service has the default layout
@@ -19,8 +21,8 @@
 
 -- A reader or writer of the registry or the history would make the update wait, and every claim
 -- queue behind it: fail at once instead (55P03), and retry.
-LOCK TABLE idgen_private.idgen_history, idgen_private.nodes, idgen_private.idgen_tombstones
-    IN ACCESS EXCLUSIVE MODE NOWAIT;
+LOCK TABLE idgen_private.idgen_history, idgen_private.nodes, idgen_private.idgen_tombstones,
+    idgen_private.idgen_registry IN ACCESS EXCLUSIVE MODE NOWAIT;
 
 -- This update drops every view of the extension and the functions below, changes the type of the
 -- machine_id columns (system_nodes, the tombstones, the history, idgen_id_parts), and creates
@@ -157,6 +159,16 @@ DROP FUNCTION idgen_explain(bigint, text);
 CREATE INDEX system_nodes_node_rows ON system_nodes (service, host, port);
 COMMENT ON INDEX system_nodes_node_rows IS
     'The rows of a node identity, held or released: a claim finds the claimant''s own row by it, whatever the size of the service.';
+
+-- Versions of rows never registered start at a base drawn for each registry, so that a node of a
+-- dropped registry matches no row of one created again. This registry's rows started at 1, and
+-- its history counts on that: its base is 0.
+ALTER TABLE idgen_private.idgen_registry
+    ADD COLUMN version_base BIGINT NOT NULL DEFAULT 0
+        CONSTRAINT idgen_registry_version_base_not_negative CHECK (version_base >= 0);
+ALTER TABLE idgen_private.idgen_registry ALTER COLUMN version_base DROP DEFAULT;
+COMMENT ON COLUMN idgen_private.idgen_registry.version_base IS
+    'A row of a machine id never registered here starts at version_base + 1: drawn at random at CREATE EXTENSION (below 2^52), so that a node of a dropped registry, whose heartbeat names the version it holds, matches no row of a registry created again. 0 for a registry updated from before 0.7.0 (its rows start at 1, as they did).';
 
 -- Machine ids of a 16-bit field. (The trigger names the column: it goes for the change.)
 DROP TRIGGER idgen_key_unchanged ON system_nodes;

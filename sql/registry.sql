@@ -115,9 +115,10 @@ GRANT EXECUTE ON FUNCTION idgen_private.holder_bound(idgen_private.nodes, interv
 
 -- One row: the registry's incarnation.
 CREATE TABLE idgen_private.idgen_registry (
-    singleton  BOOLEAN PRIMARY KEY DEFAULT true CONSTRAINT idgen_registry_one_row CHECK (singleton),
-    epoch      BIGINT NOT NULL,
-    created_at TIMESTAMPTZ NOT NULL
+    singleton    BOOLEAN PRIMARY KEY DEFAULT true CONSTRAINT idgen_registry_one_row CHECK (singleton),
+    epoch        BIGINT NOT NULL,
+    created_at   TIMESTAMPTZ NOT NULL,
+    version_base BIGINT NOT NULL CONSTRAINT idgen_registry_version_base_not_negative CHECK (version_base >= 0)
 );
 COMMENT ON TABLE idgen_private.idgen_registry IS
     'idgen''s registry as a whole: one row with its epoch.';
@@ -125,12 +126,15 @@ COMMENT ON COLUMN idgen_private.idgen_registry.singleton IS 'Always true: the ta
 COMMENT ON COLUMN idgen_private.idgen_registry.epoch IS
     'Incarnation of the registry: new at CREATE EXTENSION, raised by TRUNCATE system_nodes. A database backend whose lease was granted in another epoch drops it at its next lease check.';
 COMMENT ON COLUMN idgen_private.idgen_registry.created_at IS 'When this registry was created.';
+COMMENT ON COLUMN idgen_private.idgen_registry.version_base IS
+    'A row of a machine id never registered here starts at version_base + 1: drawn at random at CREATE EXTENSION (below 2^52), so that a node of a dropped registry, whose heartbeat names the version it holds, matches no row of a registry created again. 0 for a registry updated from before 0.7.0 (its rows start at 1, as they did).';
 -- A new registry grants at once: dropping one is refused while it guards anything (the
 -- event trigger idgen_drop_guard), so no holder of an earlier registry of this database
 -- can still be stamping.
-INSERT INTO idgen_private.idgen_registry (epoch, created_at)
+INSERT INTO idgen_private.idgen_registry (epoch, created_at, version_base)
 SELECT pg_catalog.floor(pg_catalog.random() OPERATOR(pg_catalog.*) 9007199254740991::float8)::bigint,
-       pg_catalog.clock_timestamp();
+       pg_catalog.clock_timestamp(),
+       pg_catalog.floor(pg_catalog.random() OPERATOR(pg_catalog.*) 4503599627370496::float8)::bigint;
 REVOKE ALL ON idgen_private.idgen_registry FROM PUBLIC;
 
 -- What the registry knows of rows removed by hand (DELETE, TRUNCATE): whoever held them

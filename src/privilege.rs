@@ -147,6 +147,11 @@ pub fn installed_has_layouts() -> bool {
     !WITHOUT_LAYOUTS.contains(&checked_installation().version.as_str())
 }
 
+/// Whether the installed registry draws the version its new rows start after (0.7.0 on, with the layouts).
+pub fn installed_draws_version_base() -> bool {
+    installed_has_layouts()
+}
+
 /// Whether the installed history records `watermark_behind` events.
 pub fn installed_history_records_watermark_behind() -> bool {
     checked_installation().version != WITHOUT_WATERMARK_BEHIND

@@ -181,6 +181,13 @@ statements! {
         FROM idgen_private.idgen_registry r
     "#;
 
+    /// The version a row of a machine id never registered in this registry starts after (objects of
+    /// 0.7.0 on; before, 0).
+    READ_VERSION_BASE() = r#"
+        SELECT r.version_base
+        FROM idgen_private.idgen_registry r
+    "#;
+
     /// Whether the service has its guard rows.
     GUARDS_EXIST(service: text) = r#"
         SELECT EXISTS (
@@ -512,12 +519,13 @@ statements! {
         LIMIT 1
     "#;
 
-    /// Claim step 2: inserts a machine id for the claimant if its guard is free. A machine id whose
-    /// row was removed by hand continues from its tombstone: its bound and a newer version.
+    /// Claim step 2: inserts a machine id for the claimant if its guard is free, at the version after
+    /// `version_base` ([`READ_VERSION_BASE`]). A machine id whose row was removed by hand continues from
+    /// its tombstone: its bound and a newer version.
     INSERT_UNREGISTERED(
         service: text, host: inet, port: integer, backend_slot: integer, lease: interval,
         tolerance: interval, takeback_age: interval, window: interval, machine_id: integer,
-        guard_bucket: integer,
+        guard_bucket: integer, version_base: bigint,
     ) = r#"
         WITH tomb AS (
             SELECT t.version, t.bound
@@ -528,7 +536,7 @@ statements! {
             INSERT INTO idgen_private.nodes
                 (service, machine_id, host, port, backend_slot, version, last_seen, lease_until, takeover_at, issued_until)
             SELECT $1, $9, $2, $3, $4,
-                COALESCE((SELECT tomb.version FROM tomb), 0) OPERATOR(pg_catalog.+) 1,
+                COALESCE((SELECT tomb.version FROM tomb), $11) OPERATOR(pg_catalog.+) 1,
                 t.now,
                 t.now OPERATOR(pg_catalog.+) $5,
                 t.now OPERATOR(pg_catalog.+) $7,

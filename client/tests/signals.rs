@@ -55,17 +55,20 @@ fn a_second_signal_during_the_release_lets_the_release_finish() {
     }
 }
 
-/// A line of `idgen-node`'s stderr with what differs from run to run made general: the machine id
-/// and the service's name.
+/// A line of `idgen-node`'s stderr with what differs from run to run made general: the machine id,
+/// the version (each registry draws where its versions start) and the service's name.
 fn general(line: &str) -> String {
-    let mut out = String::new();
-    let mut rest = line;
-    while let Some(at) = rest.find("machine id ") {
-        out.push_str(&rest[..at + "machine id ".len()]);
-        rest = rest[at + "machine id ".len()..].trim_start_matches(|c: char| c.is_ascii_digit());
-        out.push('N');
+    let mut out = line.to_owned();
+    for (number_after, stand_in) in [("machine id ", 'N'), ("at version ", 'V')] {
+        let (mut general, mut rest) = (String::new(), out.as_str());
+        while let Some(at) = rest.find(number_after) {
+            general.push_str(&rest[..at + number_after.len()]);
+            rest = rest[at + number_after.len()..].trim_start_matches(|c: char| c.is_ascii_digit());
+            general.push(stand_in);
+        }
+        general.push_str(rest);
+        out = general;
     }
-    out.push_str(rest);
     match (out.find("service \""), out.find("\" at version")) {
         (Some(start), Some(end)) if start < end => format!("{}service \"S{}", &out[..start], &out[end..]),
         _ => out,

@@ -293,7 +293,7 @@ pub fn could_be_stamped_by_now(stamp_ms: i64, now_ms: i64) -> bool {
 /// Who may have stamped `stamp_ms` with the machine id whose events these are.
 /// `history_complete` is true when no event of the service was purged (the
 /// first event of this id is then really its first).
-pub fn explain(events: &[Recorded], stamp_ms: i64, history_complete: bool) -> Finding {
+pub fn explain(events: &[Recorded], stamp_ms: i64, history_complete: bool, first_version: i64) -> Finding {
     let all = tenures(events);
     let covering: Vec<Tenure> = all.iter().filter(|t| t.covers(stamp_ms)).cloned().collect();
     match covering.len() {
@@ -303,7 +303,7 @@ pub fn explain(events: &[Recorded], stamp_ms: i64, history_complete: bool) -> Fi
     }
     let Some(first) = events.first() else { return Finding::NoHistory };
     let first_ms = all.first().map_or(first.at_ms, |t| t.after_ms);
-    if stamp_ms <= first_ms && !(history_complete && first_is_new(events)) {
+    if stamp_ms <= first_ms && !(history_complete && first_is_new(events, first_version)) {
         return Finding::BeforeHistory { first_ms };
     }
     let previous = all.iter().rev().find(|t| t.after_ms < stamp_ms).cloned();
@@ -311,11 +311,13 @@ pub fn explain(events: &[Recorded], stamp_ms: i64, history_complete: bool) -> Fi
     Finding::Unheld { previous, next }
 }
 
-fn first_is_new(events: &[Recorded]) -> bool {
-    events
-        .iter()
-        .find(|e| matches!(e.kind, EventKind::Claim | EventKind::TakeBack))
-        .is_some_and(|e| e.kind == EventKind::Claim && e.new_id && e.previous_holder.is_none() && e.version == Some(1))
+/// Whether the first claim of the history made the row: a new id at the registry's first version
+/// (`first_version`, the version after its version base). A later version means a tombstone: rows
+/// removed by hand had holders before.
+fn first_is_new(events: &[Recorded], first_version: i64) -> bool {
+    events.iter().find(|e| matches!(e.kind, EventKind::Claim | EventKind::TakeBack)).is_some_and(|e| {
+        e.kind == EventKind::Claim && e.new_id && e.previous_holder.is_none() && e.version == Some(first_version)
+    })
 }
 
 /// One row of `idgen_explain`: a finding, the tenure it names if any, and what it means.
@@ -445,7 +447,7 @@ mod tests {
     fn a_take_back_chain_names_each_holder_for_its_own_stamps() {
         // A claims at 100; B takes it back at 200 (A may have stamped until 150); C at 300 (B until 320).
         let events = [claim(100, 1, 1), take_back(200, 2, 2, 1, 150), take_back(300, 3, 3, 2, 320)];
-        let held = |stamp| match explain(&events, stamp, true) {
+        let held = |stamp| match explain(&events, stamp, true, 1) {
             Finding::Held(t) => (t.holder.port, t.version),
             other => panic!("{stamp}: {other:?}"),
         };
@@ -456,7 +458,7 @@ mod tests {
         assert_eq!(held(321), (3, 3));
         assert_eq!(held(10_000), (3, 3));
         // Between A's bound and B's start nobody stamped.
-        assert!(matches!(explain(&events, 170, true), Finding::Unheld { .. }));
+        assert!(matches!(explain(&events, 170, true, 1), Finding::Unheld { .. }));
         // Each tenure ends at or before the next one starts.
         assert!(tenures(&events).windows(2).all(|t| t[0].until_ms.is_some_and(|until| until <= t[1].after_ms)));
     }
@@ -464,23 +466,30 @@ mod tests {
     #[test]
     fn stamps_before_the_retained_history_are_said_to_be_unknown() {
         let events = [take_back(500, 2, 7, 1, 450)];
-        assert_eq!(explain(&events, 400, false), Finding::BeforeHistory { first_ms: 500 });
+        assert_eq!(explain(&events, 400, false, 1), Finding::BeforeHistory { first_ms: 500 });
         // A complete history that starts with a new id: nobody held it before.
         let events = [claim(500, 1, 1)];
-        assert!(matches!(explain(&events, 400, true), Finding::Unheld { previous: None, .. }));
-        assert_eq!(explain(&events, 400, false), Finding::BeforeHistory { first_ms: 500 });
+        assert!(matches!(explain(&events, 400, true, 1), Finding::Unheld { previous: None, .. }));
+        assert_eq!(explain(&events, 400, false, 1), Finding::BeforeHistory { first_ms: 500 });
         // A holder the update to 0.5.0 found at version 1: it may have stamped before.
         let found = Recorded { new_id: false, ..claim(500, 1, 1) };
-        assert_eq!(explain(&[found], 400, true), Finding::BeforeHistory { first_ms: 500 });
-        assert_eq!(explain(&[], 400, true), Finding::NoHistory);
+        assert_eq!(explain(&[found], 400, true, 1), Finding::BeforeHistory { first_ms: 500 });
+        assert_eq!(explain(&[], 400, true, 1), Finding::NoHistory);
+        // A registry's first version follows its version base; a later one means a tombstone (rows
+        // removed by hand had holders before).
+        let base = 4_000_000_000_000;
+        let events = [Recorded { new_id: true, ..claim(500, 1, base + 1) }];
+        assert!(matches!(explain(&events, 400, true, base + 1), Finding::Unheld { previous: None, .. }));
+        let events = [Recorded { new_id: true, ..claim(500, 1, base + 4) }];
+        assert_eq!(explain(&events, 400, true, base + 1), Finding::BeforeHistory { first_ms: 500 });
     }
 
     #[test]
     fn a_release_ends_a_tenure_at_its_watermark_and_a_reuse_after_it_starts_a_new_one() {
         let events = [claim(100, 1, 1), release(200, 210), claim(400, 1, 3)];
-        assert!(matches!(explain(&events, 205, true), Finding::Held(t) if t.version == 1));
-        assert!(matches!(explain(&events, 300, true), Finding::Unheld { .. }));
-        assert!(matches!(explain(&events, 401, true), Finding::Held(t) if t.version == 3));
+        assert!(matches!(explain(&events, 205, true, 1), Finding::Held(t) if t.version == 1));
+        assert!(matches!(explain(&events, 300, true, 1), Finding::Unheld { .. }));
+        assert!(matches!(explain(&events, 401, true, 1), Finding::Held(t) if t.version == 3));
     }
 
     #[test]
@@ -489,7 +498,7 @@ mod tests {
         let mut bad = take_back(200, 2, 2, 1, 250);
         bad.not_before_ms = Some(200);
         let events = [claim(100, 1, 1), bad];
-        match explain(&events, 220, true) {
+        match explain(&events, 220, true, 1) {
             Finding::Overlap(holders) => assert_eq!(holders.len(), 2),
             other => panic!("{other:?}"),
         }
@@ -512,9 +521,9 @@ mod tests {
         let all = tenures(&events);
         assert_eq!(all.len(), 2, "{all:?}");
         assert_eq!((all[0].until_ms, all[0].end_assumed), (Some(350), false), "its end is recorded, not assumed");
-        assert!(matches!(explain(&events, 300, true), Finding::Held(t) if t.version == 1 && t.holder.port == 1));
-        assert!(matches!(explain(&events, 401, true), Finding::Held(t) if t.version == 2 && t.holder.port == 1));
-        assert!(matches!(explain(&events, 380, true), Finding::Unheld { .. }));
+        assert!(matches!(explain(&events, 300, true, 1), Finding::Held(t) if t.version == 1 && t.holder.port == 1));
+        assert!(matches!(explain(&events, 401, true, 1), Finding::Held(t) if t.version == 2 && t.holder.port == 1));
+        assert!(matches!(explain(&events, 380, true, 1), Finding::Unheld { .. }));
         assert!(EventKind::Restart.is_gain() && !EventKind::Restart.is_refused_claim());
     }
 
@@ -525,7 +534,7 @@ mod tests {
         let first = &tenures(&events)[0];
         assert_eq!(first.until_ms, Some(300));
         assert!(first.end_assumed);
-        assert!(matches!(explain(&events, 301, true), Finding::Held(t) if t.holder.port == 2));
+        assert!(matches!(explain(&events, 301, true, 1), Finding::Held(t) if t.holder.port == 2));
     }
 
     #[test]

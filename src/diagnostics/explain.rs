@@ -66,6 +66,9 @@ fn idgen_explain(
     let rows = crate::privilege::with_pinned_search_path(|| {
         Spi::connect_mut(|client| {
             let mut rows: Vec<ExplainRow> = Vec::new();
+            // The registry's own table: read as its owner (the caller may read only the views).
+            let first_version =
+                crate::privilege::as_extension_owner(|| crate::registry::store::read_version_base(client)) + 1;
             for (service, purged, layout) in services_of(client, id, service) {
                 // An ID of another layout, or of a time no holder could have stamped yet: not this service's.
                 let Ok(parts) = layout.decompose(id) else { continue };
@@ -75,7 +78,11 @@ fn idgen_explain(
                 }
                 let machine_id = i32::from(parts.machine_id);
                 let events = events_of(client, &service, machine_id);
-                let finding = if events.is_empty() { None } else { Some(history::explain(&events, stamp_ms, !purged)) };
+                let finding = if events.is_empty() {
+                    None
+                } else {
+                    Some(history::explain(&events, stamp_ms, !purged, first_version))
+                };
                 let explained = match &finding {
                     Some(finding) => history::explained(finding, &service, machine_id, stamp_ms),
                     None => match registry_only(client, &service, machine_id) {

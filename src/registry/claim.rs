@@ -404,13 +404,17 @@ fn never_registered(client: &mut SpiClient, cx: &Context) -> Option<ClaimedRow> 
     let contiguous = first <= hint.max(pool_first);
     let mut from = if contiguous { first.max(hint) } else { first };
     let mut unseen: Option<i32> = None;
+    let version_base = store::read_version_base(client);
     while from <= last {
         let to = from.saturating_add(UNREGISTERED_BATCH - 1).min(last);
         for (machine_id, tombstone_ahead) in
             store::unregistered_machine_ids(client, &cx.node.service, from, to, &cx.times)
         {
-            let row =
-                if tombstone_ahead { None } else { store::insert_unregistered(client, cx.node, machine_id, &cx.times) };
+            let row = if tombstone_ahead {
+                None
+            } else {
+                store::insert_unregistered(client, cx.node, machine_id, &cx.times, version_base)
+            };
             let Some(row) = row else {
                 unseen.get_or_insert(machine_id);
                 continue;

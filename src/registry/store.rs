@@ -110,6 +110,17 @@ pub fn read_epoch(client: &mut SpiClient) -> i64 {
         .unwrap_or_else(|| panic!("idgen: idgen_private.idgen_registry has no row; reinstall the extension"))
 }
 
+/// The version a row never registered in this registry starts after: drawn for each registry, so
+/// that versions of a registry created again never meet those its predecessor's nodes hold (objects
+/// before 0.7.0 keep none: 0, their rows start at 1).
+pub fn read_version_base(client: &mut SpiClient) -> i64 {
+    if !crate::privilege::installed_draws_version_base() {
+        return 0;
+    }
+    first_value(run(client, &sql::READ_VERSION_BASE, Some(1), &[]))
+        .unwrap_or_else(|| panic!("idgen: idgen_private.idgen_registry has no row; reinstall the extension"))
+}
+
 /// Whether `service` has its guard rows yet.
 pub fn guards_exist(client: &mut SpiClient, service: &str) -> bool {
     first_value::<bool>(run(client, &sql::GUARDS_EXIST, Some(1), &[text(service)])).unwrap_or(false)
@@ -233,6 +244,7 @@ pub fn insert_unregistered(
     node: &NodeIdentity,
     machine_id: i32,
     times: &ClaimTerms,
+    version_base: i64,
 ) -> Option<ClaimedRow> {
     let mut args = identity_args(node);
     args.extend([
@@ -242,6 +254,7 @@ pub fn insert_unregistered(
         millis(times.window_ms),
         machine_id.into(),
         guard::new_id_guard(machine_id).into(),
+        version_base.into(),
     ]);
     first_row(run(client, &sql::INSERT_UNREGISTERED, None, &args)).map(|row| claimed_row(&row))
 }

@@ -128,8 +128,9 @@ pub fn with_database(text: &str, database: &str) -> String {
 }
 
 /// The statements of a block, one by one, as psql sends them: a statement ends with a line ending
-/// in `;` (comments aside) outside a `$$` body; a line starting with `\` is a meta-command of its
-/// own. Each statement comes with the comment lines that follow it up to the next statement.
+/// in `;` or in `\gset [prefix]` (comments aside) outside a `$$` body; a line starting with `\` is a
+/// meta-command of its own. Each statement comes with the comment lines that follow it up to the
+/// next statement.
 pub fn statements(block: &str) -> Vec<String> {
     let (mut statements, mut current, mut in_body) = (Vec::new(), String::new(), false);
     for line in block.lines() {
@@ -154,13 +155,57 @@ pub fn statements(block: &str) -> Vec<String> {
         current.push_str(line);
         current.push('\n');
         in_body ^= line.matches("$$").count() % 2 == 1;
-        if !in_body && code.trim_end().ends_with(';') {
+        if !in_body && (code.trim_end().ends_with(';') || gset(code).is_some()) {
             statements.push(std::mem::take(&mut current));
         }
     }
     assert!(is_comment_only(&current), "the block ends inside a statement: {current:?}");
     attach_comments(&mut statements, &mut current);
     statements
+}
+
+/// A statement line's query and the prefix of its `\gset` (psql: the row's columns become
+/// variables `prefix` + column name), or None when it does not end with `\gset`.
+pub fn gset(code: &str) -> Option<(&str, &str)> {
+    let (query, meta) = code.trim_end().rsplit_once('\\')?;
+    let mut words = meta.split_whitespace();
+    (words.next() == Some("gset")).then(|| (query, words.next().unwrap_or("")))
+}
+
+/// `sql` with psql's variables put in: `:'name'` as a quoted literal and `:name` as it is, for the
+/// variables set (`::` casts and names not set stay as they are, as in psql).
+pub fn interpolate(sql: &str, variables: &std::collections::BTreeMap<String, String>) -> String {
+    let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let (mut out, mut rest) = (String::new(), sql);
+    while let Some(at) = rest.find(':') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        if after.starts_with(':') {
+            out.push_str("::");
+            rest = &after[1..];
+            continue;
+        }
+        let quoted = after.starts_with('\'');
+        let name_start = if quoted { &after[1..] } else { after };
+        let name: String = name_start.chars().take_while(|c| is_word(*c)).collect();
+        let closed = !quoted || name_start[name.len()..].starts_with('\'');
+        match variables.get(&name).filter(|_| !name.is_empty() && closed) {
+            Some(value) if quoted => {
+                out.push_str(&format!("'{}'", value.replace('\'', "''")));
+                rest = &name_start[name.len() + 1..];
+            }
+            Some(value) => {
+                out.push_str(value);
+                rest = &name_start[name.len()..];
+            }
+            None => {
+                out.push(':');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 fn is_comment_only(text: &str) -> bool {

@@ -293,6 +293,22 @@ pub fn drop_registry(client: &mut Client, sql: &str) -> Result<(), postgres::Err
     }
 }
 
+/// The version a machine id's first row in this database's registry has: each registry draws the
+/// base its versions start after (`idgen_registry.version_base`; 0 for objects before 0.7.0). Read
+/// as a superuser.
+pub fn first_version(client: &mut Client) -> i64 {
+    let row = client
+        .query_one(
+            "SELECT CASE WHEN EXISTS (SELECT FROM pg_attribute
+                                       WHERE attrelid = 'idgen_private.idgen_registry'::regclass AND attname = 'version_base')
+                         THEN (SELECT (to_jsonb(r) ->> 'version_base')::bigint FROM idgen_private.idgen_registry r)
+                         ELSE 0 END + 1",
+            &[],
+        )
+        .unwrap();
+    row.get(0)
+}
+
 /// Fills every machine id 0..=1023 of `service` that has no row with a fresh,
 /// busy holder at 192.0.2.x, so that only take-back tiers remain.
 pub fn fill_registry(client: &mut Client, service: &str) {

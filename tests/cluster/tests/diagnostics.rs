@@ -253,7 +253,7 @@ fn events_that_come_with_an_error_are_recorded_though_the_caller_rolls_back() {
         .query_one("SELECT detail FROM idgen_events WHERE event = 'ownership_lost' ORDER BY event_id LIMIT 1", &[])
         .unwrap()
         .get(0);
-    assert!(told.contains(" at version 1. It is now held by "), "{told}");
+    assert!(told.contains(&format!(" at version {}. It is now held by ", a.version)), "{told}");
     let counted = admin
         .query_one("SELECT ownership_losses, refused_claims FROM idgen_metrics WHERE service = 'svc'", &[])
         .unwrap();

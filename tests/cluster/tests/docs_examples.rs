@@ -9,7 +9,9 @@
 //! SQL and in the output shown is replaced by that database's name), with idgen installed; a page
 //! whose first example starts with `CREATE DATABASE shop;` starts from the cluster's `postgres`
 //! database instead and creates it. Statements run one at a time, as psql sends them; `\c NAME`
-//! connects to NAME. The output shown is the comment lines right after a statement, as psql prints
+//! connects to NAME; a query ending in `\gset [prefix]` prints nothing and sets a variable per
+//! column of its one row, which `:name` and `:'name'` put into later statements (a node keeps the
+//! version its claim returned: each registry draws its own). The output shown is the comment lines right after a statement, as psql prints
 //! it: a table (header, separator, rows, and optionally `(N rows)`), and the messages
 //! (`ERROR:  …`, `WARNING:  …`, `NOTICE:  …`, with their `DETAIL:` and `HINT:` if shown). A
 //! statement that fails must show its `ERROR:`; every WARNING and NOTICE must be shown. In a
@@ -18,7 +20,7 @@
 //! character must be what psql prints (cells compare trimmed).
 
 use idgen_cluster_tests::docs::{
-    doc_block, pages, repository_root, sql_blocks, statements, with_database, Page, SqlBlock,
+    doc_block, gset, interpolate, pages, repository_root, sql_blocks, statements, with_database, Page, SqlBlock,
 };
 use idgen_cluster_tests::*;
 use postgres::error::DbError;
@@ -87,7 +89,7 @@ fn code_and_shown(statement: &str) -> (String, Shown) {
         if !code.trim().is_empty() {
             end = i;
         }
-        if !in_body && (code.trim_end().ends_with(';') || line.trim_start().starts_with('\\')) {
+        if !in_body && (code.trim_end().ends_with(';') || gset(code).is_some() || line.trim_start().starts_with('\\')) {
             break;
         }
     }
@@ -358,9 +360,23 @@ fn run_page(page: &Page, examples: &[SqlBlock]) -> Vec<String> {
         Session::connect(&db.name)
     };
     let mut problems = Vec::new();
+    let mut variables = std::collections::BTreeMap::new();
     for block in examples {
         for statement in statements(&with_database(&block.sql, &db.name)) {
             let (code, shown) = code_and_shown(&statement);
+            let code = interpolate(&code, &variables);
+            if let Some((query, prefix)) = gset(&code) {
+                // psql prints nothing: the one row's columns become variables.
+                match run_statement(&mut session, query) {
+                    (Ok(table), _) if table.rows.len() == 1 => {
+                        for (column, value) in table.header.iter().zip(&table.rows[0]) {
+                            variables.insert(format!("{prefix}{column}"), value.clone());
+                        }
+                    }
+                    (result, _) => problems.push(format!("{}: {query} \\gset: {result:?}", block.place)),
+                }
+                continue;
+            }
             if let Some(command) = code.trim().strip_prefix('\\') {
                 match command.split_whitespace().collect::<Vec<_>>().as_slice() {
                     ["c", database] => session = Session::connect(database),
@@ -642,4 +658,14 @@ fn the_checker_tells_a_drifted_example_from_a_true_one() {
     // psql's statement splitting: a $$ body is one statement, a meta-command is one of its own.
     let split = statements("\\c shop\nDO $$\nBEGIN\n  PERFORM 1;\nEND\n$$;\nSELECT 1;  -- one\n");
     assert_eq!(split.len(), 3, "{split:?}");
+    // \gset ends a query and sets variables, which later statements use as psql does.
+    let split = statements("SELECT 1 AS version \\gset node_\nSELECT :node_version::int, :'node_version';\n");
+    assert_eq!(split.len(), 2, "{split:?}");
+    assert_eq!(gset(split[0].trim()), Some(("SELECT 1 AS version ", "node_")));
+    assert_eq!(gset("SELECT 1;"), None);
+    let variables = [("node_version".to_owned(), "4'2".to_owned())].into_iter().collect();
+    assert_eq!(
+        interpolate("SELECT :node_version::int, :'node_version', :unset, a::text;", &variables),
+        "SELECT 4'2::int, '4''2', :unset, a::text;"
+    );
 }

@@ -365,3 +365,28 @@ fn a_backend_of_a_dropped_registry_issues_nothing_under_its_window_when_the_cloc
     );
     cluster.set("+0");
 }
+
+#[test]
+fn a_node_of_a_dropped_registry_matches_no_row_of_the_registry_created_again() {
+    // A service node is cut off; once its lease has passed, the DROP goes through, and the registry
+    // is created again. A second process with the node's identity (a supervisor's restart) claims
+    // there and gets the same machine id. When the first process's heartbeat comes through, it
+    // names the version it holds: it must match nothing, or both would mint on one machine id
+    // (simulation finding F3). Versions of rows never registered start at a base drawn for each
+    // registry, so the new row's version is not the old one's.
+    let (cluster, _turn) = clock_cluster_turn();
+    let db = TestDb::create_on(&cluster.dsn, "drop_versions");
+    let mut admin = db.connect();
+    let first = claim(&mut admin, "svc", "10.0.0.1", 1).unwrap();
+    // Two hours on: the node's lease and take-back time have passed, and nothing guards the DROP.
+    cluster.offset(7_200.0);
+    drop_registry(&mut admin, "DROP EXTENSION idgen; CREATE EXTENSION idgen").unwrap();
+    let twin = claim(&mut admin, "svc", "10.0.0.1", 1).unwrap();
+    assert_eq!(twin.machine_id, first.machine_id, "the same machine id for the same identity");
+    let err = heartbeat(&mut admin, "svc", first.machine_id, "10.0.0.1", 1, first.version)
+        .expect_err("the dropped registry's node matched the new row");
+    assert_eq!(sqlstate(&err), "55000", "{err:?}");
+    // The twin's own heartbeat is its, as ever.
+    heartbeat(&mut admin, "svc", twin.machine_id, "10.0.0.1", 1, twin.version).unwrap();
+    cluster.set("+0");
+}

@@ -22,12 +22,12 @@ fn registry_rows_survive_pg_dump_and_restore() {
             .map(|r| r.get(0))
             .collect()
     };
-    claim(&mut client, "svc", "10.0.0.1", 1).unwrap();
-    claim(&mut client, "svc", "10.0.0.2", 2).unwrap();
+    let a = claim(&mut client, "svc", "10.0.0.1", 1).unwrap();
+    let b = claim(&mut client, "svc", "10.0.0.2", 2).unwrap();
     // The first node restarts gracefully: it releases, and claims its id back.
-    release(&mut client, "svc", 0, "10.0.0.1", 1, 1).unwrap();
+    assert!(release(&mut client, "svc", a.machine_id, "10.0.0.1", 1, a.version).unwrap());
     claim(&mut client, "svc", "10.0.0.1", 1).unwrap();
-    release(&mut client, "svc", 1, "10.0.0.2", 2, 1).unwrap();
+    assert!(release(&mut client, "svc", b.machine_id, "10.0.0.2", 2, b.version).unwrap());
     let before = registry_snapshot(&mut client);
     let history = |c: &mut postgres::Client| -> Vec<String> {
         c.query("SELECT concat_ws(' ', event_id, event, service, machine_id, version, outcome, holder) FROM idgen_events ORDER BY event_id", &[])
@@ -75,10 +75,11 @@ fn registry_rows_survive_pg_dump_and_restore() {
     // The ownership history survives too, and goes on after the last restored event.
     assert_eq!(history(&mut restored), events_before);
 
-    // And the restored registry works: the first node heartbeats at version 3.
-    heartbeat(&mut restored, "svc", 0, "10.0.0.1", 1, 3).unwrap();
-    release(&mut restored, "svc", 0, "10.0.0.1", 1, 3).unwrap();
+    // And the restored registry works: the first node heartbeats at the version its claim back got
+    // (two after its first: the release counted one).
+    heartbeat(&mut restored, "svc", 0, "10.0.0.1", 1, a.version + 2).unwrap();
+    assert!(release(&mut restored, "svc", 0, "10.0.0.1", 1, a.version + 2).unwrap());
     let after = history(&mut restored);
     assert_eq!(after.len(), 7);
-    assert!(after[6].starts_with("7 release svc 0 4 "), "{after:?}");
+    assert!(after[6].starts_with(&format!("7 release svc 0 {} ", a.version + 3)), "{after:?}");
 }

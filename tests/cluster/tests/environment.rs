@@ -31,9 +31,11 @@ fn idgen_works_when_installed_in_a_schema_of_its_own() {
     let db = TestDb::create("own_schema");
     let mut client = db.connect();
     drop_registry(&mut client, "DROP EXTENSION idgen; CREATE SCHEMA ids; CREATE EXTENSION idgen SCHEMA ids").unwrap();
-    let row = client.query_one("SELECT machine_id, outcome FROM ids.idgen_claim('svc', '10.0.0.1', 1)", &[]).unwrap();
+    let row = client
+        .query_one("SELECT machine_id, outcome, version FROM ids.idgen_claim('svc', '10.0.0.1', 1)", &[])
+        .unwrap();
     assert_eq!((row.get::<_, i32>(0), row.get::<_, String>(1)), (0, "new".to_owned()));
-    client.batch_execute("SELECT ids.idgen_heartbeat('svc', 0::smallint, '10.0.0.1', 1, 1)").unwrap();
+    client.query_one("SELECT ids.idgen_heartbeat('svc', 0, '10.0.0.1', 1, $1)", &[&row.get::<_, i64>(2)]).unwrap();
     let count: i64 = client.query_one("SELECT count(*) FROM ids.system_nodes", &[]).unwrap().get(0);
     assert_eq!(count, 1);
 }

@@ -10,8 +10,9 @@ fn after_a_takeover_the_old_holders_heartbeat_fails_with_55000() {
 
     let mut old = db.connect();
     let a = claim(&mut old, "svc", "10.0.0.1", 1).unwrap();
-    assert_eq!((a.machine_id, a.version), (7, 1));
-    heartbeat(&mut old, "svc", 7, "10.0.0.1", 1, 1).unwrap();
+    let v1 = first_version(&mut admin);
+    assert_eq!((a.machine_id, a.version), (7, v1));
+    heartbeat(&mut old, "svc", 7, "10.0.0.1", 1, v1).unwrap();
 
     // Two hours of silence: its last heartbeat (and the watermark it left) move back as time passing would.
     set_idle(&mut admin, "2 hours", "machine_id = 7");
@@ -20,29 +21,32 @@ fn after_a_takeover_the_old_holders_heartbeat_fails_with_55000() {
         .unwrap();
     let mut new = db.connect();
     let b = claim(&mut new, "svc", "10.0.0.2", 2).unwrap();
-    assert_eq!((b.machine_id, b.version, b.outcome.as_str()), (7, 2, "idle_1h"));
+    assert_eq!((b.machine_id, b.version, b.outcome.as_str()), (7, v1 + 1, "idle_1h"));
 
-    let err = heartbeat(&mut old, "svc", 7, "10.0.0.1", 1, 1).unwrap_err();
+    let err = heartbeat(&mut old, "svc", 7, "10.0.0.1", 1, v1).unwrap_err();
     let e = db_error(&err);
     assert_eq!(e.code().code(), "55000");
     assert_eq!(
         e.message(),
-        "idgen_heartbeat: machine id 7 of service \"svc\" is no longer held by 10.0.0.1:1 at version 1"
+        format!("idgen_heartbeat: machine id 7 of service \"svc\" is no longer held by 10.0.0.1:1 at version {v1}")
     );
     assert!(
-        e.detail().unwrap().starts_with("It is now held by 10.0.0.2:2 at version 2, last seen "),
+        e.detail().unwrap().starts_with(&format!("It is now held by 10.0.0.2:2 at version {}, last seen ", v1 + 1)),
         "{:?}",
         e.detail()
     );
     assert!(e.hint().unwrap().contains("exit"));
 
-    heartbeat(&mut new, "svc", 7, "10.0.0.2", 2, 2).unwrap();
+    heartbeat(&mut new, "svc", 7, "10.0.0.2", 2, v1 + 1).unwrap();
     // The old holder cannot release what it lost either.
-    assert!(!release(&mut old, "svc", 7, "10.0.0.1", 1, 1).unwrap());
+    assert!(!release(&mut old, "svc", 7, "10.0.0.1", 1, v1).unwrap());
     let row = admin
         .query_one("SELECT host::text, version, released_at IS NULL FROM system_nodes WHERE machine_id = 7", &[])
         .unwrap();
-    assert_eq!((row.get::<_, String>(0), row.get::<_, i64>(1), row.get::<_, bool>(2)), ("10.0.0.2/32".into(), 2, true));
+    assert_eq!(
+        (row.get::<_, String>(0), row.get::<_, i64>(1), row.get::<_, bool>(2)),
+        ("10.0.0.2/32".into(), v1 + 1, true)
+    );
 }
 
 #[test]
@@ -56,7 +60,7 @@ fn a_second_process_with_the_same_identity_gets_another_id_and_fences_the_first(
     let second = claim(&mut fresh, "svc", "10.0.0.1", 1).unwrap();
     assert_ne!(second.machine_id, first.machine_id);
     assert_eq!(second.outcome, "new");
-    let err = heartbeat(&mut stale, "svc", first.machine_id, "10.0.0.1", 1, 1).unwrap_err();
+    let err = heartbeat(&mut stale, "svc", first.machine_id, "10.0.0.1", 1, first.version).unwrap_err();
     assert_eq!(sqlstate(&err), "55000");
     assert!(db_error(&err).detail().unwrap().starts_with("It was released at "), "{err:?}");
     heartbeat(&mut fresh, "svc", second.machine_id, "10.0.0.1", 1, second.version).unwrap();
@@ -92,9 +96,10 @@ fn a_released_id_cools_down_for_others_but_not_for_its_holder() {
     let mut b = db.connect();
 
     let first = claim(&mut a, "svc", "10.0.0.1", 1).unwrap();
-    assert_eq!((first.machine_id, first.version), (5, 1));
-    assert!(release(&mut a, "svc", 5, "10.0.0.1", 1, 1).unwrap());
-    let err = heartbeat(&mut a, "svc", 5, "10.0.0.1", 1, 1).unwrap_err();
+    let v1 = first_version(&mut admin);
+    assert_eq!((first.machine_id, first.version), (5, v1));
+    assert!(release(&mut a, "svc", 5, "10.0.0.1", 1, v1).unwrap());
+    let err = heartbeat(&mut a, "svc", 5, "10.0.0.1", 1, v1).unwrap_err();
     assert_eq!(sqlstate(&err), "55000", "a released lease is over");
     assert!(db_error(&err).detail().unwrap().starts_with("It was released at "));
 
@@ -102,8 +107,8 @@ fn a_released_id_cools_down_for_others_but_not_for_its_holder() {
     assert_eq!(sqlstate(&claim(&mut b, "svc", "10.0.0.2", 2).unwrap_err()), "53000");
     // ...but its holder may claim it straight back.
     let back = claim(&mut a, "svc", "10.0.0.1", 1).unwrap();
-    assert_eq!((back.machine_id, back.version, back.outcome.as_str()), (5, 3, "reused"));
-    assert!(release(&mut a, "svc", 5, "10.0.0.1", 1, 3).unwrap());
+    assert_eq!((back.machine_id, back.version, back.outcome.as_str()), (5, v1 + 2, "reused"));
+    assert!(release(&mut a, "svc", 5, "10.0.0.1", 1, v1 + 2).unwrap());
     let margin: String = admin
         .query_one("SELECT (issued_until - released_at)::text FROM system_nodes WHERE machine_id = 5", &[])
         .unwrap()
@@ -124,12 +129,12 @@ fn a_released_id_cools_down_for_others_but_not_for_its_holder() {
         )
         .unwrap();
     let taken = (row.get::<_, i32>(0), row.get::<_, i64>(1), row.get::<_, String>(2));
-    assert_eq!(taken, (5, 5, "released".to_owned()));
+    assert_eq!(taken, (5, v1 + 4, "released".to_owned()));
     assert!(row.get::<_, bool>(3), "not_before is the released holder's watermark");
     // Releasing what you no longer hold changes nothing and warns.
     let (mut a2, notices) = db.connect_recording();
     let before = registry_snapshot(&mut admin);
-    assert!(!release(&mut a2, "svc", 5, "10.0.0.1", 1, 4).unwrap());
+    assert!(!release(&mut a2, "svc", 5, "10.0.0.1", 1, v1 + 3).unwrap());
     assert_eq!(registry_snapshot(&mut admin), before);
     let warnings = notices.take();
     assert_eq!(warnings.len(), 1);

@@ -326,22 +326,26 @@ fn call_everything(attacker: &mut Client, admin: &mut Client, observer: &mut Cli
         c.query_one(&format!("SELECT machine_id, version, outcome FROM {ext}.idgen_claim('svc', '{host}', 1)"), &[])
             .map(|r| (r.get(0), r.get(1), r.get(2)))
     };
-    assert_eq!(claim(attacker, "10.0.0.1").unwrap(), (0, 1, "new".to_owned()));
-    attacker.query_one(&format!("SELECT {ext}.idgen_heartbeat('svc', 0::smallint, '10.0.0.1', 1, 1)"), &[]).unwrap();
+    let v1 = first_version(observer);
+    assert_eq!(claim(attacker, "10.0.0.1").unwrap(), (0, v1, "new".to_owned()));
+    attacker.query_one(&format!("SELECT {ext}.idgen_heartbeat('svc', 0::smallint, '10.0.0.1', 1, {v1})"), &[]).unwrap();
     attacker
         .query_one(
-            &format!("SELECT {ext}.idgen_heartbeat('svc', 0::smallint, '10.0.0.1', 1, 1, pg_catalog.now())"),
+            &format!("SELECT {ext}.idgen_heartbeat('svc', 0::smallint, '10.0.0.1', 1, {v1}, pg_catalog.now())"),
             &[],
         )
         .unwrap();
     attacker
-        .query_one(&format!("SELECT {ext}.idgen_release('svc', 0::smallint, '10.0.0.1', 1, 1, pg_catalog.now())"), &[])
+        .query_one(
+            &format!("SELECT {ext}.idgen_release('svc', 0::smallint, '10.0.0.1', 1, {v1}, pg_catalog.now())"),
+            &[],
+        )
         .unwrap();
     let stale = attacker
-        .query_one(&format!("SELECT {ext}.idgen_heartbeat('svc', 0::smallint, '10.0.0.1', 1, 1)"), &[])
+        .query_one(&format!("SELECT {ext}.idgen_heartbeat('svc', 0::smallint, '10.0.0.1', 1, {v1})"), &[])
         .unwrap_err();
     assert_eq!(sqlstate(&stale), "55000");
-    assert_eq!(claim(attacker, "10.0.0.1").unwrap(), (0, 3, "reused".to_owned()));
+    assert_eq!(claim(attacker, "10.0.0.1").unwrap(), (0, v1 + 2, "reused".to_owned()));
     let twin = claim(attacker, "10.0.0.1").unwrap();
     assert_eq!((twin.0, twin.2.as_str()), (1, "new"), "the twin takes another id");
     observer

@@ -325,7 +325,8 @@ fn a_node_claims_the_machine_id_it_already_uses_only_when_nobody_else_may_hold_i
         e.message(),
         "idgen_claim: machine id 40000 of service \"fleet\" is in use; 10.0.9.9:8080 cannot take it"
     );
-    assert!(e.detail().unwrap().starts_with("It is held by 10.0.156.64:8080 at version 1, last seen "), "{e:?}");
+    let held_by = format!("It is held by 10.0.156.64:8080 at version {}, last seen ", node.version);
+    assert!(e.detail().unwrap().starts_with(&held_by), "{e:?}");
     heartbeat(&mut admin, "fleet", 40_000, "10.0.156.64", 8080, node.version).unwrap();
     // The holder itself gets it back (a restart after a release), after its watermark.
     release(&mut admin, "fleet", 40_000, "10.0.156.64", 8080, node.version).unwrap();

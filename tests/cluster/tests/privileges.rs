@@ -36,18 +36,21 @@ fn a_service_role_needs_a_grant_and_never_writes_the_table_directly() {
 
     // The grant docs/security.md tells a DBA to give.
     admin.batch_execute(&format!("SELECT idgen_grant_service('svc', '{SERVICE_ROLE}')")).unwrap();
+    let v1 = first_version(&mut admin);
     as_service_role(
         &mut admin,
-        "SELECT * FROM idgen_claim('svc', '10.0.0.1', 1);
-         SELECT idgen_heartbeat('svc', 0::smallint, '10.0.0.1', 1, 1);
-         SELECT idgen_release('svc', 0::smallint, '10.0.0.1', 1, 1);",
+        &format!(
+            "SELECT * FROM idgen_claim('svc', '10.0.0.1', 1);
+             SELECT idgen_heartbeat('svc', 0::smallint, '10.0.0.1', 1, {v1});
+             SELECT idgen_release('svc', 0::smallint, '10.0.0.1', 1, {v1});"
+        ),
     )
     .unwrap();
     for sql in ["SELECT * FROM system_nodes", "UPDATE system_nodes SET version = 99", "DELETE FROM system_nodes"] {
         assert_eq!(sqlstate(&as_service_role(&mut admin, sql).expect_err(sql)), "42501", "{sql}");
     }
     let version: i64 = admin.query_one("SELECT version FROM system_nodes", &[]).unwrap().get(0);
-    assert_eq!(version, 2, "claimed at 1, released to 2, through the functions only");
+    assert_eq!(version, v1 + 1, "claimed at the first version, released to the next, through the functions only");
     settings_are_for_superusers_only(&db);
     admin.batch_execute(&format!("SELECT idgen_revoke_service('svc', '{SERVICE_ROLE}'); REVOKE ALL ON FUNCTION idgen_claim(text, inet, integer), idgen_heartbeat(text, integer, inet, integer, bigint, timestamptz, bigint, bigint, bigint), idgen_release(text, integer, inet, integer, bigint, timestamptz) FROM {SERVICE_ROLE}")).unwrap();
 }

@@ -29,7 +29,10 @@ SELECT string_agg(line, E'\\n' ORDER BY line) FROM (
   UNION ALL SELECT 'acl ' || p.oid::regprocedure::text || ' '
          || coalesce((SELECT string_agg(a::text, ',' ORDER BY a::text) FROM unnest(p.proacl) a), 'default') FROM member m
     JOIN pg_proc p ON p.oid = m.objid AND m.classid = 'pg_proc'::regclass
-  UNION ALL SELECT format('column %s.%s %s %s %s %s -- %s', c.relname, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod),
+  UNION ALL SELECT format('column %s.%s %s %s %s %s -- %s', c.relname,
+         -- The column's place among the live ones (what SELECT * shows): an update's dropped columns keep their numbers.
+         (SELECT count(*) FROM pg_attribute b WHERE b.attrelid = c.oid AND b.attnum > 0 AND NOT b.attisdropped AND b.attnum <= a.attnum),
+         a.attname, format_type(a.atttypid, a.atttypmod),
          a.attnotnull, coalesce(pg_get_expr(ad.adbin, ad.adrelid), ''), coalesce(col_description(c.oid, a.attnum), ''))
     FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
     LEFT JOIN pg_attrdef ad ON ad.adrelid = c.oid AND ad.adnum = a.attnum
