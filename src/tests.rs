@@ -14,26 +14,33 @@ mod tests {
         Spi::get_one::<T>(sql).expect("query failed").expect("query returned NULL")
     }
 
+    /// The version of a machine id's first row in this registry: each registry draws the base its
+    /// versions start after.
+    fn first_version() -> i64 {
+        one::<i64>("SELECT version_base + 1 FROM idgen_private.idgen_registry")
+    }
+
     #[pg_test]
     fn a_released_node_gets_its_id_back_at_a_new_version() {
         let first = one::<String>(
             "SELECT format('%s/%s/%s', machine_id, version, outcome) FROM idgen_claim('svc', '10.0.0.5', 8080)",
         );
-        assert_eq!(first, "0/1/new");
+        let v1 = first_version();
+        assert_eq!(first, format!("0/{v1}/new"));
         let other = one::<String>(
             "SELECT format('%s/%s/%s', machine_id, version, outcome) FROM idgen_claim('svc', '10.0.0.6', 8080)",
         );
-        assert_eq!(other, "1/1/new");
-        Spi::run("SELECT idgen_release('svc', 0::smallint, '10.0.0.5', 8080, 1)").unwrap();
+        assert_eq!(other, format!("1/{v1}/new"));
+        Spi::run(&format!("SELECT idgen_release('svc', 0::smallint, '10.0.0.5', 8080, {v1})")).unwrap();
         let again = one::<String>(
             "SELECT format('%s/%s/%s', machine_id, version, outcome) FROM idgen_claim('svc', '10.0.0.5', 8080)",
         );
-        assert_eq!(again, "0/3/reused");
+        assert_eq!(again, format!("0/{}/reused", v1 + 2));
         // Claimed again while it holds the id: the row may be a live twin's, so it takes another.
         let twin = one::<String>(
             "SELECT format('%s/%s/%s', machine_id, version, outcome) FROM idgen_claim('svc', '10.0.0.5', 8080)",
         );
-        assert_eq!(twin, "2/1/new");
+        assert_eq!(twin, format!("2/{v1}/new"));
         // Services have separate id spaces.
         let elsewhere =
             one::<String>("SELECT format('%s/%s', machine_id, outcome) FROM idgen_claim('billing', '10.0.0.5', 8080)");
@@ -51,7 +58,10 @@ mod tests {
         };
         let until = one::<String>("SELECT lease_until::text FROM idgen_claim('lease', '10.0.0.5', 8080)");
         assert_eq!(lease_after_last_seen(until), "00:55:00");
-        let until = one::<String>("SELECT idgen_heartbeat('lease', 0::smallint, '10.0.0.5', 8080, 1)::text");
+        let until = one::<String>(&format!(
+            "SELECT idgen_heartbeat('lease', 0::smallint, '10.0.0.5', 8080, {})::text",
+            first_version()
+        ));
         assert_eq!(lease_after_last_seen(until), "00:55:00");
         let later = one::<bool>("SELECT last_seen > now() FROM system_nodes WHERE service = 'lease'");
         assert!(later, "last_seen is the write's own time, after the transaction began");
@@ -62,7 +72,8 @@ mod tests {
         Spi::run("SELECT idgen_claim('stale', '10.0.0.5', 8080)").unwrap();
         Spi::run("SELECT idgen_claim('stale', '10.0.0.5', 8080)").unwrap();
         let result = PgTryBuilder::new(|| {
-            Spi::run("SELECT idgen_heartbeat('stale', 0::smallint, '10.0.0.5', 8080, 1)").map(|_| "renewed".to_owned())
+            Spi::run(&format!("SELECT idgen_heartbeat('stale', 0::smallint, '10.0.0.5', 8080, {})", first_version()))
+                .map(|_| "renewed".to_owned())
         })
         .catch_when(PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, |_| Ok("55000".to_owned()))
         .execute()
