@@ -19,6 +19,12 @@ pub fn run(schedule: &Schedule, mutations: Mutations) -> Outcome {
     Outcome { violation: world.violation, issued: world.issued }
 }
 
+/// Runs `schedule` checking only that no two IDs are equal.
+pub fn run_ids_only(schedule: &Schedule, mutations: Mutations) -> Outcome {
+    let world = World::run_checking(schedule, mutations, false, true);
+    Outcome { violation: world.violation, issued: world.issued }
+}
+
 /// What a run over many seeds found.
 pub struct Explored {
     pub schedules: u64,
@@ -43,14 +49,58 @@ pub fn explore(first: u64, count: u64, faults: Faults, mutations: Mutations) -> 
     explored
 }
 
+/// A seed whose schedule breaks an invariant with a guard switched off, and none with it on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counterexample {
+    pub seed: u64,
+    pub invariant: Invariant,
+    /// Seeds tried to find it (this one included).
+    pub tried: u64,
+}
+
+/// The first seed of `first..first + count` that tells `mutations` from the protocol as built.
+pub fn counterexample(first: u64, count: u64, faults: Faults, mutations: Mutations) -> Option<Counterexample> {
+    counterexample_checking(first, count, faults, mutations, false)
+}
+
+/// [`counterexample`]; with `ids_only`, a seed counts only if two IDs are equal.
+pub fn counterexample_checking(
+    first: u64,
+    count: u64,
+    faults: Faults,
+    mutations: Mutations,
+    ids_only: bool,
+) -> Option<Counterexample> {
+    (first..first + count).find_map(|seed| {
+        let schedule = Schedule::generate(seed, faults, STEPS);
+        let outcome = if ids_only { run_ids_only(&schedule, mutations) } else { run(&schedule, mutations) };
+        let broken = outcome.violation?;
+        run(&schedule, Mutations::NONE).violation.is_none().then_some(Counterexample {
+            seed,
+            invariant: broken.invariant,
+            tried: seed - first + 1,
+        })
+    })
+}
+
+/// The fault mix a mutation is searched with: every covered fault, and for the refused watermark
+/// the far-ahead clocks whose reports it refuses.
+pub fn faults_for(mutation: crate::mutation::Mutation) -> Faults {
+    let mut faults = Faults::ALL;
+    faults.far_ahead_clocks = mutation == crate::mutation::Mutation::RefusedWatermark;
+    faults
+}
+
 /// The shortest schedule found that still breaks `invariant`: chunks of steps removed while it
 /// still fails (delta debugging), then single steps, then shorter time advances. Bounded: every
 /// pass removes something or ends.
 pub fn shrink(schedule: &Schedule, mutations: Mutations, invariant: Invariant) -> Schedule {
-    let fails = |s: &Schedule| run(s, mutations).violation.is_some_and(|v| v.invariant == invariant);
+    let ids_only = invariant == Invariant::UniqueIds;
+    let check = |s: &Schedule| if ids_only { run_ids_only(s, mutations) } else { run(s, mutations) };
+    let fails = |s: &Schedule| check(s).violation.is_some_and(|v| v.invariant == invariant);
     let mut best = schedule.clone();
     // Steps after the violation never matter.
-    if let Some(v) = run(&best, mutations).violation {
+    if let Some(v) = check(&best).violation {
         best.ops.truncate(v.step + 1);
     }
     let mut chunk = best.ops.len() / 2;
@@ -88,7 +138,12 @@ pub fn shrink(schedule: &Schedule, mutations: Mutations, invariant: Invariant) -
 
 /// The story of `schedule`: the setup, then one line per event, up to the violation.
 pub fn story(schedule: &Schedule, mutations: Mutations) -> String {
-    let world = World::run(schedule, mutations, true);
+    story_checking(schedule, mutations, false)
+}
+
+/// [`story`], checking only that no two IDs are equal when `ids_only`.
+pub fn story_checking(schedule: &Schedule, mutations: Mutations, ids_only: bool) -> String {
+    let world = World::run_checking(schedule, mutations, true, ids_only);
     let s = &schedule.setup;
     let mut out = format!(
         "seed {}: machine ids 0-{}, {} backend slot(s), {} node host(s), {} standby{}; faults: {}\n",

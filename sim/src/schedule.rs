@@ -48,8 +48,9 @@ pub enum Op {
     /// The backend in `slot` opens a caller transaction (connecting first if needed).
     Begin { slot: usize },
     /// The backend mints `n` IDs; `cancelled`: its first registry write commits but the backend is
-    /// cancelled while waiting for the answer.
-    Mint { slot: usize, n: u8, cancelled: bool },
+    /// cancelled while waiting for the answer; `read_only`: in a read-only transaction, where the
+    /// lease is only read back (READ_BACKEND_LEASE) and serves until its committed window ends.
+    Mint { slot: usize, n: u8, cancelled: bool, read_only: bool },
     /// The caller's transaction commits.
     Commit { slot: usize },
     /// The caller's transaction (or a savepoint in it) rolls back; the IDs it got are kept by the
@@ -63,7 +64,9 @@ pub enum Op {
     Failover,
     /// The standby catches up (asynchronous replication).
     Replicate,
-    /// A service node process starts on `host` (`twin`: even while another one runs there).
+    /// A service node process starts on `host` (`twin`: even while another one runs there). With
+    /// `Fate::Delayed(ms)` the process is killed while its claim runs: the claim's transaction stays
+    /// open, holding its locks, and commits `ms` later with nobody to use it.
     Start { host: usize, fate: Fate, twin: bool },
     /// A node process mints `n` IDs.
     NodeMint { host: usize, process: usize, n: u8 },
@@ -277,7 +280,12 @@ impl Schedule {
                         _ => rng.range(15_000, 90_000),
                     },
                 },
-                22..=33 => Op::Mint { slot, n: rng.range(1, 4) as u8, cancelled: f.messages && rng.chance(1, 20) },
+                22..=33 => Op::Mint {
+                    slot,
+                    n: rng.range(1, 4) as u8,
+                    cancelled: f.messages && rng.chance(1, 20),
+                    read_only: rng.chance(1, 8),
+                },
                 34..=45 => Op::NodeMint { host, process, n: rng.range(1, 4) as u8 },
                 46..=51 => Op::Start { host, fate: Self::fate(rng, &f), twin: f.twins && rng.chance(1, 3) },
                 52..=54 => Op::Shutdown { host, process, fate: Self::fate(rng, &f), race_ms: rng.range(1, 30) },

@@ -154,6 +154,8 @@ struct NodeProc {
     /// The lease the settings gave at its start (what the client used before it read each grant).
     lease_at_start: Ms,
     tenure: usize,
+    /// Its heartbeats fail in a row (the story tells the first of them).
+    failing: bool,
 }
 
 #[derive(Default)]
@@ -172,6 +174,8 @@ struct Host {
 enum Delayed {
     Heartbeat { held: Holding, report: Option<Ms> },
     Release { held: Holding, report: Option<Ms> },
+    /// The commit of a claim whose client was killed while it ran.
+    Commit { txn: TxnId },
 }
 
 /// A refusal: the SQLSTATE and why.
@@ -220,6 +224,8 @@ pub struct World {
     pub issued: u64,
     step: usize,
     trace: Option<String>,
+    /// Only invariant 1 is checked (to show a guard's removal gives literal duplicate IDs).
+    pub ids_only: bool,
     pub violation: Option<Violation>,
 }
 
@@ -258,6 +264,7 @@ impl World {
             issued: 0,
             step: 0,
             trace: trace.then(String::new),
+            ids_only: false,
             violation: None,
         }
     }
@@ -309,6 +316,9 @@ impl World {
     }
 
     fn fail(&mut self, invariant: Invariant, what: String) {
+        if self.ids_only && invariant != Invariant::UniqueIds {
+            return;
+        }
         if self.violation.is_none() {
             say!(self, "!! VIOLATION ({}): {what}", invariant.name());
             self.violation = Some(Violation { step: self.step, invariant, what });
@@ -317,7 +327,13 @@ impl World {
 
     /// Runs a whole schedule; stops at the first violation.
     pub fn run(schedule: &Schedule, mutations: Mutations, trace: bool) -> World {
+        World::run_checking(schedule, mutations, trace, false)
+    }
+
+    /// [`World::run`], checking only that no two IDs are equal when `ids_only`.
+    pub fn run_checking(schedule: &Schedule, mutations: Mutations, trace: bool, ids_only: bool) -> World {
         let mut world = World::new(schedule.setup, mutations, trace);
+        world.ids_only = ids_only;
         for (i, op) in schedule.ops.iter().enumerate() {
             world.step = i;
             world.apply(*op);
@@ -501,7 +517,7 @@ impl World {
                 }
             }
             Op::Begin { slot } => self.begin(slot),
-            Op::Mint { slot, n, cancelled } => self.backend_mint(slot, n, cancelled),
+            Op::Mint { slot, n, cancelled, read_only } => self.backend_mint(slot, n, cancelled, read_only),
             Op::Commit { slot } => self.end_caller_txn(slot, true),
             Op::Rollback { slot } => self.end_caller_txn(slot, false),
             Op::Exit { slot, record } => self.backend_exit(slot, record),
@@ -753,7 +769,7 @@ impl World {
         }
     }
 
-    fn backend_mint(&mut self, slot: usize, n: u8, cancelled: bool) {
+    fn backend_mint(&mut self, slot: usize, n: u8, cancelled: bool, read_only: bool) {
         if slot >= self.backends.len() {
             return;
         }
@@ -762,7 +778,7 @@ impl World {
         let mut got = Vec::new();
         let mut refused = None;
         for _ in 0..n {
-            match self.backend_next_id(&mut b, &mut cancelled) {
+            match self.backend_next_id(&mut b, &mut cancelled, read_only) {
                 Ok((id, tenure)) => {
                     got.push(id);
                     self.stamped(tenure, id);
@@ -774,7 +790,8 @@ impl World {
             }
         }
         if !got.is_empty() {
-            say!(self, "{} idgen_next_id() x{} -> {}", b.name, got.len(), describe_ids(&self.topology.layout, &got));
+            let how = if read_only { " (read only)" } else { "" };
+            say!(self, "{} idgen_next_id(){how} x{} -> {}", b.name, got.len(), describe_ids(&self.topology.layout, &got));
         }
         if let Some(r) = refused {
             say!(self, "{} idgen_next_id() refused: {} {}", b.name, r.code, r.why);
@@ -787,7 +804,7 @@ impl World {
     }
 
     /// `backend::next_id`: the hot path, and the slow path when the lease is due for a check.
-    fn backend_next_id(&mut self, b: &mut Backend, cancelled: &mut bool) -> Result<(i64, usize), Refusal> {
+    fn backend_next_id(&mut self, b: &mut Backend, cancelled: &mut bool, read_only: bool) -> Result<(i64, usize), Refusal> {
         for _ in 0..64 {
             let stop = {
                 let lease = b.leases.get_or_add(SERVICE);
@@ -798,6 +815,7 @@ impl World {
                 }
             };
             match stop {
+                Stop::LeaseCheckDue if read_only => self.backend_read(b)?,
                 Stop::LeaseCheckDue => self.backend_renew(b, cancelled)?,
                 Stop::ClockBehind { behind_ms, allowed_ms } => {
                     return Err(refusal("55000", format!("clock {behind_ms}ms behind the last ID (waits {allowed_ms}ms)")))
@@ -898,6 +916,45 @@ impl World {
         }
     }
 
+    /// `backend::renew` in a read-only transaction: the lease is read back in the caller's
+    /// transaction and serves until the window last committed ends; no claim, no write.
+    fn backend_read(&mut self, b: &mut Backend) -> Result<(), Refusal> {
+        let policy = self.policy();
+        if policy.validate().is_err() {
+            return Err(refusal("22023", "idgen settings are inconsistent"));
+        }
+        let slot = b.name[1..].split('#').next().and_then(|s| s.parse::<usize>().ok()).expect("b<slot>#n");
+        let held = b.leases.get_or_add(SERVICE).held().map(|h| h.terms);
+        let Some(terms) = held.filter(|_| self.reg.installed()) else {
+            return Err(refusal("25006", "no lease to read in a read-only transaction"));
+        };
+        let holding = Holding {
+            node: Self::backend_identity(slot),
+            machine_id: terms.machine_id as i16,
+            version: terms.version,
+        };
+        let txn = b.txn.unwrap_or_else(|| self.reg.begin());
+        let read = self.reg.read_backend_lease(txn, &holding, policy.lease_secs() * 1000, terms.registry_epoch);
+        if b.txn.is_none() {
+            self.reg.commit(txn);
+        }
+        let lease = b.leases.get_or_add(SERVICE);
+        match read {
+            Some((verified, lease_until, issued_until)) => {
+                if lease_until.min(issued_until) <= verified {
+                    return Err(refusal("25006", "the lease's committed window ended (read-only transaction)"));
+                }
+                let heartbeat_ms = policy.heartbeat_interval_secs * 1000;
+                lease.verified(verified, lease_until, issued_until, self.max_backward_ms, heartbeat_ms);
+                Ok(())
+            }
+            None => {
+                lease.lost();
+                Err(refusal("25006", "the lease moved; no claim in a read-only transaction"))
+            }
+        }
+    }
+
     fn lease_step(
         &mut self,
         txn: TxnId,
@@ -974,6 +1031,19 @@ impl World {
         let node = Self::node_identity(host);
         // The client retries a claim without an answer; the abandoned attempt either committed or
         // was ended before the retry.
+        if let Fate::Delayed(ms) = fate {
+            if self.reg.installed() && self.hosts[host].partitioned_until <= self.now {
+                let txn = self.reg.begin();
+                match self.claim(txn, &node) {
+                    Ok(g) => {
+                        say!(self, "{name} is killed while its claim of machine id {} v{} runs: the transaction stays open {ms}ms", g.row.machine_id, g.row.version);
+                        self.delayed.push((self.now + ms, Delayed::Commit { txn }));
+                    }
+                    Err(_) => self.reg.abort(txn),
+                }
+            }
+            return;
+        }
         let mut fate = fate;
         let granted = loop {
             if self.hosts[host].partitioned_until > self.now || matches!(fate, Fate::LostBefore) {
@@ -1032,6 +1102,7 @@ impl World {
             interval,
             lease_at_start: policy.lease_secs() * 1000,
             tenure,
+            failing: false,
         };
         let procs = &mut self.hosts[host].procs;
         match procs.iter().position(Option::is_none) {
@@ -1145,9 +1216,12 @@ impl World {
             Report::BeyondLayout => self.topology.layout.last_unix_ms() + 1,
         };
         let failed = |w: &mut World, p: &mut NodeProc, why: &str| {
-            say!(w, "{} heartbeat v{} report {}: {why}", p.name, held.version, rel(reported));
+            if !std::mem::replace(&mut p.failing, true) {
+                say!(w, "{} heartbeat v{} report {}: {why} (retried until one gets through)", p.name, held.version, rel(reported));
+            }
             if w.now >= p.deadline && p.status == Status::Live {
                 p.status = Status::Expired;
+                say!(w, "{} passes its deadline: it stops issuing until a heartbeat succeeds", p.name);
             }
             p.next_heartbeat = w.now + (p.interval / 4).clamp(50, 1_000);
         };
@@ -1196,6 +1270,7 @@ impl World {
                 let lease = if self.off(Mutation::GrantedLease) { p.lease_at_start } else { granted };
                 p.deadline = sent + lease;
                 p.status = Status::Live;
+                p.failing = false;
                 p.next_heartbeat = sent + p.interval;
                 say!(self, "{} heartbeat v{} report {} -> lease {}s", p.name, held.version, rel(reported), lease / 1000);
             }
@@ -1217,6 +1292,13 @@ impl World {
     }
 
     fn arrive_late(&mut self, call: Delayed) {
+        if let Delayed::Commit { txn } = call {
+            if self.reg.is_open(txn) {
+                say!(self, "the killed node's claim commits (nobody will use it)");
+                self.reg.commit(txn);
+            }
+            return;
+        }
         if !self.reg.installed() {
             return;
         }
@@ -1231,11 +1313,10 @@ impl World {
                 let r = self.reg.release(txn, held, policy.lease_safety_margin_secs * 1000, *report);
                 ("release", matches!(r, Ok(Some(_))))
             }
+            Delayed::Commit { .. } => unreachable!("handled above"),
         };
         self.reg.commit(txn);
-        let held = match &call {
-            Delayed::Heartbeat { held, .. } | Delayed::Release { held, .. } => held,
-        };
+        let (Delayed::Heartbeat { held, .. } | Delayed::Release { held, .. }) = &call else { return };
         say!(self, "a delayed {what} of {} v{} reaches the server: {}", held.node.host, held.version, if done { "applied" } else { "matches nothing" });
     }
 

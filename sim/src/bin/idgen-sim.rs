@@ -1,5 +1,6 @@
 //! The long size: `idgen-sim --schedules N --seed S [--minutes M] [--mutation NAME] [--story SEED]`.
-use idgen_sim::run::{explore, run, shrink, story, STEPS};
+use idgen_sim::run::{counterexample_checking, explore, faults_for, run, run_ids_only, shrink, story, story_checking, STEPS};
+use idgen_sim::Invariant;
 use idgen_sim::{Faults, Mutation, Mutations, Schedule};
 use std::time::{Duration, Instant};
 
@@ -9,20 +10,30 @@ fn main() {
     let schedules: u64 = arg("--schedules").map_or(u64::MAX, |s| s.parse().expect("--schedules N"));
     let first: u64 = arg("--seed").map_or(0, |s| s.parse().expect("--seed S"));
     let budget = arg("--minutes").map(|m| Duration::from_secs_f64(m.parse::<f64>().expect("--minutes M") * 60.0));
-    let mutations = match arg("--mutation") {
-        Some(name) => Mutations::of(Mutation::from_name(&name).unwrap_or_else(|| panic!("no mutation {name}"))),
-        None => Mutations::NONE,
-    };
-    let mut faults = Faults::ALL;
+    let mutation = arg("--mutation").map(|name| Mutation::from_name(&name).unwrap_or_else(|| panic!("no mutation {name}")));
+    let mutations = mutation.map_or(Mutations::NONE, Mutations::of);
+    let mut faults = mutation.map_or(Faults::ALL, faults_for);
     faults.uncovered = args.iter().any(|a| a == "--uncovered");
+    faults.far_ahead_clocks |= args.iter().any(|a| a == "--far-ahead");
+    if let (Some(m), true) = (mutation, args.iter().any(|a| a == "--find")) {
+        // The first seed that tells the mutation from the protocol as built.
+        let ids_only = args.iter().any(|a| a == "--ids-only");
+        match counterexample_checking(first, schedules.min(1_000_000), faults, mutations, ids_only) {
+            Some(c) => println!("{}: seed {} breaks \"{}\" ({} seeds tried)", m.name(), c.seed, c.invariant.name(), c.tried),
+            None => println!("{}: no counterexample in {} seeds", m.name(), schedules.min(1_000_000)),
+        }
+        return;
+    }
     if let Some(seed) = arg("--story") {
         let seed: u64 = seed.parse().expect("--story SEED");
         let schedule = Schedule::generate(seed, faults, STEPS);
-        let shrunk = match run(&schedule, mutations).violation {
-            Some(v) => shrink(&schedule, mutations, v.invariant),
+        let ids_only = args.iter().any(|a| a == "--ids-only");
+        let outcome = if ids_only { run_ids_only(&schedule, mutations) } else { run(&schedule, mutations) };
+        let shrunk = match outcome.violation {
+            Some(v) => shrink(&schedule, mutations, if ids_only { Invariant::UniqueIds } else { v.invariant }),
             None => schedule,
         };
-        print!("{}", story(&shrunk, mutations));
+        print!("{}", story_checking(&shrunk, mutations, ids_only));
         return;
     }
     let started = Instant::now();
