@@ -172,10 +172,18 @@ struct Host {
 /// A call that reaches the server later than sent; its answer goes nowhere.
 #[derive(Clone, Debug)]
 enum Delayed {
-    Heartbeat { held: Holding, report: Option<Ms> },
-    Release { held: Holding, report: Option<Ms> },
+    Heartbeat {
+        held: Holding,
+        report: Option<Ms>,
+    },
+    Release {
+        held: Holding,
+        report: Option<Ms>,
+    },
     /// The commit of a claim whose client was killed while it ran.
-    Commit { txn: TxnId },
+    Commit {
+        txn: TxnId,
+    },
 }
 
 /// A refusal: the SQLSTATE and why.
@@ -240,7 +248,8 @@ macro_rules! say {
 
 impl World {
     pub fn new(setup: Setup, mutations: Mutations, trace: bool) -> World {
-        let topology = Topology { layout: Layout::DEFAULT, first_machine_id: 0, last_machine_id: setup.machine_ids - 1 };
+        let topology =
+            Topology { layout: Layout::DEFAULT, first_machine_id: 0, last_machine_id: setup.machine_ids - 1 };
         World {
             setup,
             mutations,
@@ -281,7 +290,12 @@ impl World {
     fn say_line(&mut self, line: String) {
         let (now, offset, step) = (self.now - T0, self.server_offset, self.step);
         if let Some(trace) = self.trace.as_mut() {
-            let _ = writeln!(trace, "{step:>4} t={:>9.3}s srv{:+.3}s | {line}", now as f64 / 1000.0, offset as f64 / 1000.0);
+            let _ = writeln!(
+                trace,
+                "{step:>4} t={:>9.3}s srv{:+.3}s | {line}",
+                now as f64 / 1000.0,
+                offset as f64 / 1000.0
+            );
         }
     }
 
@@ -429,7 +443,9 @@ impl World {
             let (Some(tenure), Some(lease)) = (b.tenure, b.leases.iter().next()) else { continue };
             let Some(held) = lease.held() else { continue };
             let due = idgen_core::lease::check_due(held, self.policy.heartbeat_interval_secs * 1000);
-            if held.terms.version == self.tenures[tenure].version && server < due && server > held.terms.not_before_unix_ms
+            if held.terms.version == self.tenures[tenure].version
+                && server < due
+                && server > held.terms.not_before_unix_ms
             {
                 live.push((tenure, due - 1));
             }
@@ -548,7 +564,8 @@ impl World {
             }
             Op::Shutdown { host, process, fate, race_ms } => self.node_shutdown(host, process, fate, race_ms),
             Op::Crash { host, process } => {
-                if let Some(p) = self.hosts.get_mut(host).and_then(|h| h.procs.get_mut(process)).and_then(Option::take) {
+                if let Some(p) = self.hosts.get_mut(host).and_then(|h| h.procs.get_mut(process)).and_then(Option::take)
+                {
                     say!(self, "{} is killed (no release)", p.name);
                 }
             }
@@ -671,8 +688,17 @@ impl World {
         let mut claimed = self.reg.reuse_own_held_row(txn, node, &t).map(|row| (row, "reused"));
         let mut moved = None;
         if claimed.is_none() {
-            self.reg.release_own_row_outside_range(txn, node, &t);
+            if let Some((m, _, _)) = self.reg.release_own_row_outside_range(txn, node, &t) {
+                say!(self, "  the claim sets machine id {m} aside: outside idgen.machine_id_range");
+            }
             moved = self.reg.release_own_row_ahead(txn, node, &t);
+            if let Some((m, bound, _)) = moved {
+                say!(
+                    self,
+                    "  the claim sets machine id {m} aside: its holders may stamp until {} (a new version fences them)",
+                    rel(bound)
+                );
+            }
         }
         let core_node = NodeIdentity {
             service: node.service.clone(),
@@ -720,7 +746,8 @@ impl World {
             let not_before = watermark::not_before(row.claimed_at, row.bound.filter(|b| *b != NEG_INF));
             return Ok(Granted { row, outcome, not_before, epoch });
         }
-        let ahead = moved.map(|(m, bound, _)| (m, bound)).or_else(|| self.reg.soonest_tombstone_ahead(txn, &node.service, &t));
+        let ahead =
+            moved.map(|(m, bound, _)| (m, bound)).or_else(|| self.reg.soonest_tombstone_ahead(txn, &node.service, &t));
         Err(match ahead {
             Some((m, bound)) => refusal("55000", format!("machine id {m} is held back until {}", rel(bound))),
             None => refusal("55000", "every machine id of the range is in use"),
@@ -791,7 +818,13 @@ impl World {
         }
         if !got.is_empty() {
             let how = if read_only { " (read only)" } else { "" };
-            say!(self, "{} idgen_next_id(){how} x{} -> {}", b.name, got.len(), describe_ids(&self.topology.layout, &got));
+            say!(
+                self,
+                "{} idgen_next_id(){how} x{} -> {}",
+                b.name,
+                got.len(),
+                describe_ids(&self.topology.layout, &got)
+            );
         }
         if let Some(r) = refused {
             say!(self, "{} idgen_next_id() refused: {} {}", b.name, r.code, r.why);
@@ -804,7 +837,12 @@ impl World {
     }
 
     /// `backend::next_id`: the hot path, and the slow path when the lease is due for a check.
-    fn backend_next_id(&mut self, b: &mut Backend, cancelled: &mut bool, read_only: bool) -> Result<(i64, usize), Refusal> {
+    fn backend_next_id(
+        &mut self,
+        b: &mut Backend,
+        cancelled: &mut bool,
+        read_only: bool,
+    ) -> Result<(i64, usize), Refusal> {
         for _ in 0..64 {
             let stop = {
                 let lease = b.leases.get_or_add(SERVICE);
@@ -818,7 +856,10 @@ impl World {
                 Stop::LeaseCheckDue if read_only => self.backend_read(b)?,
                 Stop::LeaseCheckDue => self.backend_renew(b, cancelled)?,
                 Stop::ClockBehind { behind_ms, allowed_ms } => {
-                    return Err(refusal("55000", format!("clock {behind_ms}ms behind the last ID (waits {allowed_ms}ms)")))
+                    return Err(refusal(
+                        "55000",
+                        format!("clock {behind_ms}ms behind the last ID (waits {allowed_ms}ms)"),
+                    ))
                 }
                 Stop::ClockOutsideLayout { .. } => return Err(refusal("22008", "clock outside the layout")),
             }
@@ -844,8 +885,7 @@ impl World {
             lease.held().map(|h| h.terms)
         };
         let renewal = held.map(|terms| {
-            let holding =
-                Holding { node: node.clone(), machine_id: terms.machine_id as i16, version: terms.version };
+            let holding = Holding { node: node.clone(), machine_id: terms.machine_id as i16, version: terms.version };
             let window = watermark::backend_window_ms(&policy, self.server_clock() - terms.claimed_at_unix_ms);
             (holding, terms.registry_epoch, window)
         });
@@ -928,11 +968,8 @@ impl World {
         let Some(terms) = held.filter(|_| self.reg.installed()) else {
             return Err(refusal("25006", "no lease to read in a read-only transaction"));
         };
-        let holding = Holding {
-            node: Self::backend_identity(slot),
-            machine_id: terms.machine_id as i16,
-            version: terms.version,
-        };
+        let holding =
+            Holding { node: Self::backend_identity(slot), machine_id: terms.machine_id as i16, version: terms.version };
         let txn = b.txn.unwrap_or_else(|| self.reg.begin());
         let read = self.reg.read_backend_lease(txn, &holding, policy.lease_secs() * 1000, terms.registry_epoch);
         if b.txn.is_none() {
@@ -1057,7 +1094,12 @@ impl World {
             let sent = self.now;
             let Some((granted, lease_ms)) = self.node_claim(&name, &node) else { return };
             if matches!(fate, Fate::LostAfterCommit | Fate::Delayed(_)) {
-                say!(self, "{name} idgen_claim committed machine id {} v{}, but its answer is lost: it retries", granted.row.machine_id, granted.row.version);
+                say!(
+                    self,
+                    "{name} idgen_claim committed machine id {} v{}, but its answer is lost: it retries",
+                    granted.row.machine_id,
+                    granted.row.version
+                );
                 fate = Fate::Delivered;
                 continue;
             }
@@ -1217,7 +1259,13 @@ impl World {
         };
         let failed = |w: &mut World, p: &mut NodeProc, why: &str| {
             if !std::mem::replace(&mut p.failing, true) {
-                say!(w, "{} heartbeat v{} report {}: {why} (retried until one gets through)", p.name, held.version, rel(reported));
+                say!(
+                    w,
+                    "{} heartbeat v{} report {}: {why} (retried until one gets through)",
+                    p.name,
+                    held.version,
+                    rel(reported)
+                );
             }
             if w.now >= p.deadline && p.status == Status::Live {
                 p.status = Status::Expired;
@@ -1251,15 +1299,28 @@ impl World {
                 // The old client took the refusal for a passing error and went on stamping.
                 return failed(self, p, &format!("refused {} {}: retried", r.code, r.why));
             }
-            say!(self, "{} heartbeat v{} report {}: refused {} {}: stops for good", p.name, held.version, rel(reported), r.code, r.why);
+            say!(
+                self,
+                "{} heartbeat v{} report {}: refused {} {}: stops for good",
+                p.name,
+                held.version,
+                rel(reported),
+                r.code,
+                r.why
+            );
             p.status = Status::Lost;
             return;
         }
         let policy = self.policy();
         let before = self.reg.committed.clone();
         let txn = self.reg.begin();
-        let answer =
-            self.reg.heartbeat(txn, &held, policy.lease_secs() * 1000, Some(reported), policy.takeover_idle_1h_secs * 1000);
+        let answer = self.reg.heartbeat(
+            txn,
+            &held,
+            policy.lease_secs() * 1000,
+            Some(reported),
+            policy.takeover_idle_1h_secs * 1000,
+        );
         match answer {
             Ok(Some((lease_until, _))) => {
                 self.reg.commit(txn);
@@ -1272,7 +1333,14 @@ impl World {
                 p.status = Status::Live;
                 p.failing = false;
                 p.next_heartbeat = sent + p.interval;
-                say!(self, "{} heartbeat v{} report {} -> lease {}s", p.name, held.version, rel(reported), lease / 1000);
+                say!(
+                    self,
+                    "{} heartbeat v{} report {} -> lease {}s",
+                    p.name,
+                    held.version,
+                    rel(reported),
+                    lease / 1000
+                );
             }
             Ok(None) => {
                 self.reg.commit(txn);
@@ -1306,7 +1374,13 @@ impl World {
         let txn = self.reg.begin();
         let (what, done) = match &call {
             Delayed::Heartbeat { held, report } => {
-                let r = self.reg.heartbeat(txn, held, policy.lease_secs() * 1000, *report, policy.takeover_idle_1h_secs * 1000);
+                let r = self.reg.heartbeat(
+                    txn,
+                    held,
+                    policy.lease_secs() * 1000,
+                    *report,
+                    policy.takeover_idle_1h_secs * 1000,
+                );
                 ("heartbeat", matches!(r, Ok(Some(_))))
             }
             Delayed::Release { held, report } => {
@@ -1317,7 +1391,13 @@ impl World {
         };
         self.reg.commit(txn);
         let (Delayed::Heartbeat { held, .. } | Delayed::Release { held, .. }) = &call else { return };
-        say!(self, "a delayed {what} of {} v{} reaches the server: {}", held.node.host, held.version, if done { "applied" } else { "matches nothing" });
+        say!(
+            self,
+            "a delayed {what} of {} v{} reaches the server: {}",
+            held.node.host,
+            held.version,
+            if done { "applied" } else { "matches nothing" }
+        );
     }
 
     fn node_shutdown(&mut self, host: usize, process: usize, fate: Fate, race_ms: Ms) {
@@ -1328,7 +1408,12 @@ impl World {
             let report = self.report_of(host, &p);
             self.advance_to(self.now + race_ms);
             if let Ok(id) = self.node_next_id(host, &mut p) {
-                say!(self, "{} a thread racing the shutdown stamps {}", p.name, describe_ids(&self.topology.layout, &[id]));
+                say!(
+                    self,
+                    "{} a thread racing the shutdown stamps {}",
+                    p.name,
+                    describe_ids(&self.topology.layout, &[id])
+                );
                 self.stamped(p.tenure, id);
             }
             p.status = Status::Stopped;
@@ -1356,7 +1441,9 @@ impl World {
                 let r = self.reg.release(txn, &held, self.policy().lease_safety_margin_secs * 1000, Some(report));
                 self.reg.commit(txn);
                 let outcome = match r {
-                    Ok(Some((version, issued_until))) => format!("released (v{version}, watermark {})", rel(issued_until)),
+                    Ok(Some((version, issued_until))) => {
+                        format!("released (v{version}, watermark {})", rel(issued_until))
+                    }
                     Ok(None) => "false: not held at this version".into(),
                     Err(_) => "waits for a row lock past its call timeout".into(),
                 };
@@ -1394,7 +1481,13 @@ impl World {
         if !stamping.is_empty() && !self.off(Mutation::DropGuard) {
             self.reg.abort(txn);
             let r = refusal("55006", format!("{} machine id(s) may still be stamped", stamping.len()));
-            say!(self, "{} DROP EXTENSION idgen refused 55006: machine id {} may be stamped until {}", session.name, stamping[0].0 .1, rel(stamping[0].1));
+            say!(
+                self,
+                "{} DROP EXTENSION idgen refused 55006: machine id {} may be stamped until {}",
+                session.name,
+                stamping[0].0 .1,
+                rel(stamping[0].1)
+            );
             self.unchanged_after_refusal(&before, "DROP EXTENSION", &r);
             self.backends[slot] = Some(session);
             return;
@@ -1552,4 +1645,3 @@ fn describe_ids(layout: &Layout, ids: &[i64]) -> String {
         .collect();
     parts.join(" ")
 }
-

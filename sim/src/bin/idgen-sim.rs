@@ -1,5 +1,12 @@
-//! The long size: `idgen-sim --schedules N --seed S [--minutes M] [--mutation NAME] [--story SEED]`.
-use idgen_sim::run::{counterexample_checking, explore, faults_for, run, run_ids_only, shrink, story, story_checking, STEPS};
+//! The simulator's command line (docs/simulation.md):
+//! - the long size: `idgen-sim [--schedules N] [--seed S] [--minutes M]`, stops at the first failing
+//!   seed and prints its shrunk story;
+//! - a seed's story: `idgen-sim --story SEED [--mutation NAME] [--ids-only] [--far-ahead] [--uncovered]`;
+//! - a scripted schedule's story, as built and with its guard off: `idgen-sim --scripted NAME`;
+//! - a guard's counterexample: `idgen-sim --mutation NAME --find [--schedules N] [--ids-only]`.
+use idgen_sim::run::{
+    counterexample_checking, explore, faults_for, run, run_ids_only, shrink, story, story_checking, STEPS,
+};
 use idgen_sim::Invariant;
 use idgen_sim::{Faults, Mutation, Mutations, Schedule};
 use std::time::{Duration, Instant};
@@ -10,7 +17,8 @@ fn main() {
     let schedules: u64 = arg("--schedules").map_or(u64::MAX, |s| s.parse().expect("--schedules N"));
     let first: u64 = arg("--seed").map_or(0, |s| s.parse().expect("--seed S"));
     let budget = arg("--minutes").map(|m| Duration::from_secs_f64(m.parse::<f64>().expect("--minutes M") * 60.0));
-    let mutation = arg("--mutation").map(|name| Mutation::from_name(&name).unwrap_or_else(|| panic!("no mutation {name}")));
+    let mutation =
+        arg("--mutation").map(|name| Mutation::from_name(&name).unwrap_or_else(|| panic!("no mutation {name}")));
     let mutations = mutation.map_or(Mutations::NONE, Mutations::of);
     let mut faults = mutation.map_or(Faults::ALL, faults_for);
     faults.uncovered = args.iter().any(|a| a == "--uncovered");
@@ -19,8 +27,24 @@ fn main() {
         // The first seed that tells the mutation from the protocol as built.
         let ids_only = args.iter().any(|a| a == "--ids-only");
         match counterexample_checking(first, schedules.min(1_000_000), faults, mutations, ids_only) {
-            Some(c) => println!("{}: seed {} breaks \"{}\" ({} seeds tried)", m.name(), c.seed, c.invariant.name(), c.tried),
+            Some(c) => {
+                println!("{}: seed {} breaks \"{}\" ({} seeds tried)", m.name(), c.seed, c.invariant.name(), c.tried)
+            }
             None => println!("{}: no counterexample in {} seeds", m.name(), schedules.min(1_000_000)),
+        }
+        return;
+    }
+    if let Some(name) = arg("--scripted") {
+        // A scripted schedule's story, as built and with its guard switched off.
+        let s = idgen_sim::scripted::all()
+            .into_iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("no schedule {name}"));
+        println!("# {}: {}\n## as built", s.name, s.finding);
+        print!("{}", story(&s.schedule, Mutations::NONE));
+        if let Some(guard) = s.guard {
+            println!("## with {} switched off", guard.name());
+            print!("{}", story(&s.schedule, Mutations::of(guard)));
         }
         return;
     }
@@ -52,12 +76,28 @@ fn main() {
             std::process::exit(1);
         }
         if last_report.elapsed() > Duration::from_secs(60) {
-            println!("{done} schedules (seeds {first}..{seed}), {ids} IDs, {:.0?}: no invariant broken", started.elapsed());
+            println!(
+                "{done} schedules (seeds {first}..{seed}), {ids} IDs, {:.0?}: no invariant broken",
+                started.elapsed()
+            );
             last_report = Instant::now();
         }
     }
     println!(
-        "{done} schedules (seeds {first}..{seed}), {ids} IDs, {:.1?}: no invariant broken",
+        "{done} schedules (seeds {first}..{seed}), {ids} IDs, {} steps, {:.1?}: no invariant broken",
+        done * STEPS as u64,
         started.elapsed()
     );
+    // Which faults the schedules drew (each schedule keeps each fault of the mix with probability 1/2).
+    let mut tally: Vec<(&str, u64)> = Vec::new();
+    for s in first..seed {
+        for name in Schedule::generate(s, faults, 0).setup.faults.names() {
+            match tally.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, count)) => *count += 1,
+                None => tally.push((name, 1)),
+            }
+        }
+    }
+    let tally: Vec<String> = tally.iter().map(|(name, count)| format!("{name} {count}")).collect();
+    println!("schedules per fault: {}", tally.join(", "));
 }
