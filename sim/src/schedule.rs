@@ -23,7 +23,7 @@ pub enum Fate {
 pub enum Report {
     /// Its last stamp or its clock, whichever is later.
     Honest,
-    /// This much ahead of what it would honestly report (a hostile or broken node).
+    /// This much ahead of what it would honestly report (a hostile or broken node; negative: behind).
     Ahead(Ms),
     /// `'infinity'` (refused, 22023).
     Infinite,
@@ -293,6 +293,7 @@ impl Schedule {
                 58..=60 => {
                     let report = if f.hostile_reports && rng.chance(1, 3) {
                         match rng.below(4) {
+                            0 if rng.chance(1, 4) => Report::Ahead(-rng.range(1_000, 3_600_000)),
                             0 => Report::Ahead(rng.range(1, 3) * 86_400_000 + rng.range(0, 60_000)),
                             1 => Report::Infinite,
                             2 => Report::BeyondLayout,

@@ -1281,9 +1281,11 @@ impl World {
             return failed(self, p, &format!("no answer in time (it reaches the server {ms}ms later)"));
         }
         // Refused before anything is written (src/registry/api.rs: reported_watermark).
-        let refused = if !self.reg.installed() {
-            Some(refusal("55000", "idgen is not installed"))
-        } else if reported == i64::MAX {
+        if !self.reg.installed() {
+            // No idgen_heartbeat to call (42883): not a refusal of the lease; the client retries.
+            return failed(self, p, "idgen is not installed");
+        }
+        let refused = if reported == i64::MAX {
             Some(refusal("22023", "an infinite watermark"))
         } else if reported > self.topology.layout.last_unix_ms() {
             Some(refusal("22023", "a watermark after the last time an ID can carry"))
