@@ -118,6 +118,9 @@ pub struct Faults {
     /// A node host whose clock runs far ahead of the server's (a day or more, constant). Covered
     /// from the node's first report on; before it, see docs/simulation.md (finding F1).
     pub far_ahead_clocks: bool,
+    /// The server's clock stepping back behind the moment of a DROP EXTENSION that succeeded, while
+    /// backends of the dropped registry are connected (finding F2, docs/simulation.md).
+    pub steps_back_after_drop: bool,
     /// Faults outside what idgen covers (documented): asynchronous failover, restores with the
     /// insert trigger disabled. Never in the quick or long runs' default mix.
     pub uncovered: bool,
@@ -139,6 +142,7 @@ impl Faults {
         twins: true,
         hand_locks: true,
         far_ahead_clocks: false,
+        steps_back_after_drop: false,
         uncovered: false,
     };
 
@@ -157,6 +161,7 @@ impl Faults {
         twins: false,
         hand_locks: false,
         far_ahead_clocks: false,
+        steps_back_after_drop: false,
         uncovered: false,
     };
 
@@ -178,6 +183,7 @@ impl Faults {
             twins: keep(self.twins),
             hand_locks: keep(self.hand_locks),
             far_ahead_clocks: keep(self.far_ahead_clocks),
+            steps_back_after_drop: keep(self.steps_back_after_drop),
             uncovered: self.uncovered,
         }
     }
@@ -198,6 +204,7 @@ impl Faults {
             (self.twins, "twin processes"),
             (self.hand_locks, "hand locks"),
             (self.far_ahead_clocks, "far-ahead node clocks"),
+            (self.steps_back_after_drop, "steps back after a DROP"),
             (self.uncovered, "uncovered faults"),
         ];
         all.iter().filter(|(on, _)| *on).map(|(_, name)| *name).collect()

@@ -51,6 +51,7 @@ pub fn all() -> Vec<Scripted> {
         shutdown_racing_minting_threads(),
         restore_of_an_older_copy_after_drop_create(),
         far_ahead_clock_before_its_first_report(),
+        step_back_after_a_drop(),
     ]
 }
 
@@ -307,6 +308,40 @@ pub fn far_ahead_clock_before_its_first_report() -> Scripted {
             Op::Advance { ms: 16_000 },
             MINT,
             Op::Heartbeat { host: 0, process: 0, fate: Fate::Delivered, report: Report::Honest },
+        ],
+    )
+}
+
+/// Finding F2 of the simulator (the long run, seed 1025007): DROP EXTENSION passes once every bound
+/// is at or below the clock; the server's clock then steps back a little, and a backend of the
+/// dropped registry, still connected, issues again under the window it holds in memory (its hot
+/// path reads no registry), while the new registry hands its machine id to another backend with a
+/// not_before at its claim. Fails with the protocol as built.
+pub fn step_back_after_a_drop() -> Scripted {
+    scripted(
+        "step_back_after_a_drop",
+        "the simulator, finding F2: a server clock step back after DROP EXTENSION",
+        None,
+        setup(
+            2,
+            2,
+            0,
+            faults(|f| {
+                f.drop_create = true;
+                f.clock_steps = true;
+                f.steps_back_after_drop = true;
+            }),
+        ),
+        vec![
+            Op::Mint { slot: 1, n: 1, cancelled: false, read_only: false },
+            Op::Advance { ms: 1_300 },
+            Op::Mint { slot: 1, n: 1, cancelled: false, read_only: false },
+            Op::Advance { ms: 1_400 },
+            Op::Drop { slot: 0 },
+            Op::ServerClock { offset: -1_100 },
+            Op::Create { epoch: 8 },
+            Op::Mint { slot: 0, n: 1, cancelled: false, read_only: false },
+            Op::Mint { slot: 1, n: 1, cancelled: false, read_only: false },
         ],
     )
 }

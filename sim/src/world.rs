@@ -223,8 +223,8 @@ pub struct World {
     delayed: Vec<(Ms, Delayed)>,
     copy: Option<Tables>,
     hand_txn: Option<TxnId>,
-    /// The latest stamp made while a dropped registry granted: the server clock never steps back
-    /// behind it (docs/concepts.md: not covered), unless uncovered faults are on.
+    /// The server's clock at the last DROP EXTENSION that succeeded: the clock never steps back
+    /// behind it, unless the faults say so (finding F2; docs/concepts.md's "not covered").
     dropped_floor: Ms,
     tenures: Vec<Tenure>,
     by_key: BTreeMap<Key, Vec<usize>>,
@@ -508,7 +508,8 @@ impl World {
             }
             Op::ServerClock { offset } => {
                 let mut offset = offset.clamp(-SERVER_SKEW_MS, SERVER_SKEW_MS);
-                if !self.setup.faults.uncovered && self.dropped_floor != NEG_INF {
+                let f = self.setup.faults;
+                if !(f.uncovered || f.steps_back_after_drop) && self.dropped_floor != NEG_INF {
                     offset = offset.max(self.dropped_floor + 1 - self.now);
                 }
                 say!(self, "server clock steps {:+}ms to {}", offset - self.server_offset, rel(self.now + offset));
@@ -1496,8 +1497,7 @@ impl World {
         }
         self.reg.abort(txn);
         self.reg.committed = None;
-        let latest = self.tenures.iter().filter_map(|t| t.last_stamp).max().unwrap_or(NEG_INF);
-        self.dropped_floor = self.dropped_floor.max(latest);
+        self.dropped_floor = self.dropped_floor.max(self.server_clock());
         if self.setup.synchronous {
             self.reg.replicate();
         }
