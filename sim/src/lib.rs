@@ -7,6 +7,7 @@
 //! shrunk ([`run::shrink`]) and told as a story, one line per event. See docs/simulation.md.
 
 pub mod mutation;
+pub mod protocol;
 pub mod registry;
 pub mod rng;
 pub mod run;

@@ -121,6 +121,9 @@ pub struct Faults {
     /// The server's clock stepping back behind the moment of a DROP EXTENSION that succeeded, while
     /// backends of the dropped registry are connected (finding F2, docs/simulation.md).
     pub steps_back_after_drop: bool,
+    /// A version of a dropped registry matching a row of the new one (finding F3): off, the model
+    /// takes F3's fix (such a heartbeat or release matches nothing, as a backend's epoch check does).
+    pub versions_across_drop: bool,
     /// Faults outside what idgen covers (documented): asynchronous failover, restores with the
     /// insert trigger disabled. Never in the quick or long runs' default mix.
     pub uncovered: bool,
@@ -143,6 +146,7 @@ impl Faults {
         hand_locks: true,
         far_ahead_clocks: false,
         steps_back_after_drop: false,
+        versions_across_drop: false,
         uncovered: false,
     };
 
@@ -162,6 +166,7 @@ impl Faults {
         hand_locks: false,
         far_ahead_clocks: false,
         steps_back_after_drop: false,
+        versions_across_drop: false,
         uncovered: false,
     };
 
@@ -184,6 +189,7 @@ impl Faults {
             hand_locks: keep(self.hand_locks),
             far_ahead_clocks: keep(self.far_ahead_clocks),
             steps_back_after_drop: keep(self.steps_back_after_drop),
+            versions_across_drop: keep(self.versions_across_drop),
             uncovered: self.uncovered,
         }
     }
@@ -205,6 +211,7 @@ impl Faults {
             (self.hand_locks, "hand locks"),
             (self.far_ahead_clocks, "far-ahead node clocks"),
             (self.steps_back_after_drop, "steps back after a DROP"),
+            (self.versions_across_drop, "versions across a DROP"),
             (self.uncovered, "uncovered faults"),
         ];
         all.iter().filter(|(on, _)| *on).map(|(_, name)| *name).collect()

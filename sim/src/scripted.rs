@@ -52,6 +52,7 @@ pub fn all() -> Vec<Scripted> {
         restore_of_an_older_copy_after_drop_create(),
         far_ahead_clock_before_its_first_report(),
         step_back_after_a_drop(),
+        versions_start_again_after_drop_create(),
     ]
 }
 
@@ -342,6 +343,44 @@ pub fn step_back_after_a_drop() -> Scripted {
             Op::Create { epoch: 8 },
             Op::Mint { slot: 0, n: 1, cancelled: false, read_only: false },
             Op::Mint { slot: 1, n: 1, cancelled: false, read_only: false },
+        ],
+    )
+}
+
+/// Finding F3 of the simulator (the long run, seed 1238064): versions start again at 1 after
+/// DROP/CREATE EXTENSION, and a service heartbeat carries no epoch. A node cut off across the DROP
+/// (its lease past, so the DROP passes) and a second process of its identity, which claims the same
+/// machine id at the same version in the new registry: the first one's heartbeat is accepted for
+/// the second one's row, and both mint on one machine id. Fails with the protocol as built.
+pub fn versions_start_again_after_drop_create() -> Scripted {
+    scripted(
+        "versions_start_again_after_drop_create",
+        "the simulator, finding F3: a heartbeat of a dropped registry's lease accepted by the new one",
+        None,
+        setup(
+            3,
+            1,
+            1,
+            faults(|f| {
+                f.drop_create = true;
+                f.twins = true;
+                f.messages = true;
+                f.versions_across_drop = true;
+            }),
+        ),
+        vec![
+            MINT,
+            Op::Start { host: 0, fate: Fate::Delivered, twin: false },
+            Op::Partition { host: 0, ms: 70_000 },
+            Op::Advance { ms: 61_000 },
+            Op::Drop { slot: 0 },
+            Op::Create { epoch: 8 },
+            MINT,
+            Op::Advance { ms: 9_000 },
+            Op::Start { host: 0, fate: Fate::Delivered, twin: true },
+            Op::Advance { ms: 2_000 },
+            Op::NodeMint { host: 0, process: 1, n: 2 },
+            Op::NodeMint { host: 0, process: 0, n: 2 },
         ],
     )
 }

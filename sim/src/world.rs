@@ -8,6 +8,8 @@
 //! `renew` with `src/registry/autonomous.rs`'s `lease_step`, the node is `client/src/node.rs`.
 
 use crate::mutation::{Mutation, Mutations};
+pub use crate::protocol::Topology;
+use crate::protocol::{self, refusal, Granted, Refusal, Settings};
 use crate::registry::{ClaimedRow, Holding, Key, Ms, Node, Registry, Tables, Terms, TxnId, NEG_INF};
 use crate::schedule::{Fate, Op, Report, Schedule, Setup, NODE_SKEW_MS, SERVER_SKEW_MS};
 use idgen_core::generator::{Clock, Generator, Stop, MAX_CLOCK_BACKWARD_DEFAULT_MS};
@@ -15,7 +17,7 @@ use idgen_core::input::NodeIdentity;
 use idgen_core::layout::{Layout, EPOCH_2025_UNIX_MS};
 use idgen_core::lease::{BackendLeases, Terms as LeaseTerms};
 use idgen_core::watermark::{self, HolderKind};
-use idgen_core::{guard, ClaimPolicy, ClaimStep};
+use idgen_core::ClaimPolicy;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
@@ -70,16 +72,6 @@ pub const POLICIES: [ClaimPolicy; 4] = [
         lease_safety_margin_secs: 20,
     },
 ];
-
-/// Where each service's IDs come from: its layout and the machine ids this server hands out.
-/// The extension point for per-service layouts and machine-id pools: today one layout, and the
-/// server's `idgen.machine_id_range` for every service.
-#[derive(Clone, Debug)]
-pub struct Topology {
-    pub layout: Layout,
-    pub first_machine_id: i16,
-    pub last_machine_id: i16,
-}
 
 /// Which invariant broke.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -154,6 +146,8 @@ struct NodeProc {
     /// The lease the settings gave at its start (what the client used before it read each grant).
     lease_at_start: Ms,
     tenure: usize,
+    /// The registry (counted by CREATE EXTENSION) that granted its lease.
+    generation: u32,
     /// Its heartbeats fail in a row (the story tells the first of them).
     failing: bool,
 }
@@ -175,34 +169,17 @@ enum Delayed {
     Heartbeat {
         held: Holding,
         report: Option<Ms>,
+        generation: u32,
     },
     Release {
         held: Holding,
         report: Option<Ms>,
+        generation: u32,
     },
     /// The commit of a claim whose client was killed while it ran.
     Commit {
         txn: TxnId,
     },
-}
-
-/// A refusal: the SQLSTATE and why.
-#[derive(Clone, Debug)]
-pub struct Refusal {
-    pub code: &'static str,
-    pub why: String,
-}
-
-fn refusal(code: &'static str, why: impl Into<String>) -> Refusal {
-    Refusal { code, why: why.into() }
-}
-
-/// A claim granted: the row and its not_before.
-struct Granted {
-    row: ClaimedRow,
-    outcome: &'static str,
-    not_before: Ms,
-    epoch: i64,
 }
 
 /// The world of one schedule.
@@ -226,6 +203,8 @@ pub struct World {
     /// The server's clock at the last DROP EXTENSION that succeeded: the clock never steps back
     /// behind it, unless the faults say so (finding F2; docs/concepts.md's "not covered").
     dropped_floor: Ms,
+    /// How many registries this database had (CREATE EXTENSION counts one up).
+    generation: u32,
     tenures: Vec<Tenure>,
     by_key: BTreeMap<Key, Vec<usize>>,
     ids: HashMap<i64, usize>,
@@ -267,6 +246,7 @@ impl World {
             copy: None,
             hand_txn: None,
             dropped_floor: NEG_INF,
+            generation: 0,
             tenures: Vec::new(),
             by_key: BTreeMap::new(),
             ids: HashMap::new(),
@@ -318,15 +298,7 @@ impl World {
     }
 
     fn terms(&self, kind: HolderKind, window: Ms) -> Terms {
-        let p = self.policy();
-        Terms {
-            lease: p.lease_secs() * 1000,
-            tolerance: watermark::tolerance_ms(kind, &p, self.max_backward_ms),
-            window,
-            takeback_age: p.takeover_idle_1h_secs * 1000,
-            first_machine_id: self.topology.first_machine_id,
-            last_machine_id: self.topology.last_machine_id,
-        }
+        self.settings().terms(kind, window)
     }
 
     fn fail(&mut self, invariant: Invariant, what: String) {
@@ -576,6 +548,7 @@ impl World {
                 if !self.reg.installed() {
                     say!(self, "CREATE EXTENSION idgen (epoch {epoch})");
                     self.reg.committed = Some(Tables { epoch, ..Tables::default() });
+                    self.generation += 1;
                     if self.setup.synchronous {
                         self.reg.replicate();
                     }
@@ -676,83 +649,26 @@ impl World {
         self.topology.last_machine_id = last;
     }
 
-    // ---- the claim (src/registry/claim.rs) ----
+    // ---- the claim ----
 
+    /// The settings in effect, for a claim.
+    fn settings(&self) -> Settings {
+        Settings {
+            policy: self.policy(),
+            topology: self.topology.clone(),
+            max_backward_ms: self.max_backward_ms,
+            require_synchronous_standby: self.setup.require_synchronous_standby,
+        }
+    }
+
+    /// `src/registry/claim.rs` (in `protocol::claim`), telling what it set aside.
     fn claim(&mut self, txn: TxnId, node: &Node) -> Result<Granted, Refusal> {
-        let kind = if node.backend_slot.is_some() { HolderKind::Backend } else { HolderKind::Service };
-        let policy = self.policy();
-        let t = self.terms(kind, watermark::claim_window_ms(kind, &policy));
-        if self.setup.require_synchronous_standby && !self.reg.synchronous_standby_streaming() {
-            return Err(refusal("55000", "no synchronous standby streams (idgen.require_synchronous_standby)"));
+        let settings = self.settings();
+        let (result, set_aside) = protocol::claim(&mut self.reg, txn, node, &settings);
+        for (m, why) in set_aside {
+            say!(self, "  the claim sets machine id {m} aside: {why}");
         }
-        let epoch = self.reg.read_registry(txn);
-        let mut claimed = self.reg.reuse_own_held_row(txn, node, &t).map(|row| (row, "reused"));
-        let mut moved = None;
-        if claimed.is_none() {
-            if let Some((m, _, _)) = self.reg.release_own_row_outside_range(txn, node, &t) {
-                say!(self, "  the claim sets machine id {m} aside: outside idgen.machine_id_range");
-            }
-            moved = self.reg.release_own_row_ahead(txn, node, &t);
-            if let Some((m, bound, _)) = moved {
-                say!(
-                    self,
-                    "  the claim sets machine id {m} aside: its holders may stamp until {} (a new version fences them)",
-                    rel(bound)
-                );
-            }
-        }
-        let core_node = NodeIdentity {
-            service: node.service.clone(),
-            host: node.host.clone(),
-            port: node.port,
-            backend_slot: node.backend_slot,
-        };
-        let mut guarded = false;
-        for step in policy.steps() {
-            if claimed.is_some() {
-                break;
-            }
-            if step != ClaimStep::ReuseOwnRow
-                && kind == HolderKind::Service
-                && !std::mem::replace(&mut guarded, true)
-                && !self.reg.take_guard(txn, &node.service, guard::identity_guard(&core_node))
-            {
-                return Err(refusal("55P03", "the identity's guard is held by another claim"));
-            }
-            claimed = match step {
-                ClaimStep::ReuseOwnRow => match self.reg.reuse_own_row(txn, node, &t) {
-                    Some((row, _)) => Some((row, "reused")),
-                    None => match self.reg.own_held_row(txn, node) {
-                        Some(m) => return Err(refusal("55P03", format!("its row (machine id {m}) is locked"))),
-                        None => None,
-                    },
-                },
-                ClaimStep::NeverRegistered => {
-                    let candidates = self.reg.unregistered_machine_ids(txn, &node.service, &t);
-                    candidates
-                        .into_iter()
-                        .find_map(|m| self.reg.insert_unregistered(txn, node, &t, m, guard::new_id_guard(m)))
-                        .map(|row| (row, "new"))
-                }
-                ClaimStep::ReleasedPastCooldown { cooldown_secs } => {
-                    self.reg.take_over(txn, node, &t, None, cooldown_secs * 1000).map(|(row, _)| (row, "released"))
-                }
-                ClaimStep::IdleTakeover { outcome, min_idle_secs, cooldown_secs, .. } => self
-                    .reg
-                    .take_over(txn, node, &t, Some(min_idle_secs * 1000), cooldown_secs * 1000)
-                    .map(|(row, _)| (row, outcome.label())),
-            };
-        }
-        if let Some((row, outcome)) = claimed {
-            let not_before = watermark::not_before(row.claimed_at, row.bound.filter(|b| *b != NEG_INF));
-            return Ok(Granted { row, outcome, not_before, epoch });
-        }
-        let ahead =
-            moved.map(|(m, bound, _)| (m, bound)).or_else(|| self.reg.soonest_tombstone_ahead(txn, &node.service, &t));
-        Err(match ahead {
-            Some((m, bound)) => refusal("55000", format!("machine id {m} is held back until {}", rel(bound))),
-            None => refusal("55000", "every machine id of the range is in use"),
-        })
+        result
     }
 
     // ---- database backends (src/backend.rs, src/registry/autonomous.rs) ----
@@ -1145,6 +1061,7 @@ impl World {
             interval,
             lease_at_start: policy.lease_secs() * 1000,
             tenure,
+            generation: self.generation,
             failing: false,
         };
         let procs = &mut self.hosts[host].procs;
@@ -1278,7 +1195,9 @@ impl World {
             return failed(self, p, "no answer (never reached the server)");
         }
         if let Fate::Delayed(ms) = fate {
-            self.delayed.push((self.now + ms, Delayed::Heartbeat { held: held.clone(), report: Some(reported) }));
+            let generation = p.generation;
+            self.delayed
+                .push((self.now + ms, Delayed::Heartbeat { held: held.clone(), report: Some(reported), generation }));
             return failed(self, p, &format!("no answer in time (it reaches the server {ms}ms later)"));
         }
         // Refused before anything is written (src/registry/api.rs: reported_watermark).
@@ -1317,13 +1236,17 @@ impl World {
         let policy = self.policy();
         let before = self.reg.committed.clone();
         let txn = self.reg.begin();
-        let answer = self.reg.heartbeat(
-            txn,
-            &held,
-            policy.lease_secs() * 1000,
-            Some(reported),
-            policy.takeover_idle_1h_secs * 1000,
-        );
+        let answer = if self.across_drop(p.generation) {
+            Ok(None)
+        } else {
+            self.reg.heartbeat(
+                txn,
+                &held,
+                policy.lease_secs() * 1000,
+                Some(reported),
+                policy.takeover_idle_1h_secs * 1000,
+            )
+        };
         match answer {
             Ok(Some((lease_until, _))) => {
                 self.reg.commit(txn);
@@ -1376,7 +1299,12 @@ impl World {
         let policy = self.policy();
         let txn = self.reg.begin();
         let (what, done) = match &call {
-            Delayed::Heartbeat { held, report } => {
+            Delayed::Heartbeat { generation, .. } | Delayed::Release { generation, .. }
+                if self.across_drop(*generation) =>
+            {
+                ("call of a dropped registry's lease", false)
+            }
+            Delayed::Heartbeat { held, report, .. } => {
                 let r = self.reg.heartbeat(
                     txn,
                     held,
@@ -1386,7 +1314,7 @@ impl World {
                 );
                 ("heartbeat", matches!(r, Ok(Some(_))))
             }
-            Delayed::Release { held, report } => {
+            Delayed::Release { held, report, .. } => {
                 let r = self.reg.release(txn, held, policy.lease_safety_margin_secs * 1000, *report);
                 ("release", matches!(r, Ok(Some(_))))
             }
@@ -1401,6 +1329,12 @@ impl World {
             held.version,
             if done { "applied" } else { "matches nothing" }
         );
+    }
+
+    /// A service call with a lease of a dropped registry, when the model takes F3's fix: it matches
+    /// nothing (finding F3: as built, versions start again at 1 after CREATE EXTENSION and may match).
+    fn across_drop(&self, generation: u32) -> bool {
+        !self.setup.faults.versions_across_drop && generation != self.generation
     }
 
     fn node_shutdown(&mut self, host: usize, process: usize, fate: Fate, race_ms: Ms) {
@@ -1437,11 +1371,16 @@ impl World {
             }
             Fate::Delayed(ms) => {
                 say!(self, "{} shuts down; its release (watermark {}) arrives {ms}ms later", p.name, rel(report));
-                self.delayed.push((self.now + ms, Delayed::Release { held, report: Some(report) }));
+                let generation = p.generation;
+                self.delayed.push((self.now + ms, Delayed::Release { held, report: Some(report), generation }));
             }
             _ => {
                 let txn = self.reg.begin();
-                let r = self.reg.release(txn, &held, self.policy().lease_safety_margin_secs * 1000, Some(report));
+                let r = if self.across_drop(p.generation) {
+                    Ok(None)
+                } else {
+                    self.reg.release(txn, &held, self.policy().lease_safety_margin_secs * 1000, Some(report))
+                };
                 self.reg.commit(txn);
                 let outcome = match r {
                     Ok(Some((version, issued_until))) => {

@@ -91,7 +91,21 @@ fn finding_f2_a_step_back_after_drop_extension_is_not_covered_yet() {
     assert_eq!(v.invariant, idgen_sim::Invariant::UniqueIds);
 }
 
+/// Finding F3 fails with the protocol as built, with two IDs equal (as F1 above).
+#[test]
+fn finding_f3_versions_start_again_after_drop_create_is_not_covered_yet() {
+    let s = scripted::versions_start_again_after_drop_create();
+    assert!(s.guard.is_none());
+    let built = World::run_checking(&s.schedule, Mutations::NONE, false, true);
+    let v = built.violation.expect("F3 no longer repeats an ID: give it the guard that fixed it");
+    assert_eq!(v.invariant, idgen_sim::Invariant::UniqueIds);
+    // With F3's fix taken by the model, the same steps repeat nothing.
+    let mut fixed = s.schedule.clone();
+    fixed.setup.faults.versions_across_drop = false;
+    assert!(World::run(&fixed, Mutations::NONE, false).violation.is_none());
+}
+
 #[test]
 fn every_scripted_schedule_is_tested_here() {
-    assert_eq!(scripted::all().len(), 11);
+    assert_eq!(scripted::all().len(), 12);
 }
