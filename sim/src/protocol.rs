@@ -247,6 +247,39 @@ impl Mirror {
         }
     }
 
+    /// `tests/cluster`'s `set_idle`: the row's holder looks silent for `idle` at `now` (last_seen goes
+    /// back to `now - idle`, and the lease and take-back time it was granted with it).
+    pub fn set_idle(&mut self, service: &str, machine_id: i16, now: Ms, idle: Ms) {
+        let key: Key = (service.to_owned(), machine_id);
+        if let Some(row) = self.reg.committed.as_mut().and_then(|t| t.rows.get_mut(&key)) {
+            let shift = row.last_seen - (now - idle);
+            row.last_seen -= shift;
+            row.lease_until = row.lease_until.map(|t| t - shift);
+            row.takeover_at = row.takeover_at.map(|t| t - shift);
+        }
+    }
+
+    /// Rows as they are in a real registry (read from it), in place of the model's.
+    pub fn load(&mut self, rows: Vec<Row>) {
+        let tables = self.reg.committed.get_or_insert_with(Default::default);
+        tables.rows = rows.into_iter().map(|r| ((r.service.clone(), r.machine_id), r)).collect();
+        self.reg.replicate();
+    }
+
+    /// The registry's epoch.
+    pub fn epoch(&self) -> i64 {
+        self.reg.committed.as_ref().map_or(0, |t| t.epoch)
+    }
+
+    /// A backend's exit record (CLOSE_BACKEND_LEASE): true when it lowered the watermark.
+    pub fn close_backend(&mut self, held: &Holding, last_stamp: Ms) -> bool {
+        let epoch = self.epoch();
+        let txn = self.reg.begin();
+        let closed = self.reg.close_backend_lease(txn, held, epoch, last_stamp) == Ok(true);
+        self.reg.commit(txn);
+        closed
+    }
+
     /// `DELETE FROM system_nodes WHERE machine_id = ...` (with its trigger).
     pub fn delete(&mut self, service: &str, machine_id: i16) {
         let key: Key = (service.to_owned(), machine_id);
