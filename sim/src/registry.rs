@@ -146,6 +146,9 @@ pub struct Registry {
     /// `clock_timestamp()` of the statement being run.
     pub clock: Ms,
     pub mutations: Mutations,
+    /// F4's fix, taken by the model (not by idgen today): a heartbeat never lowers the grant a row
+    /// records, so that a node that never got the answer is not cut short.
+    pub keep_longer_grants: bool,
 }
 
 impl Registry {
@@ -159,6 +162,7 @@ impl Registry {
             next_txn: 1,
             clock,
             mutations,
+            keep_longer_grants: false,
         }
     }
 
@@ -622,8 +626,13 @@ impl Registry {
         let now = self.clock;
         let before = row.issued_until;
         row.last_seen = now;
-        row.lease_until = Some(now + lease);
-        row.takeover_at = Some(now + takeback_age);
+        if self.keep_longer_grants {
+            row.lease_until = Some(row.lease_until.map_or(now + lease, |until| until.max(now + lease)));
+            row.takeover_at = Some(row.takeover_at.map_or(now + takeback_age, |at| at.max(now + takeback_age)));
+        } else {
+            row.lease_until = Some(now + lease);
+            row.takeover_at = Some(now + takeback_age);
+        }
         row.issued_until = row.issued_until.max(reported.unwrap_or(now));
         self.put_row(txn, row);
         Ok(Some((now + lease, before)))

@@ -124,6 +124,9 @@ pub struct Faults {
     /// A version of a dropped registry matching a row of the new one (finding F3): off, the model
     /// takes F3's fix (such a heartbeat or release matches nothing, as a backend's epoch check does).
     pub versions_across_drop: bool,
+    /// A heartbeat whose answer the node never gets shortening the grant it holds (finding F4): off,
+    /// the model takes F4's fix (a heartbeat never lowers a recorded `lease_until` or `takeover_at`).
+    pub shortened_grants: bool,
     /// Faults outside what idgen covers (documented): asynchronous failover, restores with the
     /// insert trigger disabled. Never in the quick or long runs' default mix.
     pub uncovered: bool,
@@ -147,6 +150,7 @@ impl Faults {
         far_ahead_clocks: false,
         steps_back_after_drop: false,
         versions_across_drop: false,
+        shortened_grants: false,
         uncovered: false,
     };
 
@@ -167,6 +171,7 @@ impl Faults {
         far_ahead_clocks: false,
         steps_back_after_drop: false,
         versions_across_drop: false,
+        shortened_grants: false,
         uncovered: false,
     };
 
@@ -190,6 +195,7 @@ impl Faults {
             far_ahead_clocks: keep(self.far_ahead_clocks),
             steps_back_after_drop: keep(self.steps_back_after_drop),
             versions_across_drop: keep(self.versions_across_drop),
+            shortened_grants: keep(self.shortened_grants),
             uncovered: self.uncovered,
         }
     }
@@ -212,6 +218,7 @@ impl Faults {
             (self.far_ahead_clocks, "far-ahead node clocks"),
             (self.steps_back_after_drop, "steps back after a DROP"),
             (self.versions_across_drop, "versions across a DROP"),
+            (self.shortened_grants, "grants shortened by unanswered heartbeats"),
             (self.uncovered, "uncovered faults"),
         ];
         all.iter().filter(|(on, _)| *on).map(|(_, name)| *name).collect()

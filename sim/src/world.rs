@@ -234,7 +234,11 @@ impl World {
             mutations,
             now: T0,
             server_offset: 0,
-            reg: Registry::new(setup.epoch, T0, setup.synchronous, mutations),
+            reg: {
+                let mut reg = Registry::new(setup.epoch, T0, setup.synchronous, mutations);
+                reg.keep_longer_grants = !setup.faults.shortened_grants;
+                reg
+            },
             policy: POLICIES[0],
             topology,
             machine_ids: setup.machine_ids,

@@ -28,7 +28,18 @@ fn main() {
         let ids_only = args.iter().any(|a| a == "--ids-only");
         match counterexample_checking(first, schedules.min(1_000_000), faults, mutations, ids_only) {
             Some(c) => {
-                println!("{}: seed {} breaks \"{}\" ({} seeds tried)", m.name(), c.seed, c.invariant.name(), c.tried)
+                // Where it breaks, and how short a schedule still breaks it.
+                let schedule = Schedule::generate(c.seed, faults, STEPS);
+                let outcome = if ids_only { run_ids_only(&schedule, mutations) } else { run(&schedule, mutations) };
+                let step = outcome.violation.map_or(0, |v| v.step);
+                let shrunk = shrink(&schedule, mutations, c.invariant).ops.len();
+                println!(
+                    "{}: seed {} breaks \"{}\" at step {step}, shrunk to {shrunk} steps ({} seeds tried)",
+                    m.name(),
+                    c.seed,
+                    c.invariant.name(),
+                    c.tried
+                )
             }
             None => println!("{}: no counterexample in {} seeds", m.name(), schedules.min(1_000_000)),
         }
