@@ -1,6 +1,6 @@
 //! The simulator's command line (docs/simulation.md):
-//! - the long size: `idgen-sim [--schedules N] [--seed S] [--minutes M]`, stops at the first failing
-//!   seed and prints its shrunk story;
+//! - the long size: `idgen-sim [--schedules N] [--seed S] [--minutes M] [--keep-going]`: stops at the
+//!   first failing seed (with `--keep-going`, goes on) and prints its shrunk story;
 //! - a seed's story: `idgen-sim --story SEED [--mutation NAME] [--ids-only] [--far-ahead] [--uncovered]`;
 //! - a scripted schedule's story, as built and with its guard off: `idgen-sim --scripted NAME`;
 //! - a guard's counterexample: `idgen-sim --mutation NAME --find [--schedules N] [--ids-only]`.
@@ -71,6 +71,9 @@ fn main() {
         print!("{}", story_checking(&shrunk, mutations, ids_only));
         return;
     }
+    // --keep-going: a failing seed is told (shrunk) and the search goes on (up to 20 failures).
+    let keep_going = args.iter().any(|a| a == "--keep-going");
+    let mut failures = 0u64;
     let started = Instant::now();
     let (mut done, mut ids, mut seed) = (0u64, 0u64, first);
     let mut last_report = Instant::now();
@@ -80,11 +83,14 @@ fn main() {
         done += explored.schedules;
         ids += explored.ids;
         seed += explored.schedules;
-        if let Some((seed, invariant)) = explored.failure {
-            println!("seed {seed} breaks \"{}\" after {done} schedules; shrunk:", invariant.name());
-            let schedule = Schedule::generate(seed, faults, STEPS);
+        if let Some((failed, invariant)) = explored.failure {
+            println!("seed {failed} breaks \"{}\" after {done} schedules; shrunk:", invariant.name());
+            let schedule = Schedule::generate(failed, faults, STEPS);
             print!("{}", story(&shrink(&schedule, mutations, invariant), mutations));
-            std::process::exit(1);
+            failures += 1;
+            if !keep_going || failures >= 20 {
+                std::process::exit(1);
+            }
         }
         if last_report.elapsed() > Duration::from_secs(60) {
             println!(
@@ -94,8 +100,13 @@ fn main() {
             last_report = Instant::now();
         }
     }
+    let verdict = if failures == 0 {
+        "no invariant broken".to_owned()
+    } else {
+        format!("{failures} failing seed(s), told above")
+    };
     println!(
-        "{done} schedules (seeds {first}..{seed}), {ids} IDs, {} steps, {:.1?}: no invariant broken",
+        "{done} schedules (seeds {first}..{seed}), {ids} IDs, {} steps, {:.1?}: {verdict}",
         done * STEPS as u64,
         started.elapsed()
     );
