@@ -852,7 +852,6 @@ impl World {
                         };
                         lease.claimed(identity, self.topology.layout, terms, self.max_backward_ms, heartbeat_ms);
                         let name = b.name.clone();
-                        b.tenure = Some(self.new_tenure(&name, &granted.row, not_before));
                         say!(
                             self,
                             "{name} claims machine id {} v{} ({}), not_before {}, window to {}",
@@ -862,6 +861,7 @@ impl World {
                             rel(granted.not_before),
                             rel(granted.row.issued_until)
                         );
+                        b.tenure = Some(self.new_tenure(&name, &granted.row, not_before));
                     }
                 }
                 Ok(())
