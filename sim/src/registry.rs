@@ -827,3 +827,126 @@ impl Registry {
         rows.chain(tombs).filter(|(_, bound)| *bound > clock).collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: Ms = 1_800_000_000_000;
+    const LEASE: Ms = 50_000;
+    const TAKEBACK: Ms = 60_000;
+
+    fn terms() -> Terms {
+        Terms {
+            lease: LEASE,
+            tolerance: 10_000,
+            window: 0,
+            takeback_age: TAKEBACK,
+            first_machine_id: 0,
+            last_machine_id: 3,
+        }
+    }
+
+    fn node(host: &str) -> Node {
+        Node { service: "svc".into(), host: host.into(), port: 8080, backend_slot: None }
+    }
+
+    fn registry() -> Registry {
+        Registry::new(1, T, true, Mutations::NONE)
+    }
+
+    /// A committed claim of a never-registered id by `host`.
+    fn claimed(reg: &mut Registry, host: &str, machine_id: i16) -> ClaimedRow {
+        let txn = reg.begin();
+        let row = reg.insert_unregistered(txn, &node(host), &terms(), machine_id, i32::from(machine_id)).unwrap();
+        reg.commit(txn);
+        row
+    }
+
+    #[test]
+    fn a_held_service_rows_bound_is_its_report_plus_its_lease_and_at_least_its_takeover_at() {
+        let mut reg = registry();
+        claimed(&mut reg, "10.0.0.1", 0);
+        let row = reg.committed.as_ref().unwrap().rows[&("svc".to_owned(), 0)].clone();
+        assert_eq!(reg.holder_bound(&row, 1, 1), (T + LEASE).max(T + TAKEBACK));
+        let reported = Row { issued_until: T + 86_400_000, ..row.clone() };
+        assert_eq!(reg.holder_bound(&reported, 1, 1), T + 86_400_000 + LEASE);
+        // Released, or a backend's: the watermark alone; -infinity stays infinite.
+        assert_eq!(reg.holder_bound(&Row { released_at: Some(T), ..row.clone() }, 1, 1), T);
+        let backend = Row { backend_slot: Some(3), issued_until: NEG_INF, ..row };
+        assert_eq!(reg.holder_bound(&backend, 1, 1), NEG_INF);
+        assert_eq!(add(NEG_INF, 5), NEG_INF);
+    }
+
+    #[test]
+    fn skip_locked_skips_a_row_another_open_transaction_holds() {
+        let mut reg = registry();
+        claimed(&mut reg, "10.0.0.1", 0);
+        claimed(&mut reg, "10.0.0.2", 1);
+        reg.clock = T + 10 * TAKEBACK;
+        let holder = reg.begin();
+        assert!(reg.lock_row(holder, &("svc".to_owned(), 0)));
+        let claimant = reg.begin();
+        let (row, _) = reg.take_over(claimant, &node("10.0.0.3"), &terms(), Some(TAKEBACK), 0).unwrap();
+        assert_eq!(row.machine_id, 1, "the least recently seen row is locked: the next one is taken");
+        // A heartbeat waits for the lock instead: blocked.
+        let held = Holding { node: node("10.0.0.1"), machine_id: 0, version: 1 };
+        let other = reg.begin();
+        assert_eq!(reg.heartbeat(other, &held, LEASE, None, TAKEBACK), Err(Blocked));
+    }
+
+    #[test]
+    fn a_transaction_sees_what_is_committed_and_its_own_writes_only() {
+        let mut reg = registry();
+        let a = reg.begin();
+        reg.insert_unregistered(a, &node("10.0.0.1"), &terms(), 0, 0).unwrap();
+        let b = reg.begin();
+        assert!(reg.view(b).rows.is_empty(), "an uncommitted insert is not seen");
+        assert!(reg.insert_unregistered(b, &node("10.0.0.2"), &terms(), 0, 0).is_none(), "its guard is held");
+        reg.commit(a);
+        assert_eq!(reg.view(b).rows.len(), 1, "read committed: seen after its commit");
+        let c = reg.begin();
+        reg.delete_row(c, &("svc".to_owned(), 0)).unwrap();
+        reg.abort(c);
+        assert_eq!(reg.committed.as_ref().unwrap().rows.len(), 1, "an aborted transaction wrote nothing");
+    }
+
+    #[test]
+    fn heartbeats_and_releases_match_their_version_only() {
+        let mut reg = registry();
+        claimed(&mut reg, "10.0.0.1", 0);
+        let txn = reg.begin();
+        let stale = Holding { node: node("10.0.0.1"), machine_id: 0, version: 2 };
+        assert_eq!(reg.heartbeat(txn, &stale, LEASE, Some(T), TAKEBACK), Ok(None));
+        let held = Holding { version: 1, ..stale };
+        reg.clock = T + 1_000;
+        assert_eq!(reg.heartbeat(txn, &held, LEASE, Some(T + 5_000), TAKEBACK), Ok(Some((T + 1_000 + LEASE, T))));
+        assert_eq!(
+            reg.release(txn, &held, 0, Some(T + 2_000)),
+            Ok(Some((2, T + 5_000))),
+            "the watermark never goes down"
+        );
+        assert_eq!(reg.heartbeat(txn, &held, LEASE, None, TAKEBACK), Ok(None), "released: nothing matches");
+    }
+
+    #[test]
+    fn truncate_leaves_tombstones_and_a_new_epoch_and_an_insert_takes_its_tombstone() {
+        let mut reg = registry();
+        claimed(&mut reg, "10.0.0.1", 0);
+        let txn = reg.begin();
+        reg.tombstone_all(txn, LEASE, TAKEBACK);
+        reg.new_epoch(txn);
+        reg.delete_row(txn, &("svc".to_owned(), 0)).unwrap();
+        reg.commit(txn);
+        let tables = reg.committed.clone().unwrap();
+        assert_eq!(tables.epoch, 2);
+        assert_eq!(tables.tombstones[&("svc".to_owned(), 0)], Tombstone { version: 1, bound: T + TAKEBACK });
+        // Too far ahead for the claimant: skipped; once it passes, the new row continues from it.
+        let txn = reg.begin();
+        assert_eq!(reg.unregistered_machine_ids(txn, "svc", &terms()), vec![1, 2, 3]);
+        reg.clock = T + TAKEBACK;
+        let row = reg.insert_unregistered(txn, &node("10.0.0.2"), &terms(), 0, 0).unwrap();
+        assert_eq!((row.version, row.bound, row.issued_until), (2, Some(T + TAKEBACK), T + TAKEBACK));
+        assert!(reg.view(txn).tombstones.is_empty(), "the tombstone is consumed");
+    }
+}
