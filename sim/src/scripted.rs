@@ -314,6 +314,9 @@ pub fn far_ahead_clock_before_its_first_report() -> Scripted {
             Op::Advance { ms: 16_000 },
             MINT,
             Op::Heartbeat { host: 0, process: 0, fate: Fate::Delivered, report: Report::Honest },
+            // A day later the backend's clock reaches the node's stamps: the same IDs.
+            Op::Advance { ms: 86_383_999 },
+            MINT,
         ],
     )
 }

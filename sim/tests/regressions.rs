@@ -71,14 +71,15 @@ fn restore_of_an_older_copy_after_drop_create() {
     check(scripted::restore_of_an_older_copy_after_drop_create());
 }
 
-/// Finding F1 fails with the protocol as built: this test pins that (and its story) until the fix
-/// lands; then it fails, and the schedule joins the ones above with the fix's guard.
+/// Finding F1 fails with the protocol as built, with two IDs equal: this test pins that until the
+/// fix lands; then it fails, and the schedule joins the ones above with the fix's guard.
 #[test]
 fn finding_f1_a_far_ahead_clock_before_its_first_report_is_not_covered_yet() {
     let s = scripted::far_ahead_clock_before_its_first_report();
     assert!(s.guard.is_none());
-    let built = World::run(&s.schedule, Mutations::NONE, false);
-    assert!(built.violation.is_some(), "F1 no longer breaks an invariant: give it the guard that fixed it");
+    let built = World::run_checking(&s.schedule, Mutations::NONE, false, true);
+    let v = built.violation.expect("F1 no longer repeats an ID: give it the guard that fixed it");
+    assert_eq!(v.invariant, idgen_sim::Invariant::UniqueIds);
 }
 
 /// Finding F2 fails with the protocol as built (as F1 above).

@@ -53,9 +53,16 @@ fn main() {
             .unwrap_or_else(|| panic!("no schedule {name}"));
         println!("# {}: {}\n## as built", s.name, s.finding);
         print!("{}", story(&s.schedule, Mutations::NONE));
-        if let Some(guard) = s.guard {
-            println!("## with {} switched off", guard.name());
-            print!("{}", story(&s.schedule, Mutations::of(guard)));
+        match s.guard {
+            Some(guard) => {
+                println!("## with {} switched off", guard.name());
+                print!("{}", story(&s.schedule, Mutations::of(guard)));
+            }
+            None => {
+                // An open finding: on to the IDs it repeats.
+                println!("## as built, checking only that no two IDs are equal");
+                print!("{}", story_checking(&s.schedule, Mutations::NONE, true));
+            }
         }
         return;
     }
