@@ -35,9 +35,21 @@ pub struct Explored {
 
 /// Runs the schedules of seeds `first..first + count`, stopping at the first that fails.
 pub fn explore(first: u64, count: u64, faults: Faults, mutations: Mutations) -> Explored {
+    explore_with(first, count, faults, crate::schedule::Fixes::default(), mutations)
+}
+
+/// [`explore`], with the model taking `fixes`.
+pub fn explore_with(
+    first: u64,
+    count: u64,
+    faults: Faults,
+    fixes: crate::schedule::Fixes,
+    mutations: Mutations,
+) -> Explored {
     let mut explored = Explored { schedules: 0, ids: 0, failure: None };
     for seed in first..first + count {
-        let schedule = Schedule::generate(seed, faults, STEPS);
+        let mut schedule = Schedule::generate(seed, faults, STEPS);
+        schedule.setup.fixes = fixes;
         let outcome = run(&schedule, mutations);
         explored.schedules += 1;
         explored.ids += outcome.issued;

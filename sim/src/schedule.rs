@@ -118,7 +118,8 @@ pub struct Faults {
     /// A node host whose clock runs far ahead of the server's (a day or more, constant). Covered
     /// from the node's first report on; before it, see docs/simulation.md (finding F1).
     pub far_ahead_clocks: bool,
-    /// The server's clock stepping back behind the moment of a DROP EXTENSION that succeeded, while
+    /// The server's clock stepping back behind the moment of a DROP EXTENSION that succeeded (but
+    /// not behind the dropped registry's last stamp, docs/concepts.md's "not covered"), while
     /// backends of the dropped registry are connected (finding F2, docs/simulation.md).
     pub steps_back_after_drop: bool,
     /// A version of a dropped registry matching a row of the new one (finding F3): off, the model
@@ -241,6 +242,19 @@ pub struct Setup {
     /// The first registry's epoch.
     pub epoch: i64,
     pub faults: Faults,
+    /// Proposed fixes of findings F1 and F2, taken by the model (none as built).
+    pub fixes: Fixes,
+}
+
+/// Fixes the model can take of findings it made, to check that they close them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Fixes {
+    /// F1: a node reports its clock (a heartbeat) before its first ID, and issues none before
+    /// that heartbeat is answered.
+    pub report_before_minting: bool,
+    /// F2: a backend forgets the leases of a dropped registry before its next ID (a relcache
+    /// callback on the registry's table, compared on the hot path).
+    pub forget_dropped_registry: bool,
 }
 
 /// A setup and its steps.
@@ -270,6 +284,7 @@ impl Schedule {
             require_synchronous_standby: rng.chance(1, 4),
             epoch: rng.range(1, 1_000_000),
             faults,
+            fixes: Fixes::default(),
         };
         let ops = (0..len).map(|_| Self::op(&mut rng, &setup)).collect();
         Schedule { seed, setup, ops }

@@ -21,7 +21,16 @@ pub struct Scripted {
 fn setup(machine_ids: i16, slots: usize, hosts: usize, mut faults: Faults) -> Setup {
     faults.versions_across_drop = true;
     faults.shortened_grants = true;
-    Setup { machine_ids, slots, hosts, synchronous: true, require_synchronous_standby: false, epoch: 7, faults }
+    Setup {
+        machine_ids,
+        slots,
+        hosts,
+        synchronous: true,
+        require_synchronous_standby: false,
+        epoch: 7,
+        faults,
+        fixes: crate::schedule::Fixes::default(),
+    }
 }
 
 fn faults(f: impl FnOnce(&mut Faults)) -> Faults {

@@ -121,6 +121,8 @@ struct Backend {
     /// The caller's open transaction.
     txn: Option<TxnId>,
     tenure: Option<usize>,
+    /// The registry that granted its lease.
+    generation: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -150,6 +152,8 @@ struct NodeProc {
     generation: u32,
     /// Its heartbeats fail in a row (the story tells the first of them).
     failing: bool,
+    /// The registry knows its clock (as built, it mints at once; F1's fix waits for a report).
+    reported: bool,
 }
 
 #[derive(Default)]
@@ -201,8 +205,11 @@ pub struct World {
     copy: Option<Tables>,
     hand_txn: Option<TxnId>,
     /// The server's clock at the last DROP EXTENSION that succeeded: the clock never steps back
-    /// behind it, unless the faults say so (finding F2; docs/concepts.md's "not covered").
+    /// behind it, unless the faults say so (finding F2).
     dropped_floor: Ms,
+    /// The latest stamp made under a registry that was then dropped: with F2's steps on, the clock
+    /// still never steps back behind it (docs/concepts.md's "not covered"), unless uncovered.
+    dropped_stamps: Ms,
     /// How many registries this database had (CREATE EXTENSION counts one up).
     generation: u32,
     tenures: Vec<Tenure>,
@@ -250,6 +257,7 @@ impl World {
             copy: None,
             hand_txn: None,
             dropped_floor: NEG_INF,
+            dropped_stamps: NEG_INF,
             generation: 0,
             tenures: Vec::new(),
             by_key: BTreeMap::new(),
@@ -416,6 +424,9 @@ impl World {
         let mut live = Vec::new();
         let server = self.server_clock();
         for b in self.backends.iter().flatten() {
+            if self.setup.fixes.forget_dropped_registry && b.generation != self.generation {
+                continue; // it forgets that lease before it issues
+            }
             let (Some(tenure), Some(lease)) = (b.tenure, b.leases.iter().next()) else { continue };
             let Some(held) = lease.held() else { continue };
             let due = idgen_core::lease::check_due(held, self.policy.heartbeat_interval_secs * 1000);
@@ -429,7 +440,8 @@ impl World {
         for (h, host) in self.hosts.iter().enumerate() {
             for p in host.procs.iter().flatten() {
                 let clock = self.host_clock(h);
-                let stamping = matches!(p.status, Status::Live | Status::Expired) && self.now < p.deadline;
+                let stamping =
+                    matches!(p.status, Status::Live | Status::Expired) && self.now < p.deadline && p.reported;
                 if stamping && clock > self.tenures[p.tenure].not_before {
                     live.push((p.tenure, clock + (p.deadline - self.now) - 1));
                 }
@@ -485,8 +497,13 @@ impl World {
             Op::ServerClock { offset } => {
                 let mut offset = offset.clamp(-SERVER_SKEW_MS, SERVER_SKEW_MS);
                 let f = self.setup.faults;
-                if !(f.uncovered || f.steps_back_after_drop) && self.dropped_floor != NEG_INF {
-                    offset = offset.max(self.dropped_floor + 1 - self.now);
+                let floor = match (f.uncovered, f.steps_back_after_drop) {
+                    (true, _) => NEG_INF,
+                    (false, true) => self.dropped_stamps,
+                    (false, false) => self.dropped_floor,
+                };
+                if floor != NEG_INF {
+                    offset = offset.max(floor + 1 - self.now);
                 }
                 say!(self, "server clock steps {:+}ms to {}", offset - self.server_offset, rel(self.now + offset));
                 self.server_offset = offset;
@@ -689,7 +706,7 @@ impl World {
         self.backend_incarnations[slot] += 1;
         let name = format!("b{slot}#{}", self.backend_incarnations[slot]);
         say!(self, "{name} connects (backend slot {slot})");
-        Backend { name, leases: BackendLeases::new(), txn: None, tenure: None }
+        Backend { name, leases: BackendLeases::new(), txn: None, tenure: None, generation: self.generation }
     }
 
     fn begin(&mut self, slot: usize) {
@@ -764,6 +781,11 @@ impl World {
         cancelled: &mut bool,
         read_only: bool,
     ) -> Result<(i64, usize), Refusal> {
+        if self.setup.fixes.forget_dropped_registry && b.generation != self.generation {
+            // F2's fix: the drop's invalidation reaches the backend before it issues.
+            b.leases.lose_all();
+            b.generation = self.generation;
+        }
         for _ in 0..64 {
             let stop = {
                 let lease = b.leases.get_or_add(SERVICE);
@@ -862,6 +884,7 @@ impl World {
                             rel(granted.row.issued_until)
                         );
                         b.tenure = Some(self.new_tenure(&name, &granted.row, not_before));
+                        b.generation = self.generation;
                     }
                 }
                 Ok(())
@@ -1067,11 +1090,23 @@ impl World {
             tenure,
             generation: self.generation,
             failing: false,
+            reported: !self.setup.fixes.report_before_minting,
         };
         let procs = &mut self.hosts[host].procs;
-        match procs.iter().position(Option::is_none) {
-            Some(i) => procs[i] = Some(proc_),
-            None => procs.push(Some(proc_)),
+        let index = match procs.iter().position(Option::is_none) {
+            Some(i) => {
+                procs[i] = Some(proc_);
+                i
+            }
+            None => {
+                procs.push(Some(proc_));
+                procs.len() - 1
+            }
+        };
+        if self.setup.fixes.report_before_minting {
+            // F1's fix: the first heartbeat, with the node's clock, before any ID.
+            let fate = if self.hosts[host].partitioned_until > self.now { Fate::LostBefore } else { Fate::Delivered };
+            self.node_heartbeat(host, index, fate, Report::Honest);
         }
     }
 
@@ -1144,6 +1179,9 @@ impl World {
         }
         if self.now >= p.deadline {
             return Err("lease expired".into());
+        }
+        if !p.reported {
+            return Err("no heartbeat answered yet (F1's fix: it reports its clock before it mints)".into());
         }
         let give_up = p.deadline.min(self.now + self.max_backward_ms + WAIT_SLACK_MS);
         let wall_deadline = self.host_clock(host) + (p.deadline - self.now);
@@ -1262,6 +1300,7 @@ impl World {
                 p.deadline = sent + lease;
                 p.status = Status::Live;
                 p.failing = false;
+                p.reported = true;
                 p.next_heartbeat = sent + p.interval;
                 say!(
                     self,
@@ -1441,6 +1480,8 @@ impl World {
         self.reg.abort(txn);
         self.reg.committed = None;
         self.dropped_floor = self.dropped_floor.max(self.server_clock());
+        let latest = self.tenures.iter().filter_map(|t| t.last_stamp).max().unwrap_or(NEG_INF);
+        self.dropped_stamps = self.dropped_stamps.max(latest);
         if self.setup.synchronous {
             self.reg.replicate();
         }

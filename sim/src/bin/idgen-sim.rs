@@ -5,7 +5,7 @@
 //! - a scripted schedule's story, as built and with its guard off: `idgen-sim --scripted NAME`;
 //! - a guard's counterexample: `idgen-sim --mutation NAME --find [--schedules N] [--ids-only]`.
 use idgen_sim::run::{
-    counterexample_checking, explore, faults_for, run, run_ids_only, shrink, story, story_checking, STEPS,
+    counterexample_checking, explore_with, faults_for, run, run_ids_only, shrink, story, story_checking, STEPS,
 };
 use idgen_sim::Invariant;
 use idgen_sim::{Faults, Mutation, Mutations, Schedule};
@@ -21,8 +21,15 @@ fn main() {
         arg("--mutation").map(|name| Mutation::from_name(&name).unwrap_or_else(|| panic!("no mutation {name}")));
     let mutations = mutation.map_or(Mutations::NONE, Mutations::of);
     let mut faults = mutation.map_or(Faults::ALL, faults_for);
-    faults.uncovered = args.iter().any(|a| a == "--uncovered");
-    faults.far_ahead_clocks |= args.iter().any(|a| a == "--far-ahead");
+    let flag = |name: &str| args.iter().any(|a| a == name);
+    faults.uncovered = flag("--uncovered");
+    // The findings' preconditions, as built (docs/simulation.md): F1 to F4.
+    faults.far_ahead_clocks |= flag("--far-ahead") || flag("--f1");
+    faults.steps_back_after_drop |= flag("--f2");
+    faults.versions_across_drop |= flag("--f3");
+    faults.shortened_grants |= flag("--f4");
+    // The fixes proposed for F1 and F2, taken by the model.
+    let fixes = idgen_sim::Fixes { report_before_minting: flag("--fix-f1"), forget_dropped_registry: flag("--fix-f2") };
     if let (Some(m), true) = (mutation, args.iter().any(|a| a == "--find")) {
         // The first seed that tells the mutation from the protocol as built.
         let ids_only = args.iter().any(|a| a == "--ids-only");
@@ -68,7 +75,8 @@ fn main() {
     }
     if let Some(seed) = arg("--story") {
         let seed: u64 = seed.parse().expect("--story SEED");
-        let schedule = Schedule::generate(seed, faults, STEPS);
+        let mut schedule = Schedule::generate(seed, faults, STEPS);
+        schedule.setup.fixes = fixes;
         let ids_only = args.iter().any(|a| a == "--ids-only");
         let outcome = if ids_only { run_ids_only(&schedule, mutations) } else { run(&schedule, mutations) };
         let shrunk = match outcome.violation {
@@ -86,13 +94,14 @@ fn main() {
     let mut last_report = Instant::now();
     while done < schedules && budget.is_none_or(|b| started.elapsed() < b) {
         let batch = 1_000.min(schedules - done);
-        let explored = explore(seed, batch, faults, mutations);
+        let explored = explore_with(seed, batch, faults, fixes, mutations);
         done += explored.schedules;
         ids += explored.ids;
         seed += explored.schedules;
         if let Some((failed, invariant)) = explored.failure {
             println!("seed {failed} breaks \"{}\" after {done} schedules; shrunk:", invariant.name());
-            let schedule = Schedule::generate(failed, faults, STEPS);
+            let mut schedule = Schedule::generate(failed, faults, STEPS);
+            schedule.setup.fixes = fixes;
             print!("{}", story(&shrink(&schedule, mutations, invariant), mutations));
             failures += 1;
             if !keep_going || failures >= 20 {
