@@ -77,7 +77,7 @@ fn code(e: &postgres::Error) -> Answer {
 fn cluster_rows(c: &mut Client) -> Vec<Row> {
     let ms = |column: &str| {
         format!(
-            "CASE WHEN {column} IS NULL THEN NULL WHEN NOT isfinite({column}) THEN {NEG_INF}::int8 \
+            "CASE WHEN {column} IS NULL THEN NULL WHEN NOT isfinite({column}) THEN '{NEG_INF}'::int8 \
              ELSE floor(extract(epoch FROM {column}) * 1000)::int8 END"
         )
     };
