@@ -117,6 +117,7 @@ struct Tenure {
 /// A database backend: one process in a slot.
 struct Backend {
     name: String,
+    slot: usize,
     leases: BackendLeases,
     /// The caller's open transaction.
     txn: Option<TxnId>,
@@ -706,7 +707,7 @@ impl World {
         self.backend_incarnations[slot] += 1;
         let name = format!("b{slot}#{}", self.backend_incarnations[slot]);
         say!(self, "{name} connects (backend slot {slot})");
-        Backend { name, leases: BackendLeases::new(), txn: None, tenure: None, generation: self.generation }
+        Backend { name, slot, leases: BackendLeases::new(), txn: None, tenure: None, generation: self.generation }
     }
 
     fn begin(&mut self, slot: usize) {
@@ -821,7 +822,7 @@ impl World {
             return Err(refusal("55000", "idgen is not installed"));
         }
         let heartbeat_ms = policy.heartbeat_interval_secs * 1000;
-        let slot = b.name[1..].split('#').next().and_then(|s| s.parse::<usize>().ok()).expect("b<slot>#n");
+        let slot = b.slot;
         let node = Self::backend_identity(slot);
         let held = {
             let lease = b.leases.get_or_add(SERVICE);
@@ -907,7 +908,7 @@ impl World {
         if policy.validate().is_err() {
             return Err(refusal("22023", "idgen settings are inconsistent"));
         }
-        let slot = b.name[1..].split('#').next().and_then(|s| s.parse::<usize>().ok()).expect("b<slot>#n");
+        let slot = b.slot;
         let held = b.leases.get_or_add(SERVICE).held().map(|h| h.terms);
         let Some(terms) = held.filter(|_| self.reg.installed()) else {
             return Err(refusal("25006", "no lease to read in a read-only transaction"));
