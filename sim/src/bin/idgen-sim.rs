@@ -110,7 +110,7 @@ fn main() {
         }
         if last_report.elapsed() > Duration::from_secs(60) {
             println!(
-                "{done} schedules (seeds {first}..{seed}), {ids} IDs, {:.0?}: no invariant broken",
+                "{done} schedules (seeds {first}..{seed}), {ids} IDs, {:.0?}: {failures} failing seed(s) so far",
                 started.elapsed()
             );
             last_report = Instant::now();
