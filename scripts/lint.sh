@@ -9,7 +9,7 @@
 #
 # The root crate idgen is a pgrx extension built for one PostgreSQL at a time: clippy checks it
 # for 15 and 18, each with and without the pg_test feature (the #[pg_test]s). The other crates
-# (idgen-core, idgen-client, idgen-cluster-tests) need no PostgreSQL to build.
+# (idgen-core, idgen-client, idgen-sim, idgen-cluster-tests) need no PostgreSQL to build.
 source "$(dirname "${BASH_SOURCE[0]}")/provision.sh"
 cd "$ROOT" || exit 1
 
@@ -31,13 +31,13 @@ clippy_extension() {
 
 # Clippy over every other crate of the workspace.
 clippy_others() {
-    cargo clippy --locked -p idgen-core -p idgen-client -p idgen-cluster-tests --all-targets -- -D warnings
+    cargo clippy --locked -p idgen-core -p idgen-client -p idgen-sim -p idgen-cluster-tests --all-targets -- -D warnings
 }
 
 main() {
     provision_lint
     check rustfmt cargo fmt --all --check
-    check "clippy (idgen-core, idgen-client, idgen-cluster-tests)" clippy_others
+    check "clippy (idgen-core, idgen-client, idgen-sim, idgen-cluster-tests)" clippy_others
     local features
     for features in pg15 "pg15 pg_test" pg18 "pg18 pg_test"; do
         check "clippy (idgen, $features)" clippy_extension "$features"

@@ -3,10 +3,12 @@
 #
 #   bash scripts/test.sh [STAGE] [PG]          PG may also come from IDGEN_TEST_PG
 #
-# With no STAGE (or `all`), everything, as CI runs it: the pure core's unit tests, then on
-# PostgreSQL 15 and then 18 the #[pg_test]s, pg_regress twice and the client-driven suites.
-# STAGE runs one stage alone:
+# With no STAGE (or `all`), everything, as CI runs it: the pure core's unit tests and the
+# simulation's quick size, then on PostgreSQL 15 and then 18 the #[pg_test]s, pg_regress twice and
+# the client-driven suites. STAGE runs one stage alone:
 #   core      the pure core's unit tests (cargo test -p idgen-core; no PostgreSQL)
+#   sim       the simulation (cargo test -p idgen-sim: 10,000 schedules, the mutation searches,
+#             the scripted regressions; no PostgreSQL; docs/simulation.md)
 #   pg_test   the #[pg_test]s, in a temporary PostgreSQL (cargo pgrx test)
 #   regress   pg_regress against the scratch cluster, twice (the second time with idgen in
 #             shared_preload_libraries)
@@ -44,7 +46,7 @@ parse_args() {
     STAGE=${1:-all}
     case $STAGE in
     -h | --help | help) usage; exit 0 ;;
-    all | core | pg_test | regress | cluster) ;;
+    all | core | sim | pg_test | regress | cluster) ;;
     *) [[ " ${SUITES[*]} " == *" $STAGE "* ]] || usage_error "unknown stage or suite: $STAGE" ;;
     esac
     [ $# -le 2 ] || usage_error "too many arguments"
@@ -141,6 +143,11 @@ report() {
 stage_core() {
     say "unit tests of the pure core (cargo test -p idgen-core)"
     cargo_stage core - cargo test -p idgen-core
+}
+
+stage_sim() {
+    say "the simulation's quick size, mutation searches and regressions (cargo test -p idgen-sim)"
+    cargo_stage sim - cargo test -p idgen-sim
 }
 
 INSTALLED=   # the PostgreSQL this run installed the release build into (and nothing since)
@@ -302,11 +309,12 @@ main() {
     # What every stage needs; the suites add their servers' packages (provision_suites).
     case $STAGE in
     all) provision ;;
-    core) provision_core ;;
+    core | sim) provision_core ;;
     *) provision_pgrx ;;
     esac
     if [ "$STAGE" = all ] || [ "$STAGE" = core ]; then stage_core; fi
-    if [ "$STAGE" != core ]; then
+    if [ "$STAGE" = all ] || [ "$STAGE" = sim ]; then stage_sim; fi
+    if [ "$STAGE" != core ] && [ "$STAGE" != sim ]; then
         for pg in $PGS; do
             use_pg "$pg"
             case $STAGE in

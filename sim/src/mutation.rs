@@ -1,0 +1,106 @@
+//! Guards the simulator can switch off, one at a time, to show that it notices: each is removed in
+//! the registry model or in the glue around the real core, never in the core itself.
+
+/// One guard of the protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mutation {
+    /// Heartbeats, releases, renewals, reads and exit records match any version of the row.
+    VersionCheck,
+    /// Claims read no bound from the row (`holder_bound`): `not_before` is the claim's moment.
+    Watermark,
+    /// Holders ignore `not_before`: their first stamp may be right after the claim's moment.
+    NotBefore,
+    /// A released row can be taken at once.
+    Cooldown,
+    /// No safety margin: the lease is the whole 1-hour tier, a service may wait for no skew.
+    Margin,
+    /// Backends' renewals, reads and exit records do not check the registry's epoch.
+    Epoch,
+    /// Rows deleted or truncated by hand leave no tombstone (no floor for their machine ids).
+    Floor,
+    /// A backend's claim and renewals are written in the caller's transaction, not committed on
+    /// their own (the registry writer).
+    SavepointRule,
+    /// Take-backs read no stored `lease_until`/`takeover_at`: today's settings stand in.
+    StoredLeaseEnd,
+    /// A held service row's reuse is bounded by its last report, not its holder's whole lease: a
+    /// second live process with the identity shares the machine id.
+    TwinRule,
+    /// The client's shutdown reads its watermark before it stops its minting threads.
+    ShutdownUnderLock,
+    /// DROP EXTENSION does not check what may still be stamped.
+    DropGuard,
+    /// The session that drops the extension records its leases' last stamps but keeps the leases
+    /// (it goes on minting under them in whatever registry exists next).
+    DropForgetsOwnLeases,
+    /// The client keeps the lease length it read from the settings at its start, not the one each
+    /// answer grants.
+    GrantedLease,
+    /// A report more than a day ahead is refused (nothing written), and the client retries it as
+    /// if it were a lost connection.
+    RefusedWatermark,
+}
+
+impl Mutation {
+    pub const ALL: [Mutation; 15] = [
+        Mutation::VersionCheck,
+        Mutation::Watermark,
+        Mutation::NotBefore,
+        Mutation::Cooldown,
+        Mutation::Margin,
+        Mutation::Epoch,
+        Mutation::Floor,
+        Mutation::SavepointRule,
+        Mutation::StoredLeaseEnd,
+        Mutation::TwinRule,
+        Mutation::ShutdownUnderLock,
+        Mutation::DropGuard,
+        Mutation::DropForgetsOwnLeases,
+        Mutation::GrantedLease,
+        Mutation::RefusedWatermark,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutation::VersionCheck => "version-check",
+            Mutation::Watermark => "watermark",
+            Mutation::NotBefore => "not-before",
+            Mutation::Cooldown => "cooldown",
+            Mutation::Margin => "margin",
+            Mutation::Epoch => "epoch",
+            Mutation::Floor => "floor",
+            Mutation::SavepointRule => "savepoint-rule",
+            Mutation::StoredLeaseEnd => "stored-lease-end",
+            Mutation::TwinRule => "twin-rule",
+            Mutation::ShutdownUnderLock => "shutdown-under-lock",
+            Mutation::DropGuard => "drop-guard",
+            Mutation::DropForgetsOwnLeases => "drop-forgets-own-leases",
+            Mutation::GrantedLease => "granted-lease",
+            Mutation::RefusedWatermark => "refused-watermark",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Mutation> {
+        Mutation::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    fn bit(self) -> u32 {
+        1 << Mutation::ALL.iter().position(|m| *m == self).expect("listed")
+    }
+}
+
+/// The guards switched off (none: the protocol as built).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Mutations(u32);
+
+impl Mutations {
+    pub const NONE: Mutations = Mutations(0);
+
+    pub fn of(m: Mutation) -> Mutations {
+        Mutations(m.bit())
+    }
+
+    pub fn has(self, m: Mutation) -> bool {
+        self.0 & m.bit() != 0
+    }
+}

@@ -1,0 +1,434 @@
+//! Scripted schedules: each finding of the earlier rounds as the steps that showed it, with the
+//! guard whose removal reverts its fix. Each passes with the protocol as built and breaks an
+//! invariant with its guard switched off (tests/regressions.rs). One more is the simulator's own
+//! finding F1, which breaks an invariant with the protocol as built (see docs/simulation.md).
+
+use crate::mutation::Mutation;
+use crate::schedule::{Fate, Faults, Op, Report, Schedule, Setup};
+
+/// A named schedule and the guard that its finding's fix added.
+pub struct Scripted {
+    pub name: &'static str,
+    /// Where the finding came from.
+    pub finding: &'static str,
+    pub schedule: Schedule,
+    /// The guard that, switched off, brings the finding back; `None`: it fails as built.
+    pub guard: Option<Mutation>,
+}
+
+/// A setup as built: the registry without the fixes of findings F3 and F4 that the generated
+/// schedules' covered mix takes.
+fn setup(machine_ids: i16, slots: usize, hosts: usize, mut faults: Faults) -> Setup {
+    faults.versions_across_drop = true;
+    faults.shortened_grants = true;
+    Setup {
+        machine_ids,
+        slots,
+        hosts,
+        synchronous: true,
+        require_synchronous_standby: false,
+        epoch: 7,
+        faults,
+        fixes: crate::schedule::Fixes::default(),
+    }
+}
+
+fn faults(f: impl FnOnce(&mut Faults)) -> Faults {
+    let mut faults = Faults::NONE;
+    f(&mut faults);
+    faults
+}
+
+fn scripted(
+    name: &'static str,
+    finding: &'static str,
+    guard: Option<Mutation>,
+    setup: Setup,
+    ops: Vec<Op>,
+) -> Scripted {
+    Scripted { name, finding, schedule: Schedule { seed: 0, setup, ops }, guard }
+}
+
+const MINT: Op = Op::Mint { slot: 0, n: 3, cancelled: false, read_only: false };
+
+/// Every scripted schedule.
+pub fn all() -> Vec<Scripted> {
+    vec![
+        reconnect_after_clock_step(),
+        savepoint_rollback(),
+        drop_create_with_the_creating_session(),
+        refused_watermark(),
+        threshold_reload_cuts_a_live_lease(),
+        threshold_reload_and_the_clients_lease(),
+        two_live_processes_with_one_identity(),
+        shutdown_racing_minting_threads(),
+        restore_of_an_older_copy_after_drop_create(),
+        far_ahead_clock_before_its_first_report(),
+        step_back_after_a_drop(),
+        versions_start_again_after_drop_create(),
+        unanswered_heartbeat_shortens_the_grant(),
+    ]
+}
+
+/// Round one: a backend mints, the server clock steps back, the backend reconnects in its slot.
+pub fn reconnect_after_clock_step() -> Scripted {
+    scripted(
+        "reconnect_after_clock_step",
+        "round one: a reconnect after a clock step",
+        Some(Mutation::Watermark),
+        setup(2, 1, 0, faults(|f| f.clock_steps = true)),
+        vec![
+            MINT,
+            Op::Advance { ms: 400 },
+            MINT,
+            Op::Exit { slot: 0, record: false },
+            Op::ServerClock { offset: -2_500 },
+            MINT,
+            Op::Advance { ms: 2_500 },
+            MINT,
+        ],
+    )
+}
+
+/// Round two, 1: a savepoint mints, rolls back, its IDs reach committed rows; after a clock step
+/// back a new connection takes the machine id its claim had (the claim was rolled back with it).
+pub fn savepoint_rollback() -> Scripted {
+    scripted(
+        "savepoint_rollback",
+        "round two, 1: a rolled-back savepoint's IDs reach committed rows",
+        Some(Mutation::SavepointRule),
+        setup(
+            2,
+            2,
+            0,
+            faults(|f| {
+                f.rollbacks = true;
+                f.clock_steps = true;
+            }),
+        ),
+        vec![
+            Op::Begin { slot: 0 },
+            MINT,
+            Op::Rollback { slot: 0 },
+            Op::Exit { slot: 0, record: true },
+            Op::ServerClock { offset: -2_500 },
+            Op::Mint { slot: 1, n: 3, cancelled: false, read_only: false },
+            Op::Advance { ms: 2_500 },
+            Op::Mint { slot: 1, n: 3, cancelled: false, read_only: false },
+        ],
+    )
+}
+
+/// Round two, 2a: a session holding a lease drops and creates the extension, and goes on minting.
+pub fn drop_create_with_the_creating_session() -> Scripted {
+    scripted(
+        "drop_create_with_the_creating_session",
+        "round two, 2a: DROP/CREATE EXTENSION with the creating session",
+        Some(Mutation::DropForgetsOwnLeases),
+        setup(2, 2, 0, faults(|f| f.drop_create = true)),
+        vec![
+            MINT,
+            Op::Drop { slot: 0 },
+            Op::Create { epoch: 8 },
+            Op::Mint { slot: 1, n: 3, cancelled: false, read_only: false },
+            MINT,
+        ],
+    )
+}
+
+/// Round two, 3: a node whose clock runs more than a day ahead reports it; the report must be kept
+/// (and the node stop if it is refused), or the id's next holder starts a day below its stamps.
+pub fn refused_watermark() -> Scripted {
+    scripted(
+        "refused_watermark",
+        "round two, 3: a refused watermark is forgotten",
+        Some(Mutation::RefusedWatermark),
+        setup(
+            1,
+            1,
+            1,
+            faults(|f| {
+                f.far_ahead_clocks = true;
+                f.messages = true;
+            }),
+        ),
+        vec![
+            Op::HostBase { host: 0, base: 2 * 86_400_000 },
+            Op::Start { host: 0, fate: Fate::Delivered, twin: false },
+            Op::Advance { ms: 10_000 },
+            Op::NodeMint { host: 0, process: 0, n: 3 },
+            Op::Partition { host: 0, ms: 200_000 },
+            Op::Advance { ms: 35_000 },
+            Op::NodeMint { host: 0, process: 0, n: 3 },
+            Op::Advance { ms: 36_000 },
+            MINT,
+        ],
+    )
+}
+
+/// Round two, 6: thresholds lowered by a reload; a take-back must wait for the lease as granted.
+pub fn threshold_reload_cuts_a_live_lease() -> Scripted {
+    scripted(
+        "threshold_reload_cuts_a_live_lease",
+        "round two, 6: a reload of lower thresholds cuts live leases short",
+        Some(Mutation::StoredLeaseEnd),
+        setup(
+            1,
+            1,
+            1,
+            faults(|f| {
+                f.reloads = true;
+                f.messages = true;
+            }),
+        ),
+        vec![
+            Op::Start { host: 0, fate: Fate::Delivered, twin: false },
+            Op::Reload { policy: 1, range: 0 },
+            Op::Partition { host: 0, ms: 200_000 },
+            Op::Advance { ms: 25_000 },
+            MINT,
+            Op::NodeMint { host: 0, process: 0, n: 3 },
+        ],
+    )
+}
+
+/// Round two, attacker round 2 (1): the client kept the lease length it read at its start; after a
+/// reload that shortened leases and an outage it minted past the shorter lease its heartbeat got.
+pub fn threshold_reload_and_the_clients_lease() -> Scripted {
+    scripted(
+        "threshold_reload_and_the_clients_lease",
+        "round two, attacker round 2: the client's lease taken from the settings at its start",
+        Some(Mutation::GrantedLease),
+        setup(
+            1,
+            1,
+            1,
+            faults(|f| {
+                f.reloads = true;
+                f.messages = true;
+            }),
+        ),
+        vec![
+            Op::Start { host: 0, fate: Fate::Delivered, twin: false },
+            Op::Reload { policy: 1, range: 0 },
+            Op::Advance { ms: 10_000 },
+            Op::Partition { host: 0, ms: 200_000 },
+            Op::Advance { ms: 21_000 },
+            MINT,
+            Op::NodeMint { host: 0, process: 0, n: 3 },
+        ],
+    )
+}
+
+/// Round two, 4: two live processes with one identity.
+pub fn two_live_processes_with_one_identity() -> Scripted {
+    scripted(
+        "two_live_processes_with_one_identity",
+        "round two, 4: two live processes with one identity",
+        Some(Mutation::TwinRule),
+        setup(2, 0, 1, faults(|f| f.twins = true)),
+        vec![
+            Op::Start { host: 0, fate: Fate::Delivered, twin: false },
+            Op::NodeMint { host: 0, process: 0, n: 3 },
+            Op::Advance { ms: 2_000 },
+            Op::Start { host: 0, fate: Fate::Delivered, twin: true },
+            Op::NodeMint { host: 0, process: 1, n: 3 },
+            Op::NodeMint { host: 0, process: 0, n: 3 },
+        ],
+    )
+}
+
+/// Round two, 5: a shutdown racing minting threads, then a restart on a corrected clock.
+pub fn shutdown_racing_minting_threads() -> Scripted {
+    scripted(
+        "shutdown_racing_minting_threads",
+        "round two, 5: the client's release watermark below IDs it issued",
+        Some(Mutation::ShutdownUnderLock),
+        setup(1, 0, 1, faults(|f| f.clock_steps = true)),
+        vec![
+            Op::NodeClock { host: 0, drift: 1_900 },
+            Op::Start { host: 0, fate: Fate::Delivered, twin: false },
+            Op::NodeMint { host: 0, process: 0, n: 3 },
+            Op::Shutdown { host: 0, process: 0, fate: Fate::Delivered, race_ms: 25 },
+            Op::NodeClock { host: 0, drift: 0 },
+            Op::Advance { ms: 1_000 },
+            Op::Start { host: 0, fate: Fate::Delivered, twin: false },
+            Op::Advance { ms: 900 },
+            Op::NodeMint { host: 0, process: 0, n: 3 },
+        ],
+    )
+}
+
+/// The simulator's own: after DROP/CREATE, versions start again at 1, so an older copy's row
+/// restored over a new-registry tombstone keeps the version a backend of the dropped registry
+/// holds; only the epoch fences that backend.
+pub fn restore_of_an_older_copy_after_drop_create() -> Scripted {
+    scripted(
+        "restore_of_an_older_copy_after_drop_create",
+        "the simulator (seed 281230 with the epoch switched off): the epoch fences a backend of a dropped registry",
+        Some(Mutation::Epoch),
+        setup(
+            2,
+            3,
+            1,
+            faults(|f| {
+                f.drop_create = true;
+                f.restores = true;
+            }),
+        ),
+        vec![
+            Op::Mint { slot: 1, n: 2, cancelled: false, read_only: false },
+            Op::Mint { slot: 2, n: 2, cancelled: false, read_only: false },
+            Op::Advance { ms: 71_400 },
+            Op::Mint { slot: 1, n: 1, cancelled: false, read_only: false },
+            Op::Mint { slot: 0, n: 1, cancelled: false, read_only: false },
+            Op::TakeCopy,
+            Op::Advance { ms: 14_900 },
+            Op::Drop { slot: 2 },
+            Op::Create { epoch: 8 },
+            Op::Mint { slot: 1, n: 2, cancelled: false, read_only: false },
+            Op::Start { host: 0, fate: Fate::Delivered, twin: false },
+            Op::Restore { triggers: true },
+            Op::NodeMint { host: 0, process: 0, n: 2 },
+            Op::Mint { slot: 0, n: 1, cancelled: false, read_only: false },
+        ],
+    )
+}
+
+/// Finding F1 of the simulator: a node whose clock runs far ahead of the server's mints from its
+/// claim on, and until its first heartbeat the registry bounds it by the claim's time plus its
+/// lease. Cut off before that heartbeat, its id is taken back with a not_before a day below the
+/// stamps it made. Fails with the protocol as built.
+pub fn far_ahead_clock_before_its_first_report() -> Scripted {
+    scripted(
+        "far_ahead_clock_before_its_first_report",
+        "the simulator, finding F1: a far-ahead node clock before its first report",
+        None,
+        setup(
+            1,
+            1,
+            1,
+            faults(|f| {
+                f.far_ahead_clocks = true;
+                f.messages = true;
+            }),
+        ),
+        vec![
+            Op::HostBase { host: 0, base: 86_400_000 },
+            Op::Start { host: 0, fate: Fate::Delivered, twin: false },
+            Op::Partition { host: 0, ms: 200_000 },
+            Op::NodeMint { host: 0, process: 0, n: 3 },
+            Op::Advance { ms: 45_000 },
+            Op::NodeMint { host: 0, process: 0, n: 3 },
+            Op::Advance { ms: 16_000 },
+            MINT,
+            Op::Heartbeat { host: 0, process: 0, fate: Fate::Delivered, report: Report::Honest },
+            // A day later the backend's clock reaches the node's stamps: the same IDs.
+            Op::Advance { ms: 86_383_999 },
+            MINT,
+        ],
+    )
+}
+
+/// Finding F2 of the simulator (the long run, seed 1025007): DROP EXTENSION passes once every bound
+/// is at or below the clock; the server's clock then steps back a little, and a backend of the
+/// dropped registry, still connected, issues again under the window it holds in memory (its hot
+/// path reads no registry), while the new registry hands its machine id to another backend with a
+/// not_before at its claim. Fails with the protocol as built.
+pub fn step_back_after_a_drop() -> Scripted {
+    scripted(
+        "step_back_after_a_drop",
+        "the simulator, finding F2: a server clock step back after DROP EXTENSION",
+        None,
+        setup(
+            2,
+            2,
+            0,
+            faults(|f| {
+                f.drop_create = true;
+                f.clock_steps = true;
+                f.steps_back_after_drop = true;
+            }),
+        ),
+        vec![
+            Op::Mint { slot: 1, n: 1, cancelled: false, read_only: false },
+            Op::Advance { ms: 1_300 },
+            Op::Mint { slot: 1, n: 1, cancelled: false, read_only: false },
+            Op::Advance { ms: 1_400 },
+            Op::Drop { slot: 0 },
+            Op::ServerClock { offset: -1_100 },
+            Op::Create { epoch: 8 },
+            Op::Mint { slot: 0, n: 1, cancelled: false, read_only: false },
+            Op::Mint { slot: 1, n: 1, cancelled: false, read_only: false },
+        ],
+    )
+}
+
+/// Finding F3 of the simulator (the long run, seed 1238064): versions start again at 1 after
+/// DROP/CREATE EXTENSION, and a service heartbeat carries no epoch. A node cut off across the DROP
+/// (its lease past, so the DROP passes) and a second process of its identity, which claims the same
+/// machine id at the same version in the new registry: the first one's heartbeat is accepted for
+/// the second one's row, and both mint on one machine id. Fails with the protocol as built.
+pub fn versions_start_again_after_drop_create() -> Scripted {
+    scripted(
+        "versions_start_again_after_drop_create",
+        "the simulator, finding F3: a heartbeat of a dropped registry's lease accepted by the new one",
+        None,
+        setup(
+            3,
+            1,
+            1,
+            faults(|f| {
+                f.drop_create = true;
+                f.twins = true;
+                f.messages = true;
+                f.versions_across_drop = true;
+            }),
+        ),
+        vec![
+            MINT,
+            Op::Start { host: 0, fate: Fate::Delivered, twin: false },
+            Op::Partition { host: 0, ms: 70_000 },
+            Op::Advance { ms: 61_000 },
+            Op::Drop { slot: 0 },
+            Op::Create { epoch: 8 },
+            MINT,
+            Op::Advance { ms: 9_000 },
+            Op::Start { host: 0, fate: Fate::Delivered, twin: true },
+            Op::Advance { ms: 2_000 },
+            Op::NodeMint { host: 0, process: 1, n: 2 },
+            Op::NodeMint { host: 0, process: 0, n: 2 },
+        ],
+    )
+}
+
+/// Finding F4 of the simulator (the long run, seed 2164602): a reload shortens the lease; a
+/// heartbeat commits the shorter grant (`lease_until`, `takeover_at`) but its answer is lost, so
+/// the node keeps the deadline of the grant before; cut off, its id is taken back at the shorter
+/// `takeover_at` while it may still stamp. Fails with the protocol as built.
+pub fn unanswered_heartbeat_shortens_the_grant() -> Scripted {
+    scripted(
+        "unanswered_heartbeat_shortens_the_grant",
+        "the simulator, finding F4: a heartbeat whose answer is lost shortens the grant the node holds",
+        None,
+        setup(
+            1,
+            1,
+            1,
+            faults(|f| {
+                f.reloads = true;
+                f.messages = true;
+                f.shortened_grants = true;
+            }),
+        ),
+        vec![
+            Op::Start { host: 0, fate: Fate::Delivered, twin: false },
+            Op::Reload { policy: 1, range: 0 },
+            Op::Heartbeat { host: 0, process: 0, fate: Fate::LostAfterCommit, report: Report::Honest },
+            Op::Partition { host: 0, ms: 100_000 },
+            Op::Advance { ms: 21_000 },
+            MINT,
+            Op::NodeMint { host: 0, process: 0, n: 3 },
+        ],
+    )
+}
