@@ -65,11 +65,12 @@ pub fn next_id(function: &str, service: &str, check_name: fn(&str) -> Result<Str
     // A renewal leaves a deadline in the future, and each window is at least as long as the lease is old, so
     // a backend stalled past one window gets a longer one next. The bound only guards against a bug.
     for _ in 0..64 {
+        let registry = incarnation::current();
         let (stop, layout) = {
             let mut state = STATE.lock();
             match state.leases.get(service) {
                 Some(lease) if !lease.authorized_for(acting_now) => (Stop::LeaseCheckDue, None),
-                Some(lease) => match lease.next_id(&mut clock, incarnation::generation()) {
+                Some(lease) => match lease.next_id(&mut clock, registry) {
                     Ok(id) => return id,
                     Err(stop) => (stop, lease.held().map(|h| h.terms.layout)),
                 },
@@ -98,13 +99,14 @@ pub fn next_id(function: &str, service: &str, check_name: fn(&str) -> Result<Str
 #[inline]
 pub fn next_id_of_session_service(function: &str) -> i64 {
     let generation = settings::settings_generation();
+    let registry = incarnation::current();
     {
         let mut state = STATE.lock();
         if let Some((resolved_at, index)) = state.session_service {
             if resolved_at == generation {
                 let lease = state.leases.at(index);
                 if lease.authorized_for(acting_now) {
-                    if let Ok(id) = lease.next_id(&mut SystemClock, incarnation::generation()) {
+                    if let Ok(id) = lease.next_id(&mut SystemClock, registry) {
                         return id;
                     }
                 }

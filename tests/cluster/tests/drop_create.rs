@@ -390,3 +390,105 @@ fn a_node_of_a_dropped_registry_matches_no_row_of_the_registry_created_again() {
     heartbeat(&mut admin, "svc", twin.machine_id, "10.0.0.1", 1, twin.version).unwrap();
     cluster.set("+0");
 }
+
+/// The end of the window `client`'s backend holds, on the server's clock (Unix ms).
+fn window_end_ms(client: &mut Client) -> f64 {
+    client
+        .query_one("SELECT extract(epoch FROM issued_until)::float8 * 1000 FROM idgen_backend_leases()", &[])
+        .unwrap()
+        .get(0)
+}
+
+fn real_ms() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as f64
+}
+
+#[test]
+fn a_statement_running_across_the_drop_issues_nothing_under_the_dropped_registrys_window() {
+    // One statement, which takes no new lock after it starts (no invalidation processed by itself),
+    // waits while the registry is dropped and created again and the clock is corrected back into
+    // its backend's window; then it mints on (an outside review's way past F2's first fix).
+    let (cluster, _turn) = clock_cluster_turn();
+    let db = TestDb::create_on(&cluster.dsn, "drop_spanning");
+    let mut old = db.connect();
+    next_id(&mut old).unwrap();
+    // Six seconds on (the server's clock): the lease is older, and its next window as long.
+    cluster.offset(6.0);
+    next_id(&mut old).unwrap();
+    let window_end = window_end_ms(&mut old);
+    let mut admin = db.connect();
+    admin.batch_execute("SELECT pg_advisory_lock(4242)").unwrap();
+    let spanning = std::thread::spawn(move || {
+        let ids = old
+            .query(
+                "SELECT CASE WHEN i = 0 THEN length(pg_advisory_lock(4242)::text) END, idgen_next_id() \
+                 FROM generate_series(0, 3000) i",
+                &[],
+            )
+            .map(|rows| rows.iter().map(|r| r.get::<_, i64>(1)).collect::<Vec<i64>>());
+        (old, ids)
+    });
+    wait_for("the statement to wait for the advisory lock", PATIENCE, || {
+        admin
+            .query_one("SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'advisory'", &[])
+            .unwrap()
+            .get::<_, i64>(0)
+            > 0
+    });
+    cluster.offset(60.0);
+    let mut dropper = db.connect();
+    drop_registry(&mut dropper, "DROP EXTENSION idgen; CREATE EXTENSION idgen").unwrap();
+    cluster.offset((window_end - 3_000.0 - real_ms()) / 1000.0);
+    let mut new = db.connect();
+    let taken = next_id(&mut new).unwrap();
+    admin.batch_execute("SELECT pg_advisory_unlock(4242)").unwrap();
+    let (_old, ids) = join_within(spanning, WORK_PATIENCE, "the statement running across the drop");
+    let ids = ids.unwrap();
+    let machine_id = |id: i64| idgen_core::Layout::DEFAULT.decompose(id).unwrap().machine_id;
+    let beside: Vec<i64> = ids.into_iter().filter(|id| machine_id(*id) == machine_id(taken)).collect();
+    cluster.set("+0");
+    assert!(beside.is_empty(), "{} IDs of the statement on the new holder's machine id", beside.len());
+}
+
+#[test]
+fn a_backend_whose_claim_raced_a_create_extension_still_sees_the_next_drop() {
+    // The backend looks for the registry before its claim and finds none (the CREATE of another
+    // session is not committed yet); the registry writer then claims in the new registry. Knowing no
+    // oid to watch, the backend must take any invalidation for the DROP it may be (an outside
+    // review's second way past F2's first fix).
+    let (cluster, _turn) = clock_cluster_turn();
+    let db = TestDb::create_on(&cluster.dsn, "drop_raced_create");
+    let mut admin = db.connect();
+    let mut a = db.connect();
+    a.batch_execute("BEGIN; SELECT idgen_next_id() WHERE false").unwrap();
+    drop_registry(&mut admin, "DROP EXTENSION idgen").unwrap();
+    admin.batch_execute("BEGIN; CREATE EXTENSION idgen; LOCK TABLE pg_extension IN ACCESS EXCLUSIVE MODE").unwrap();
+    let claiming = std::thread::spawn(move || {
+        let id = next_id(&mut a);
+        let _ = a.batch_execute("COMMIT");
+        (a, id)
+    });
+    wait_for("the claim to wait for pg_extension", PATIENCE, || {
+        admin
+            .query_one("SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'pg_extension'::regclass", &[])
+            .unwrap()
+            .get::<_, i64>(0)
+            > 0
+    });
+    admin.batch_execute("COMMIT").unwrap();
+    let (mut a, first) = join_within(claiming, WORK_PATIENCE, "the claim that raced the CREATE");
+    first.unwrap();
+    let window_end = window_end_ms(&mut a);
+    cluster.offset(60.0);
+    drop_registry(&mut admin, "DROP EXTENSION idgen; CREATE EXTENSION idgen").unwrap();
+    cluster.offset((window_end - 600.0 - real_ms()) / 1000.0);
+    let mut new = db.connect();
+    let taken = next_id(&mut new).unwrap();
+    let after = next_id(&mut a).unwrap();
+    cluster.set("+0");
+    assert_ne!(
+        machine_id_of(&mut new, after),
+        machine_id_of(&mut new, taken),
+        "the backend issued under the dropped registry's window, beside the id's new holder"
+    );
+}
