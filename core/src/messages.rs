@@ -684,11 +684,20 @@ pub fn drop_refused(command: &str, count: i64, shown: &[StillStamping]) -> Idgen
 
 /// The owner of idgen's schema (not of idgen) drops the schema with CASCADE.
 pub fn schema_drop_takes_idgen(schema: &str) -> IdgenError {
+    schema_owner_takes_idgen("DROP SCHEMA", schema)
+}
+
+/// The owner of idgen's schema (not of idgen) drops what it owns, the schema among it.
+pub fn owned_drop_takes_idgen(schema: &str) -> IdgenError {
+    schema_owner_takes_idgen("DROP OWNED", schema)
+}
+
+fn schema_owner_takes_idgen(command: &str, schema: &str) -> IdgenError {
     IdgenError::new(
         SqlState::InsufficientPrivilege,
-        format!("DROP SCHEMA: schema \"{schema}\" holds the extension idgen, which only its owner may drop"),
+        format!("{command}: schema \"{schema}\" holds the extension idgen, which only its owner may drop"),
     )
-    .detail("DROP SCHEMA ... CASCADE would drop idgen's registry, its grants and its history with the schema.")
+    .detail(format!("{command} would drop the schema with the objects of its owner, and idgen's registry, its grants and its history with it."))
     .hint("Ask a superuser (the extension's owner) to drop the extension first, or drop the schema's other objects one by one.")
 }
 

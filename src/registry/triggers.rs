@@ -143,6 +143,7 @@ fn drop_guard(fcinfo: pg_sys::FunctionCallInfo) {
     let may_drop = unsafe { pg_sys::has_privs_of_role(pg_sys::GetUserId(), drop.owner) };
     match (&drop.kind, may_drop) {
         (DropKind::Schema(name), false) => raise(messages::schema_drop_takes_idgen(name)),
+        (DropKind::OwnedBySchemaOwner(name), false) => raise(messages::owned_drop_takes_idgen(name)),
         (_, false) => return,
         // An object leaving the extension can be dropped on its own, with no check at all.
         (DropKind::Member, true) => raise(messages::member_removal_refused()),
@@ -198,12 +199,16 @@ enum DropKind {
     Schema(String),
     /// DROP OWNED BY the extension's owner.
     OwnedByOwner,
+    /// DROP OWNED BY the owner of the schema idgen is installed in (the schema's name): the schema
+    /// goes, and the extension with it, whoever the extension's owner is.
+    OwnedBySchemaOwner(String),
     /// ALTER EXTENSION idgen DROP ...: an object leaves the extension.
     Member,
 }
 
 /// Whether `parsetree` drops the idgen extension: itself, the schema it is in (with CASCADE), its
-/// owner's objects, or one of its objects out of it (ALTER EXTENSION idgen DROP).
+/// owner's objects or those of its schema's owner (the schema with them), or one of its objects out
+/// of it (ALTER EXTENSION idgen DROP).
 ///
 /// # Safety
 /// `parsetree` is a parse tree node of the current command.
@@ -238,14 +243,45 @@ unsafe fn drops_idgen(parsetree: *mut pg_sys::Node) -> Option<IdgenDrop> {
             }
             pg_sys::NodeTag::T_DropOwnedStmt => {
                 let stmt = parsetree as *mut pg_sys::DropOwnedStmt;
-                list_items((*stmt).roles)
+                let roles: Vec<pg_sys::Oid> = list_items((*stmt).roles)
                     .into_iter()
-                    .any(|role| pg_sys::get_rolespec_oid(role as *const pg_sys::RoleSpec, true) == installed.owner)
-                    .then_some(DropKind::OwnedByOwner)
+                    .map(|role| pg_sys::get_rolespec_oid(role as *const pg_sys::RoleSpec, true))
+                    .collect();
+                let schema_owner = namespace_owner(installed.schema);
+                if roles.contains(&installed.owner) {
+                    Some(DropKind::OwnedByOwner)
+                } else if schema_owner.is_some_and(|owner| roles.contains(&owner)) {
+                    let name = pg_sys::get_namespace_name(installed.schema);
+                    let name = if name.is_null() {
+                        String::new()
+                    } else {
+                        std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned()
+                    };
+                    Some(DropKind::OwnedBySchemaOwner(name))
+                } else {
+                    None
+                }
             }
             _ => None,
         }?;
         Some(IdgenDrop { kind, owner: installed.owner })
+    }
+}
+
+/// The owner of schema `schema`, from the catalog cache.
+///
+/// # Safety
+/// In a transaction.
+unsafe fn namespace_owner(schema: pg_sys::Oid) -> Option<pg_sys::Oid> {
+    unsafe {
+        let tuple =
+            pg_sys::SearchSysCache1(pg_sys::SysCacheIdentifier::NAMESPACEOID as i32, pg_sys::Datum::from(schema));
+        if tuple.is_null() {
+            return None;
+        }
+        let owner = (*pg_sys::heap_tuple_get_struct::<pg_sys::FormData_pg_namespace>(tuple)).nspowner;
+        pg_sys::ReleaseSysCache(tuple);
+        Some(owner)
     }
 }
 

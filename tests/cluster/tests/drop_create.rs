@@ -224,6 +224,15 @@ fn only_the_extension_owner_s_drop_is_checked_and_it_never_queues_claims_behind_
     let err = db_owner.batch_execute("DROP SCHEMA public CASCADE").unwrap_err();
     assert_eq!(sqlstate(&err), "42501", "{err:?}");
     assert!(db_error(&err).message().contains("holds the extension idgen"), "{err:?}");
+    // Nor by giving the schema to a role of its own and dropping what that role owns: the schema
+    // goes with it, and idgen with the schema (an outside review's way past the guard).
+    db_owner.batch_execute(&format!("ALTER SCHEMA public OWNER TO {owner}")).unwrap();
+    let err = db_owner.batch_execute(&format!("DROP OWNED BY {owner} CASCADE")).unwrap_err();
+    assert_eq!(sqlstate(&err), "42501", "{err:?}");
+    assert_eq!(
+        db_error(&err).message(),
+        "DROP OWNED: schema \"public\" holds the extension idgen, which only its owner may drop"
+    );
     // A superuser's DROP, while the write is in flight, fails at once instead of queueing claims.
     let err = admin.batch_execute("DROP EXTENSION idgen").unwrap_err();
     assert_eq!(sqlstate(&err), "55P03", "{err:?}");
@@ -233,7 +242,16 @@ fn only_the_extension_owner_s_drop_is_checked_and_it_never_queues_claims_behind_
         admin.query_one("SELECT count(*) FROM pg_extension WHERE extname = 'idgen'", &[]).unwrap().get(0);
     assert_eq!(installed, 1);
     drop((writer, dropper, db_owner));
-    admin.batch_execute(&format!("ALTER DATABASE {} OWNER TO postgres", db.name)).unwrap();
+    // A superuser's DROP OWNED BY the schema's owner takes idgen too: the guard checks it.
+    let live = claim(&mut other, "c", "10.0.0.4", 1).unwrap();
+    let err = drop_registry(&mut admin, &format!("DROP OWNED BY {owner} CASCADE")).unwrap_err();
+    assert_eq!(sqlstate(&err), "55006", "a live lease of machine id {}: {err:?}", live.machine_id);
+    admin
+        .batch_execute(&format!(
+            "ALTER SCHEMA public OWNER TO pg_database_owner; ALTER DATABASE {} OWNER TO postgres",
+            db.name
+        ))
+        .unwrap();
 }
 
 #[test]
