@@ -98,6 +98,11 @@ pub enum Error {
     /// The lease passed its deadline without a successful heartbeat. Not final: the node resumes
     /// if a heartbeat succeeds and it still owns its id.
     LeaseExpired,
+    /// The node's clock reads at or past what the registry holds for it (`bound_unix_ms`: the
+    /// watermark of its last answered report plus the lease granted with it): the clock jumped
+    /// ahead since. Nothing was issued. Not final: the node reports its clock at once, and resumes
+    /// when that report is answered.
+    ClockAhead { bound_unix_ms: i64 },
     /// The lease ended for good: the id moved to another node (`55000`), or the server refused
     /// a heartbeat (see [`Status::Lost`]). Stop issuing and exit.
     OwnershipLost(String),
@@ -137,6 +142,12 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::LeaseExpired => write!(f, "idgen: the lease passed its deadline without a successful heartbeat"),
+            Error::ClockAhead { bound_unix_ms } => write!(
+                f,
+                "idgen: the clock reads past {} (what the registry holds for this node: its last report plus the \
+                 lease): it jumped ahead; no ID was issued, and the node reports its clock now",
+                idgen_core::format::iso_utc(*bound_unix_ms)
+            ),
             Error::OwnershipLost(detail) => write!(f, "idgen: the lease ended for good: {detail}"),
             Error::Stopped => write!(f, "idgen: the node was shut down"),
             Error::HeartbeatDied => write!(f, "idgen: the heartbeat thread died; the node stopped issuing"),
@@ -251,11 +262,23 @@ const NOT_BEFORE_LEAST_WAIT: Duration = Duration::from_secs(1);
 
 /// What a wait for the clock may take beyond the step back it waits out: the sleep's own lateness.
 const WAIT_SLACK: Duration = Duration::from_millis(100);
+/// How near its deadline a lease may meet its wall bound and still count as having expired rather
+/// than as a clock that jumped ahead: the bound starts from the watermark read just before the
+/// report was sent, so a true clock meets it a little before the deadline (by that send delay,
+/// and by any drift between the wall and monotonic clocks over one lease).
+const BOUND_SLACK: Duration = Duration::from_secs(1);
 
 struct Lease {
     status: Status,
     /// Last successful heartbeat's (or the claim's) send time plus the lease it granted.
     deadline: Instant,
+    /// The latest time on the node's wall clock it may stamp: the watermark of the last answered
+    /// report plus the lease granted with it. The registry bounds this holder by the same sum, so a
+    /// wall clock that jumps ahead after a report stamps nothing past what the registry knows; the
+    /// next report moves it. `i64::MIN` before the first report.
+    wall_bound_ms: i64,
+    /// `next_id` met the wall bound: the heartbeat thread reports now rather than at its interval.
+    report_now: bool,
     stopping: bool,
 }
 
@@ -624,7 +647,13 @@ impl IdgenNode {
             not_before_ms: claimed.not_before_ms,
             interval,
             generator: Mutex::new(generator),
-            state: Mutex::new(Lease { status: Status::Live, deadline: claimed.sent + claimed.lease, stopping: false }),
+            state: Mutex::new(Lease {
+                status: Status::Live,
+                deadline: claimed.sent + claimed.lease,
+                wall_bound_ms: i64::MIN,
+                report_now: false,
+                stopping: false,
+            }),
             wake: Condvar::new(),
             heartbeats_ok: AtomicU64::new(0),
             heartbeats_failed: AtomicU64::new(0),
@@ -664,15 +693,32 @@ impl IdgenNode {
         if now >= deadline {
             return Err(Error::LeaseExpired);
         }
-        // The generator stops at the same deadline on the wall clock it stamps with, and waits
-        // (for a step back, or the next millisecond) no longer than it may wait out a step back,
-        // nor past the deadline.
+        // The generator stops at the same deadline on the wall clock it stamps with, and never at
+        // or past the wall bound (what the registry holds for this node), and waits (for a step
+        // back, or the next millisecond) no longer than it may wait out a step back, nor past them.
         let give_up = deadline.min(now + self.shared.config.max_clock_backward + WAIT_SLACK);
         let mut clock = WallClock { now: &self.shared.config.wall_clock, give_up };
-        let wall_deadline_ms = clock.now_unix_ms() + (deadline - now).as_millis() as i64;
+        let wall_bound_ms = self.shared.state().wall_bound_ms;
+        let wall_deadline_ms = (clock.now_unix_ms() + (deadline - now).as_millis() as i64).min(wall_bound_ms);
+        let layout = self.shared.layout.layout;
         generator.next_id(&mut clock, wall_deadline_ms).map_err(|stop| match stop {
+            Stop::LeaseCheckDue if clock.now_unix_ms() >= wall_bound_ms => {
+                let now_unix_ms = clock.now_unix_ms();
+                if now_unix_ms > layout.last_unix_ms() {
+                    // Past what the layout can stamp: no report would help (the registry refuses it).
+                    return Error::Clock { stop: Stop::ClockOutsideLayout { now_unix_ms }, layout };
+                }
+                // Report the clock now, and resume once answered.
+                self.shared.state().report_now = true;
+                self.shared.wake.notify_all();
+                if Instant::now() + BOUND_SLACK >= deadline {
+                    Error::LeaseExpired
+                } else {
+                    Error::ClockAhead { bound_unix_ms: wall_bound_ms }
+                }
+            }
             Stop::LeaseCheckDue => Error::LeaseExpired,
-            other => Error::Clock { stop: other, layout: self.shared.layout.layout },
+            other => Error::Clock { stop: other, layout },
         })
     }
 
@@ -805,9 +851,11 @@ fn first_report(shared: &Shared, mut client: Option<Session>, give_up: Instant) 
         let (session, result) = heartbeat(shared, client.take(), sent + shared.registry.timeout);
         client = session;
         let failed = match result {
-            Ok(lease) => {
+            Ok((lease, wall_bound_ms)) => {
                 shared.heartbeats_ok.fetch_add(1, Ordering::Relaxed);
-                shared.state().deadline = sent + lease;
+                let mut state = shared.state();
+                state.deadline = sent + lease;
+                state.wall_bound_ms = wall_bound_ms;
                 return Ok(client);
             }
             Err(e) if e.retryable() && Instant::now() + backoff < give_up => {
@@ -837,7 +885,7 @@ fn heartbeat_loop(shared: Arc<Shared>, mut client: Option<Session>) -> Option<Se
     loop {
         {
             let mut state = shared.state();
-            while !state.stopping {
+            while !state.stopping && !state.report_now {
                 let now = Instant::now();
                 if now >= next {
                     break;
@@ -847,6 +895,7 @@ fn heartbeat_loop(shared: Arc<Shared>, mut client: Option<Session>) -> Option<Se
             if state.stopping {
                 return client;
             }
+            state.report_now = false;
         }
         let sent = Instant::now();
         // Only the server's answer to the heartbeat itself can end the lease: a connection that
@@ -856,9 +905,13 @@ fn heartbeat_loop(shared: Arc<Shared>, mut client: Option<Session>) -> Option<Se
         let (session, result) = heartbeat(&shared, client.take(), sent + shared.registry.timeout);
         client = session;
         match result {
-            Ok(lease) => {
+            Ok((lease, wall_bound_ms)) => {
                 shared.heartbeats_ok.fetch_add(1, Ordering::Relaxed);
-                shared.state().deadline = sent + lease;
+                {
+                    let mut state = shared.state();
+                    state.deadline = sent + lease;
+                    state.wall_bound_ms = wall_bound_ms;
+                }
                 shared.set_status(Status::Live);
                 next = sent + shared.interval;
             }
@@ -950,13 +1003,15 @@ fn release_unused(registry: &Registry, session: Session, who: &Identity, claimed
 }
 
 /// A heartbeat with the node's watermark (and, from idgen 0.6.0 on, its clock counts); the lease
-/// it granted (a reload may have shortened it).
+/// it granted (a reload may have shortened it) and the wall bound that answer sets: the watermark
+/// reported plus that lease.
 fn heartbeat(
     shared: &Shared,
     session: Option<Session>,
     deadline: Instant,
-) -> (Option<Session>, Result<Duration, CallError>) {
+) -> (Option<Session>, Result<(Duration, i64), CallError>) {
     let r = shared.report();
+    let reported_ms = r.watermark_ms as i64;
     let counts = [r.clock.backward_waits, r.clock.backward_refusals, r.clock.sequence_exhaustions]
         .map(|n| i64::try_from(n).unwrap_or(i64::MAX));
     shared.registry.call(
@@ -999,7 +1054,8 @@ fn heartbeat(
                     &[&r.service, &r.machine_id, &r.host, &r.port, &r.version, &r.watermark_ms],
                 )?
             };
-            Ok(granted(row.get(0)))
+            let lease = granted(row.get(0));
+            Ok((lease, reported_ms.saturating_add(lease.as_millis() as i64)))
         },
         |_, _| {},
     )

@@ -264,7 +264,7 @@ fn refusal(error: &Error) -> (&'static str, String) {
         Error::OwnershipLost(_) => "lost",
         Error::Stopped => return ("shutting_down", SHUTTING_DOWN.to_owned()),
         Error::HeartbeatDied => "heartbeat_died",
-        Error::Clock { .. } => "clock",
+        Error::Clock { .. } | Error::ClockAhead { .. } => "clock",
         // Not answers of next_id.
         Error::Start(_)
         | Error::Release(_)

@@ -121,3 +121,46 @@ fn a_node_whose_clock_is_a_day_ahead_reports_it_before_its_first_id() {
     assert_eq!(node.metrics().heartbeats_ok, 1, "the report before the first ID");
     assert!(node.shutdown().unwrap());
 }
+
+#[test]
+fn a_clock_that_jumps_ahead_after_a_report_issues_nothing_past_it_until_it_reports_again() {
+    // The registry bounds a node by its last report plus the lease granted with it (55 minutes by
+    // default). A clock that jumps further ahead after a report would stamp past that bound, and a
+    // node cut off then would leave IDs its id's next holder repeats (an outside review's attack).
+    let db = TestDb::create("client_clock_jump");
+    let mut admin = db.connect();
+    let offset = Arc::new(AtomicI64::new(0));
+    let mut config = Config::new(&db.dsn(), "svc", "10.0.2.8", 1);
+    config.wall_clock = offset_clock(&offset);
+    // No heartbeat of the thread's interval during the test: only the reports the node asks for.
+    config.heartbeat_interval = Some(Duration::from_secs(3_600));
+    let node = IdgenNode::start(config).unwrap();
+    node.next_id().unwrap();
+    let two_hours_ms = 2 * 3_600_000;
+    offset.store(two_hours_ms, Ordering::SeqCst);
+    match node.next_id() {
+        Err(Error::ClockAhead { bound_unix_ms }) => {
+            assert!(bound_unix_ms < real_unix_ms() + two_hours_ms, "the bound {bound_unix_ms} is the report's")
+        }
+        other => panic!("a clock two hours past the last report issued {other:?}"),
+    }
+    // The node reports its clock at once; answered, it issues on that clock, inside what the
+    // registry now holds for it.
+    let mut id = None;
+    wait_for("the node to report its clock and issue again", PATIENCE, || {
+        id = node.next_id().ok();
+        id.is_some()
+    });
+    let stamped = Layout::DEFAULT.unix_ms_of(Layout::DEFAULT.decompose(id.unwrap()).unwrap().ticks);
+    assert!(stamped > real_unix_ms() + two_hours_ms / 2, "stamped on the jumped clock");
+    let bound: f64 = admin
+        .query_one(
+            "SELECT extract(epoch FROM issued_until + (lease_until - last_seen))::float8 * 1000
+               FROM system_nodes WHERE host = '10.0.2.8'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(bound as i64 > stamped, "the registry bounds the node at {bound} ms, before its stamp {stamped} ms");
+    assert!(node.shutdown().unwrap());
+}

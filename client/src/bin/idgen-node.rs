@@ -146,6 +146,7 @@ fn print_ids(node: &IdgenNode, signal: &ShutdownSignal, rate: f64, count: Option
                 printed += 1;
             }
             Err(Error::LeaseExpired) => eprintln!("idgen-node: lease expired, waiting for a heartbeat"),
+            Err(e @ Error::ClockAhead { .. }) => eprintln!("idgen-node: {e}"),
             Err(e @ Error::OwnershipLost(_)) => {
                 eprintln!("idgen-node: {e}; exiting");
                 std::process::exit(3)
