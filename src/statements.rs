@@ -248,6 +248,15 @@ statements! {
           AND l.fixed_at IS NULL
     "#;
 
+    /// Whether the registry knows `service` already: rows, tombstones or history. A service with none
+    /// of its layout recorded but these (restored from a dump of an earlier version) has IDs cut by
+    /// the default layout.
+    SERVICE_HAS_IDS(service: text) = r#"
+        SELECT EXISTS (SELECT FROM idgen_private.nodes n WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1)
+            OR EXISTS (SELECT FROM idgen_private.idgen_tombstones t WHERE t.service::pg_catalog.text OPERATOR(pg_catalog.=) $1)
+            OR EXISTS (SELECT FROM idgen_private.idgen_history h WHERE h.service::pg_catalog.text OPERATOR(pg_catalog.=) $1)
+    "#;
+
     /// Defines a service's layout, or defines it again while no claim has fixed it. Returns nothing when
     /// it is fixed.
     DEFINE_LAYOUT(

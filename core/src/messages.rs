@@ -154,6 +154,23 @@ pub fn layout_fixed(function: &str, service: &str, fixed_at: &str, now: &Service
     .hint("A new layout needs a new service name: define it for that name, then move the column defaults (idgen_next_id('new name')) and the service's nodes to it.")
 }
 
+/// A definition for a service the registry knows from before layouts were recorded (rows,
+/// tombstones or history restored from a dump of an earlier version), other than the layout
+/// its IDs were cut by.
+pub fn layout_fixed_by_earlier_ids(function: &str, service: &str, now: &ServiceLayout) -> IdgenError {
+    IdgenError::new(
+        SqlState::ObjectNotInPrerequisiteState,
+        format!("{function}: the layout of service \"{service}\" is fixed"),
+    )
+    .detail(format!(
+        "The registry knows the service from an earlier version of idgen (its rows, tombstones or history, restored from a dump): its IDs were cut by {}, machine ids {}-{}, and so are those of every holder still minting: it never changes.",
+        layout_summary(&now.layout),
+        now.pool.first,
+        now.pool.last
+    ))
+    .hint("A new layout needs a new service name: define it for that name, then move the column defaults (idgen_next_id('new name')) and the service's nodes to it.")
+}
+
 /// A row of `idgen_layouts` that is no layout (written by hand).
 pub fn layout_row_invalid(service: &str, why: &str) -> IdgenError {
     IdgenError::new(SqlState::DataCorrupted, format!("idgen: the recorded layout of service \"{service}\" is not valid"))

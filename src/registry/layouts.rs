@@ -26,6 +26,9 @@ use pgrx::spi::{Spi, SpiClient, SpiHeapTupleData};
 
 /// `idgen_layouts.defined_by` of the default a service's first claim records.
 pub const FIRST_CLAIM: &str = "first claim";
+/// `idgen_layouts.defined_by` of a service of an earlier version: its IDs were cut by the default
+/// (the update records it; so does a definition for a service restored from an earlier dump).
+pub const EARLIER_VERSION: &str = "update to 0.7.0";
 
 /// A service's layout as the registry records it, and what its claims need to know of it.
 pub struct Recorded {
@@ -60,8 +63,13 @@ pub fn prepare(client: &mut SpiClient, service: &str) {
     if !installed_has_layouts() {
         return;
     }
+    record_default_fixed(client, service, FIRST_CLAIM);
+}
+
+/// Records the default layout of `service` (unless one is recorded) and fixes it, as `defined_by`.
+fn record_default_fixed(client: &mut SpiClient, service: &str, defined_by: &str) {
     let mut args = layout_args(service, &ServiceLayout::DEFAULT);
-    args.push(FIRST_CLAIM.into());
+    args.push(defined_by.into());
     spi(run(client, &sql::RECORD_LAYOUT, None, &args));
     spi(run(client, &sql::FIX_LAYOUT, None, &[service.into()]));
 }
@@ -223,6 +231,18 @@ fn idgen_define_layout(
     crate::durability::make_commit_durable();
     let row = as_extension_owner(|| {
         Spi::connect_mut(|client| {
+            // A service the registry knows with no layout recorded (restored from a dump of an earlier
+            // version) has IDs cut by the default: that is its layout, fixed.
+            if read(client, &service).is_none()
+                && first_row(run(client, &sql::SERVICE_HAS_IDS, Some(1), &[service.clone().into()]))
+                    .and_then(|row| row.get::<bool>(1).ok().flatten())
+                    .unwrap_or(false)
+            {
+                if defined != ServiceLayout::DEFAULT {
+                    raise(messages::layout_fixed_by_earlier_ids(F, &service, &ServiceLayout::DEFAULT));
+                }
+                record_default_fixed(client, &service, EARLIER_VERSION);
+            }
             let mut args = layout_args(&service, &defined);
             args.push(definer.into());
             let wrote = first_row(run(client, &sql::DEFINE_LAYOUT, None, &args)).is_some();

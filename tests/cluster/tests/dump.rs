@@ -83,3 +83,51 @@ fn registry_rows_survive_pg_dump_and_restore() {
     assert_eq!(after.len(), 7);
     assert!(after[6].starts_with(&format!("7 release svc 0 {} ", a.version + 3)), "{after:?}");
 }
+
+#[test]
+fn a_service_restored_from_a_dump_of_0_6_0_keeps_the_layout_its_ids_were_cut_by() {
+    // A dump of 0.6.0 has rows and history but no layouts: restored into 0.7.0, its services' IDs
+    // were cut by the default layout, which a definition must not change before the next claim
+    // fixes it (an outside review's finding: it accepted sonyflake for them).
+    let source = TestDb::empty_on(&base_dsn(), "dump_old_source");
+    let mut old = source.connect();
+    old.batch_execute("CREATE EXTENSION idgen VERSION '0.6.0'").unwrap();
+    old.query_one("SELECT idgen_claim('orders', '10.0.0.1', 1)", &[]).unwrap();
+    old.query_one("SELECT idgen_next_id('orders')", &[]).unwrap();
+    let dump_file = std::env::temp_dir().join(format!("{}-{}.dump", source.name, std::process::id()));
+    let dump = output_within(
+        Command::new("pg_dump").args(["--format=custom", "--file"]).arg(&dump_file).arg("--dbname").arg(source.dsn()),
+        WORK_PATIENCE,
+        "pg_dump",
+    );
+    assert!(dump.status.success(), "pg_dump: {}", String::from_utf8_lossy(&dump.stderr));
+    let target = TestDb::empty_on(&base_dsn(), "dump_old_restored");
+    let restore = output_within(
+        Command::new("pg_restore").args(["--exit-on-error", "--dbname", &target.dsn()]).arg(&dump_file),
+        WORK_PATIENCE,
+        "pg_restore",
+    );
+    assert!(restore.status.success(), "pg_restore: {}", String::from_utf8_lossy(&restore.stderr));
+    std::fs::remove_file(&dump_file).ok();
+    let mut restored = target.connect();
+    let version: String =
+        restored.query_one("SELECT extversion FROM pg_extension WHERE extname = 'idgen'", &[]).unwrap().get(0);
+    assert_eq!(version, "0.7.0", "restored into the current version");
+    let err = restored.query_one("SELECT * FROM idgen_define_layout('orders', 'sonyflake')", &[]).unwrap_err();
+    assert_eq!(sqlstate(&err), "55000", "{err:?}");
+    assert!(db_error(&err).detail().unwrap().contains("an earlier version of idgen"), "{err:?}");
+    // The layout its IDs were cut by is answered, and fixed; a claim goes on with it.
+    let row = restored
+        .query_one(
+            "SELECT preset, defined_by, fixed_at IS NOT NULL FROM idgen_define_layout('orders', 'snowflake')",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(
+        (row.get::<_, String>(0), row.get::<_, String>(1), row.get::<_, bool>(2)),
+        ("snowflake".to_owned(), "update to 0.7.0".to_owned(), true)
+    );
+    claim(&mut restored, "orders", "10.0.0.2", 1).unwrap();
+    // A service it never knew may still be defined.
+    restored.query_one("SELECT * FROM idgen_define_layout('fresh', 'sonyflake')", &[]).unwrap();
+}
