@@ -12,7 +12,7 @@
 -- - idgen_nodes, idgen_capacity and idgen_health() count each service's pool within
 --   idgen.machine_id_range.
 -- - idgen_registry.version_base: rows never registered start at a version drawn for each
---   registry (0 here: this registry's rows keep starting at 1).
+--   registry (0 here if it has rows, tombstones or history: they keep starting at 1).
 -- Every view and SQL function that reads a table whose machine_id changes type is dropped and
 -- created again, as a fresh install has them. The 0.7.0 library also runs against 0.6.0's,
 -- 0.5.1's, 0.5.0's and 0.4.0's objects until this update (every service has the default layout
@@ -162,13 +162,20 @@ COMMENT ON INDEX system_nodes_node_rows IS
 
 -- Versions of rows never registered start at a base drawn for each registry, so that a node of a
 -- dropped registry matches no row of one created again. This registry's rows started at 1, and
--- its history counts on that: its base is 0.
+-- its history counts on that: its base is 0, unless it has nothing yet.
 ALTER TABLE idgen_private.idgen_registry
     ADD COLUMN version_base BIGINT NOT NULL DEFAULT 0
         CONSTRAINT idgen_registry_version_base_not_negative CHECK (version_base >= 0);
 ALTER TABLE idgen_private.idgen_registry ALTER COLUMN version_base DROP DEFAULT;
+-- A registry with nothing in it yet (created at 0.6.0 and updated at once, as after a DROP with the
+-- old install script at hand) draws its base as a new one does.
+UPDATE idgen_private.idgen_registry
+   SET version_base = pg_catalog.floor(pg_catalog.random() OPERATOR(pg_catalog.*) 4503599627370496::float8)::bigint
+ WHERE NOT EXISTS (SELECT FROM system_nodes)
+   AND NOT EXISTS (SELECT FROM idgen_private.idgen_tombstones)
+   AND NOT EXISTS (SELECT FROM idgen_private.idgen_history);
 COMMENT ON COLUMN idgen_private.idgen_registry.version_base IS
-    'A row of a machine id never registered here starts at version_base + 1: drawn at random at CREATE EXTENSION (below 2^52), so that a node of a dropped registry, whose heartbeat names the version it holds, matches no row of a registry created again. 0 for a registry updated from before 0.7.0 (its rows start at 1, as they did).';
+    'A row of a machine id never registered here starts at version_base + 1: drawn at random at CREATE EXTENSION (below 2^52), so that a node of a dropped registry, whose heartbeat names the version it holds, matches no row of a registry created again. 0 for a registry updated from before 0.7.0 that had rows, tombstones or history (they start at 1, as they did).';
 
 -- Machine ids of a 16-bit field. (The trigger names the column: it goes for the change.)
 DROP TRIGGER idgen_key_unchanged ON system_nodes;

@@ -127,7 +127,7 @@ COMMENT ON COLUMN idgen_private.idgen_registry.epoch IS
     'Incarnation of the registry: new at CREATE EXTENSION, raised by TRUNCATE system_nodes. A database backend whose lease was granted in another epoch drops it at its next lease check.';
 COMMENT ON COLUMN idgen_private.idgen_registry.created_at IS 'When this registry was created.';
 COMMENT ON COLUMN idgen_private.idgen_registry.version_base IS
-    'A row of a machine id never registered here starts at version_base + 1: drawn at random at CREATE EXTENSION (below 2^52), so that a node of a dropped registry, whose heartbeat names the version it holds, matches no row of a registry created again. 0 for a registry updated from before 0.7.0 (its rows start at 1, as they did).';
+    'A row of a machine id never registered here starts at version_base + 1: drawn at random at CREATE EXTENSION (below 2^52), so that a node of a dropped registry, whose heartbeat names the version it holds, matches no row of a registry created again. 0 for a registry updated from before 0.7.0 that had rows, tombstones or history (they start at 1, as they did).';
 -- A new registry grants at once: dropping one is refused while it guards anything (the
 -- event trigger idgen_drop_guard), so no holder of an earlier registry of this database
 -- can still be stamping.

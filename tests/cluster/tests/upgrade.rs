@@ -460,6 +460,7 @@ fn an_update_from_0_6_0_records_the_layout_every_service_has_used_and_widens_mac
     let before = registry_snapshot(&mut client);
     client.batch_execute("ALTER EXTENSION idgen UPDATE").unwrap();
     assert_eq!(registry_snapshot(&mut client), before, "every row, version and watermark is kept");
+    assert_eq!(first_version(&mut client), 1, "a registry with rows keeps its versions' start, and its history");
     let fresh = TestDb::create("upgrade_from_0_6_0_fresh");
     assert_eq!(
         fingerprint(&mut client),
@@ -509,4 +510,17 @@ fn an_update_from_0_6_0_records_the_layout_every_service_has_used_and_widens_mac
     // The backend mints on across the update, above what it minted before it.
     let after_update: i64 = backend.query_one("SELECT idgen_next_id()", &[]).unwrap().get(0);
     assert!(after_update > before_update);
+}
+
+#[test]
+fn a_registry_updated_from_0_6_0_with_nothing_in_it_draws_its_version_base() {
+    // Created at 0.6.0 right after a DROP (the old install script at hand) and updated at once: its
+    // versions must not start at 1 again, or a node of the dropped registry would match its rows.
+    let db = TestDb::empty_on(&base_dsn(), "upgrade_empty_0_6_0");
+    let mut client = db.connect();
+    client.batch_execute("CREATE EXTENSION idgen VERSION '0.6.0'; ALTER EXTENSION idgen UPDATE").unwrap();
+    let base: i64 = client.query_one("SELECT version_base FROM idgen_private.idgen_registry", &[]).unwrap().get(0);
+    assert!(base > 0, "drawn below 2^52: 0 has a chance of 2^-52");
+    let c = claim(&mut client, "svc", "10.0.0.1", 1).unwrap();
+    assert_eq!(c.version, base + 1);
 }
