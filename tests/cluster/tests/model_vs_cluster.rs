@@ -273,7 +273,7 @@ impl Both {
 fn the_model_answers_each_step_as_the_cluster_does() {
     let db = TestDb::create("model_vs_cluster");
     let mut admin = db.connect();
-    fill_registry_except(&mut admin, SERVICE, &FREE);
+    fill_registry_except(&mut admin, SERVICE, &FREE.map(i32::from));
     let mut mirror = Mirror::new(clock_ms(&mut admin));
     mirror.load(cluster_rows(&mut admin));
     let client = db.connect();
