@@ -180,9 +180,9 @@ pub fn interpolate(sql: &str, variables: &std::collections::BTreeMap<String, Str
     while let Some(at) = rest.find(':') {
         out.push_str(&rest[..at]);
         let after = &rest[at + 1..];
-        if after.starts_with(':') {
+        if let Some(cast) = after.strip_prefix(':') {
             out.push_str("::");
-            rest = &after[1..];
+            rest = cast;
             continue;
         }
         let quoted = after.starts_with('\'');
