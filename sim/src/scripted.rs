@@ -450,15 +450,17 @@ pub fn unanswered_heartbeat_shortens_the_grant() -> Scripted {
     )
 }
 
-/// Finding F5 of the simulator (0.7.0): F2 with the backend of the dropped registry inside a
-/// transaction (or one statement) that began before the DROP. The registry generation moves in a
-/// process only when it processes invalidations: at the start of a transaction, at the first
-/// relation lock it takes in one (its slow path's), or when it is idle and told to catch up. Its
-/// hot path takes no lock, so a statement that runs across the DROP (a PL/pgSQL batch that sleeps
-/// or waits for a lock between IDs; a transaction whose statements take no new lock) compares the
-/// generation it has not moved yet, and issues under the window it holds beside the id's new
-/// holder. Fails with the protocol as built; tests/cluster/tests/drop_create.rs shows it on a
-/// server.
+/// Finding F5 of the simulator (0.7.0): F2 with the backend of the dropped registry inside work
+/// that began before the DROP. The registry generation moves in a process only when it processes
+/// invalidations: at the start of a transaction, at the first relation lock it takes in one (its
+/// slow path's), or when it is idle and told to catch up (the sinval queue's catchup signal, which
+/// DROP and CREATE EXTENSION queue enough messages to send: an idle backend in an open transaction
+/// is saved that way, `ProcessCatchupEvent inside transaction` at DEBUG4). Its hot path takes no
+/// lock, so a statement that runs across the DROP (a PL/pgSQL batch that sleeps or waits for a lock
+/// between IDs) compares the generation it has not moved, and issues under the window it holds
+/// beside the id's new holder. The model's statements are single steps: its open caller transaction
+/// stands for that statement (it processes nothing until its slow path's first lock). Fails with the
+/// protocol as built; tests/cluster/tests/drop_create.rs shows it on a server.
 pub fn step_back_after_a_drop_inside_a_transaction() -> Scripted {
     let mut faults = Faults::NONE;
     faults.rollbacks = true;

@@ -124,8 +124,10 @@ struct Backend {
     tenure: Option<usize>,
     /// The registry generation as this process knows it (the edge's `registry::incarnation`): it
     /// moves when the process processes the invalidation a DROP sent, at the start of a transaction
-    /// or at the first relation lock it takes in one (its slow path's), not inside a statement or a
-    /// transaction that takes no new lock (finding F5).
+    /// or at the first relation lock it takes in one (its slow path's), not inside a statement that
+    /// takes no new lock (finding F5). The caller's open transaction stands for such a statement:
+    /// the model's steps are single statements (on a server, an idle backend in an open
+    /// transaction is told to catch up by the queue the DROP fills, and processes it then).
     seen_generation: u64,
     /// The generation its lease was last confirmed in (`BackendLease`'s, restated for invariant 2).
     lease_generation: u64,

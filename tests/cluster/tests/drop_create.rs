@@ -372,7 +372,9 @@ fn a_backend_of_a_dropped_registry_in_a_statement_running_across_the_drop_issues
     // across the DROP: it mints, waits (here for an advisory lock; a PL/pgSQL batch's pg_sleep, a
     // lock wait), and mints again. The registry generation moves when a backend processes the DROP's
     // invalidation: at the start of a transaction, when it takes a relation lock it does not hold
-    // yet, or when it is idle and told to catch up; none of these happens inside this statement.
+    // yet, or when it is idle and told to catch up (the DROP and CREATE fill the invalidation queue
+    // enough for that: an idle backend in an open transaction is saved so); none of these happens
+    // inside this statement (simulation finding F5).
     let (cluster, _turn) = clock_cluster_turn();
     let db = TestDb::create_on(&cluster.dsn, "drop_step_back_stmt");
     let mut admin = db.connect();
