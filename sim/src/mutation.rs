@@ -39,10 +39,13 @@ pub enum Mutation {
     /// A report more than a day ahead is refused (nothing written), and the client retries it as
     /// if it were a lost connection.
     RefusedWatermark,
+    /// Backends' leases carry no registry generation (0.6.0): a DROP reaches a connected backend of
+    /// the dropped registry only when the window it holds in memory ends (finding F2).
+    RegistryGeneration,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 15] = [
+    pub const ALL: [Mutation; 16] = [
         Mutation::VersionCheck,
         Mutation::Watermark,
         Mutation::NotBefore,
@@ -58,6 +61,7 @@ impl Mutation {
         Mutation::DropForgetsOwnLeases,
         Mutation::GrantedLease,
         Mutation::RefusedWatermark,
+        Mutation::RegistryGeneration,
     ];
 
     pub fn name(self) -> &'static str {
@@ -77,6 +81,7 @@ impl Mutation {
             Mutation::DropForgetsOwnLeases => "drop-forgets-own-leases",
             Mutation::GrantedLease => "granted-lease",
             Mutation::RefusedWatermark => "refused-watermark",
+            Mutation::RegistryGeneration => "registry-generation",
         }
     }
 
@@ -102,5 +107,10 @@ impl Mutations {
 
     pub fn has(self, m: Mutation) -> bool {
         self.0 & m.bit() != 0
+    }
+
+    /// These and `m` switched off.
+    pub fn and(self, m: Mutation) -> Mutations {
+        Mutations(self.0 | m.bit())
     }
 }

@@ -242,7 +242,7 @@ pub struct Setup {
     /// The first registry's epoch.
     pub epoch: i64,
     pub faults: Faults,
-    /// Proposed fixes of findings F1 and F2, taken by the model (none as built).
+    /// Proposed fixes of findings, taken by the model (none as built).
     pub fixes: Fixes,
 }
 
@@ -252,9 +252,10 @@ pub struct Fixes {
     /// F1: a node reports its clock (a heartbeat) before its first ID, and issues none before
     /// that heartbeat is answered.
     pub report_before_minting: bool,
-    /// F2: a backend forgets the leases of a dropped registry before its next ID (a relcache
-    /// callback on the registry's table, compared on the hot path).
-    pub forget_dropped_registry: bool,
+    /// F5: a backend processes pending invalidations (`AcceptInvalidationMessages`, whose check is
+    /// one unlocked read when nothing is pending) before every ID, so that a DROP's move of the
+    /// registry generation reaches it inside a statement or a transaction that runs across the DROP.
+    pub generation_before_every_id: bool,
 }
 
 /// A setup and its steps.

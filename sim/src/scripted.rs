@@ -14,6 +14,16 @@ pub struct Scripted {
     pub schedule: Schedule,
     /// The guard that, switched off, brings the finding back; `None`: it fails as built.
     pub guard: Option<Mutation>,
+    /// A later guard that closes the finding too (defence in depth): switched off with `guard`.
+    pub also: Option<Mutation>,
+}
+
+impl Scripted {
+    /// The guards the finding needs switched off to come back.
+    pub fn reverted(&self) -> Option<crate::mutation::Mutations> {
+        let guard = crate::mutation::Mutations::of(self.guard?);
+        Some(self.also.map_or(guard, |also| guard.and(also)))
+    }
 }
 
 /// A setup as built: the registry without the fixes of findings F3 and F4 that the generated
@@ -46,7 +56,7 @@ fn scripted(
     setup: Setup,
     ops: Vec<Op>,
 ) -> Scripted {
-    Scripted { name, finding, schedule: Schedule { seed: 0, setup, ops }, guard }
+    Scripted { name, finding, schedule: Schedule { seed: 0, setup, ops }, guard, also: None }
 }
 
 const MINT: Op = Op::Mint { slot: 0, n: 3, cancelled: false, read_only: false };
@@ -67,6 +77,7 @@ pub fn all() -> Vec<Scripted> {
         step_back_after_a_drop(),
         versions_start_again_after_drop_create(),
         unanswered_heartbeat_shortens_the_grant(),
+        step_back_after_a_drop_inside_a_transaction(),
     ]
 }
 
@@ -120,8 +131,10 @@ pub fn savepoint_rollback() -> Scripted {
 }
 
 /// Round two, 2a: a session holding a lease drops and creates the extension, and goes on minting.
+/// Since 0.7.0 the registry generation closes it too: the DROP's invalidation reaches the dropping
+/// session at its own commit, and its leases are checked before its next ID.
 pub fn drop_create_with_the_creating_session() -> Scripted {
-    scripted(
+    let mut s = scripted(
         "drop_create_with_the_creating_session",
         "round two, 2a: DROP/CREATE EXTENSION with the creating session",
         Some(Mutation::DropForgetsOwnLeases),
@@ -133,7 +146,9 @@ pub fn drop_create_with_the_creating_session() -> Scripted {
             Op::Mint { slot: 1, n: 3, cancelled: false, read_only: false },
             MINT,
         ],
-    )
+    );
+    s.also = Some(Mutation::RegistryGeneration);
+    s
 }
 
 /// Round two, 3: a node whose clock runs more than a day ahead reports it; the report must be kept
@@ -332,14 +347,16 @@ pub fn far_ahead_clock_before_its_first_report() -> Scripted {
 
 /// Finding F2 of the simulator (the long run, seed 1025007): DROP EXTENSION passes once every bound
 /// is at or below the clock; the server's clock then steps back a little, and a backend of the
-/// dropped registry, still connected, issues again under the window it holds in memory (its hot
-/// path reads no registry), while the new registry hands its machine id to another backend with a
-/// not_before at its claim. Fails with the protocol as built.
+/// dropped registry, still connected, issued again under the window it held in memory (its hot
+/// path reads no registry), while the new registry handed its machine id to another backend with a
+/// not_before at its claim. Fixed in 0.7.0: leases carry the registry generation, which the DROP
+/// moves; the backend's next statement starts a transaction, which processes the DROP's
+/// invalidation, and its lease is checked against the registry before its next ID.
 pub fn step_back_after_a_drop() -> Scripted {
     scripted(
         "step_back_after_a_drop",
         "the simulator, finding F2: a server clock step back after DROP EXTENSION",
-        None,
+        Some(Mutation::RegistryGeneration),
         setup(
             2,
             2,
@@ -429,6 +446,50 @@ pub fn unanswered_heartbeat_shortens_the_grant() -> Scripted {
             Op::Advance { ms: 21_000 },
             MINT,
             Op::NodeMint { host: 0, process: 0, n: 3 },
+        ],
+    )
+}
+
+/// Finding F5 of the simulator (0.7.0): F2 with the backend of the dropped registry inside work
+/// that began before the DROP. The registry generation moves in a process only when it processes
+/// invalidations: at the start of a transaction, at the first relation lock it takes in one (its
+/// slow path's), or when it is idle and told to catch up (the sinval queue's catchup signal, which
+/// DROP and CREATE EXTENSION queue enough messages to send: an idle backend in an open transaction
+/// is saved that way, `ProcessCatchupEvent inside transaction` at DEBUG4). Its hot path takes no
+/// lock, so a statement that runs across the DROP (a PL/pgSQL batch that sleeps or waits for a lock
+/// between IDs) compares the generation it has not moved, and issues under the window it holds
+/// beside the id's new holder. The model's statements are single steps: its open caller transaction
+/// stands for that statement (it processes nothing until its slow path's first lock). Fails with the
+/// protocol as built; tests/cluster/tests/drop_create.rs shows it on a server.
+pub fn step_back_after_a_drop_inside_a_transaction() -> Scripted {
+    let mut faults = Faults::NONE;
+    faults.rollbacks = true;
+    faults.drop_create = true;
+    faults.clock_steps = true;
+    faults.steps_back_after_drop = true;
+    scripted(
+        "step_back_after_a_drop_inside_a_transaction",
+        "the simulator, finding F5: a server clock step back after DROP EXTENSION, the backend inside a transaction",
+        None,
+        Setup {
+            machine_ids: 2,
+            slots: 2,
+            hosts: 0,
+            synchronous: true,
+            require_synchronous_standby: false,
+            epoch: 7,
+            faults,
+            fixes: crate::schedule::Fixes::default(),
+        },
+        vec![
+            Op::Begin { slot: 1 },
+            Op::Mint { slot: 1, n: 1, cancelled: false, read_only: false },
+            Op::Advance { ms: 1_400 },
+            Op::Drop { slot: 0 },
+            Op::Create { epoch: 8 },
+            Op::ServerClock { offset: -1_100 },
+            Op::Mint { slot: 0, n: 3, cancelled: false, read_only: false },
+            Op::Mint { slot: 1, n: 3, cancelled: false, read_only: false },
         ],
     )
 }

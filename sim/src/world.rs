@@ -21,10 +21,6 @@ use idgen_core::ClaimPolicy;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
-/// The registry generation backends' leases are confirmed in (the edge's `registry::incarnation`):
-/// fixed for now, so that a DROP leaves backends' windows in memory (F2 as built before 0.7.0).
-const REGISTRY_GENERATION: u64 = 0;
-
 /// The one service every holder mints for: backends (`idgen_next_id('svc')`) and nodes compete
 /// for its machine ids. (Per-service layouts and pools: see [`Topology`].)
 pub const SERVICE: &str = "svc";
@@ -126,8 +122,18 @@ struct Backend {
     /// The caller's open transaction.
     txn: Option<TxnId>,
     tenure: Option<usize>,
-    /// The registry that granted its lease.
-    generation: u32,
+    /// The registry generation as this process knows it (the edge's `registry::incarnation`): it
+    /// moves when the process processes the invalidation a DROP sent, at the start of a transaction
+    /// or at the first relation lock it takes in one (its slow path's), not inside a statement that
+    /// takes no new lock (finding F5). The caller's open transaction stands for such a statement:
+    /// the model's steps are single statements (on a server, an idle backend in an open
+    /// transaction is told to catch up by the queue the DROP fills, and processes it then).
+    seen_generation: u64,
+    /// The generation its lease was last confirmed in (`BackendLease`'s, restated for invariant 2).
+    lease_generation: u64,
+    /// Its slow path took its first relation lock in the caller's open transaction: later ones in
+    /// that transaction process no invalidation.
+    locked_in_txn: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -217,6 +223,10 @@ pub struct World {
     dropped_stamps: Ms,
     /// How many registries this database had (CREATE EXTENSION counts one up).
     generation: u32,
+    /// The registry generation (src/registry/incarnation.rs): every DROP that succeeded moves it
+    /// (the invalidation of `idgen_private.idgen_registry`); each backend learns it when it processes
+    /// invalidations.
+    registry_generation: u64,
     tenures: Vec<Tenure>,
     by_key: BTreeMap<Key, Vec<usize>>,
     ids: HashMap<i64, usize>,
@@ -264,6 +274,7 @@ impl World {
             dropped_floor: NEG_INF,
             dropped_stamps: NEG_INF,
             generation: 0,
+            registry_generation: 0,
             tenures: Vec::new(),
             by_key: BTreeMap::new(),
             ids: HashMap::new(),
@@ -429,8 +440,8 @@ impl World {
         let mut live = Vec::new();
         let server = self.server_clock();
         for b in self.backends.iter().flatten() {
-            if self.setup.fixes.forget_dropped_registry && b.generation != self.generation {
-                continue; // it forgets that lease before it issues
+            if b.lease_generation != self.next_id_generation(b) {
+                continue; // its hot path checks the lease against the registry before it issues
             }
             let (Some(tenure), Some(lease)) = (b.tenure, b.leases.iter().next()) else { continue };
             let Some(held) = lease.held() else { continue };
@@ -711,7 +722,45 @@ impl World {
         self.backend_incarnations[slot] += 1;
         let name = format!("b{slot}#{}", self.backend_incarnations[slot]);
         say!(self, "{name} connects (backend slot {slot})");
-        Backend { name, slot, leases: BackendLeases::new(), txn: None, tenure: None, generation: self.generation }
+        let generation = self.registry_generation;
+        Backend {
+            name,
+            slot,
+            leases: BackendLeases::new(),
+            txn: None,
+            tenure: None,
+            seen_generation: generation,
+            lease_generation: generation,
+            locked_in_txn: false,
+        }
+    }
+
+    /// The backend processes the invalidations sent since it last did: the registry generation
+    /// reaches it (a transaction's start, a relation lock it did not hold, `AcceptInvalidationMessages`).
+    fn accept_invalidations(&self, b: &mut Backend) {
+        b.seen_generation = self.registry_generation;
+    }
+
+    /// The generation the backend's next ID compares its lease with: a next statement outside a
+    /// transaction starts one, which processes invalidations; inside one, the process's own.
+    fn next_id_generation(&self, b: &Backend) -> u64 {
+        if self.off(Mutation::RegistryGeneration) {
+            0
+        } else if b.txn.is_none() || self.setup.fixes.generation_before_every_id {
+            self.registry_generation
+        } else {
+            b.seen_generation
+        }
+    }
+
+    /// The generation the hot path compares a lease with, and the slow path confirms it in: the
+    /// process's own; a constant with the guard switched off (0.6.0: leases carry none).
+    fn hot_generation(&self, b: &Backend) -> u64 {
+        if self.off(Mutation::RegistryGeneration) {
+            0
+        } else {
+            b.seen_generation
+        }
     }
 
     fn begin(&mut self, slot: usize) {
@@ -721,6 +770,8 @@ impl World {
         let mut b = self.connect(slot);
         if b.txn.is_none() {
             b.txn = Some(self.reg.begin());
+            self.accept_invalidations(&mut b);
+            b.locked_in_txn = false;
             say!(self, "{} BEGIN", b.name);
         }
         self.backends[slot] = Some(b);
@@ -744,6 +795,11 @@ impl World {
             return;
         }
         let mut b = self.connect(slot);
+        if b.txn.is_none() {
+            // A statement of its own: its transaction starts by processing invalidations.
+            self.accept_invalidations(&mut b);
+            b.locked_in_txn = false;
+        }
         let mut cancelled = cancelled;
         let mut got = Vec::new();
         let mut refused = None;
@@ -786,16 +842,16 @@ impl World {
         cancelled: &mut bool,
         read_only: bool,
     ) -> Result<(i64, usize), Refusal> {
-        if self.setup.fixes.forget_dropped_registry && b.generation != self.generation {
-            // F2's fix: the drop's invalidation reaches the backend before it issues.
-            b.leases.lose_all();
-            b.generation = self.generation;
+        if self.setup.fixes.generation_before_every_id {
+            // F5's fix: invalidations processed on the hot path, before every ID.
+            self.accept_invalidations(b);
         }
         for _ in 0..64 {
             let stop = {
+                let generation = self.hot_generation(b);
                 let lease = b.leases.get_or_add(SERVICE);
                 let mut clock = WorldClock { world: self, host: None, give_up: None };
-                match lease.next_id(&mut clock, REGISTRY_GENERATION) {
+                match lease.next_id(&mut clock, generation) {
                     Ok(id) => return Ok((id, b.tenure.expect("an ID is issued under a tenure"))),
                     Err(stop) => stop,
                 }
@@ -818,6 +874,7 @@ impl World {
     /// `backend::renew` and the registry writer's `lease_step`: renew the held lease or claim, in a
     /// transaction of its own, committed before any ID is issued under it.
     fn backend_renew(&mut self, b: &mut Backend, cancelled: &mut bool) -> Result<(), Refusal> {
+        let generation = self.slow_path_generation(b);
         let policy = self.policy();
         if policy.validate().is_err() {
             return Err(refusal("22023", "idgen settings are inconsistent"));
@@ -860,8 +917,9 @@ impl World {
                             issued_until,
                             self.max_backward_ms,
                             heartbeat_ms,
-                            REGISTRY_GENERATION,
+                            generation,
                         );
+                        b.lease_generation = generation;
                         say!(self, "{} renews its window to {}", b.name, rel(issued_until));
                     }
                     LeaseAnswer::Claimed(granted) => {
@@ -885,7 +943,8 @@ impl World {
                             port: SERVER_PORT,
                             backend_slot: Some(slot as i32),
                         };
-                        lease.claimed(identity, terms, self.max_backward_ms, heartbeat_ms, REGISTRY_GENERATION);
+                        lease.claimed(identity, terms, self.max_backward_ms, heartbeat_ms, generation);
+                        b.lease_generation = generation;
                         let name = b.name.clone();
                         say!(
                             self,
@@ -897,7 +956,6 @@ impl World {
                             rel(granted.row.issued_until)
                         );
                         b.tenure = Some(self.new_tenure(&name, &granted.row, not_before));
-                        b.generation = self.generation;
                     }
                 }
                 Ok(())
@@ -916,6 +974,7 @@ impl World {
     /// `backend::renew` in a read-only transaction: the lease is read back in the caller's
     /// transaction and serves until the window last committed ends; no claim, no write.
     fn backend_read(&mut self, b: &mut Backend) -> Result<(), Refusal> {
+        let generation = self.slow_path_generation(b);
         let policy = self.policy();
         if policy.validate().is_err() {
             return Err(refusal("22023", "idgen settings are inconsistent"));
@@ -939,14 +998,8 @@ impl World {
                     return Err(refusal("25006", "the lease's committed window ended (read-only transaction)"));
                 }
                 let heartbeat_ms = policy.heartbeat_interval_secs * 1000;
-                lease.verified(
-                    verified,
-                    lease_until,
-                    issued_until,
-                    self.max_backward_ms,
-                    heartbeat_ms,
-                    REGISTRY_GENERATION,
-                );
+                lease.verified(verified, lease_until, issued_until, self.max_backward_ms, heartbeat_ms, generation);
+                b.lease_generation = generation;
                 Ok(())
             }
             None => {
@@ -954,6 +1007,19 @@ impl World {
                 Err(refusal("25006", "the lease moved; no claim in a read-only transaction"))
             }
         }
+    }
+
+    /// `backend::renew`'s `incarnation::confirming()`: the generation a lease asked for now is
+    /// confirmed in, read before the registry is; then the slow path's first relation lock in the
+    /// transaction (pg_extension's, or the registry's in a read-only one) processes invalidations,
+    /// so that one that arrived moves the generation past it and the next ID checks again.
+    fn slow_path_generation(&self, b: &mut Backend) -> u64 {
+        let generation = self.hot_generation(b);
+        if !b.locked_in_txn {
+            self.accept_invalidations(b);
+            b.locked_in_txn = b.txn.is_some();
+        }
+        generation
     }
 
     fn lease_step(
@@ -1499,6 +1565,10 @@ impl World {
         }
         self.reg.abort(txn);
         self.reg.committed = None;
+        // The DROP invalidates the registry's table: every session's generation moves when it
+        // processes that; the dropping session does at its own commit.
+        self.registry_generation += 1;
+        self.accept_invalidations(&mut session);
         self.dropped_floor = self.dropped_floor.max(self.server_clock());
         let latest = self.tenures.iter().filter_map(|t| t.last_stamp).max().unwrap_or(NEG_INF);
         self.dropped_stamps = self.dropped_stamps.max(latest);

@@ -1,6 +1,7 @@
 //! The fixes proposed for the simulator's findings, taken by the model: each closes its finding's
 //! scripted schedule, and generated schedules that reach the finding as built reach nothing with
-//! the fix. (F3's and F4's fixes are what the generated runs' covered mix takes: tests/quick.rs.)
+//! the fix. (F3's and F4's fixes are what the generated runs' covered mix takes: tests/quick.rs.
+//! F2's is built in 0.7.0: tests/regressions.rs.)
 
 use idgen_sim::run::STEPS;
 use idgen_sim::scripted;
@@ -33,11 +34,9 @@ fn f1_a_node_that_reports_before_it_mints_is_covered() {
 }
 
 #[test]
-fn f2_a_backend_that_forgets_a_dropped_registrys_leases_is_covered() {
-    let fix = Fixes { forget_dropped_registry: true, ..Fixes::default() };
-    closes(scripted::step_back_after_a_drop().schedule, fix);
-    // Generated schedules reach F2 rarely (one in the first long run's 25,008; docs/simulation.md):
-    // the scripted schedule above is the check that the fix closes it; these, that it breaks nothing.
+fn f5_a_backend_that_processes_invalidations_before_every_id_is_covered() {
+    let fix = Fixes { generation_before_every_id: true, ..Fixes::default() };
+    closes(scripted::step_back_after_a_drop_inside_a_transaction().schedule, fix);
     let mut faults = Faults::ALL;
     faults.steps_back_after_drop = true;
     assert_eq!(first_failure(3_000, faults, fix), None);

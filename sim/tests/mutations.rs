@@ -68,9 +68,29 @@ fn drop_guard() {
     caught_within(Mutation::DropGuard, 2_000);
 }
 
+/// Since 0.7.0 the registry generation closes round two's 2a as well: the DROP's invalidation
+/// reaches the dropping session at its own commit, and the leases it kept are checked before its
+/// next ID. So the guard alone is no longer noticed; with the generation switched off too, it is.
 #[test]
 fn drop_forgets_own_leases() {
-    caught_within(Mutation::DropForgetsOwnLeases, 4_000);
+    let alone = Mutations::of(Mutation::DropForgetsOwnLeases);
+    assert_eq!(counterexample(0, 2_000, faults_for(Mutation::DropForgetsOwnLeases), alone), None);
+    let both = alone.and(Mutation::RegistryGeneration);
+    let found = counterexample(0, 4_000, faults_for(Mutation::DropForgetsOwnLeases), both);
+    let c = found.expect("drop-forgets-own-leases and registry-generation: no counterexample in 4,000 seeds");
+    println!("both: seed {} breaks \"{}\"", c.seed, c.invariant.name());
+}
+
+/// The registry generation matters only when the server's clock steps back behind a DROP's moment
+/// (F2's precondition, off in the covered mix): generated schedules reach it first at seed 383,654
+/// (`idgen-sim --mutation registry-generation --find --f2`), too far for this stage, so the seed is
+/// checked here, and the scripted schedule `step_back_after_a_drop` in tests/regressions.rs.
+#[test]
+fn registry_generation() {
+    let mut faults = faults_for(Mutation::RegistryGeneration);
+    faults.steps_back_after_drop = true;
+    let found = counterexample(383_654, 1, faults, Mutations::of(Mutation::RegistryGeneration));
+    assert_eq!(found.map(|c| c.seed), Some(383_654), "seed 383,654 no longer tells the generation's removal");
 }
 
 #[test]
@@ -95,5 +115,5 @@ fn cooldown_is_no_uniqueness_guard() {
 
 #[test]
 fn every_mutation_has_its_test() {
-    assert_eq!(Mutation::ALL.len(), 15);
+    assert_eq!(Mutation::ALL.len(), 16);
 }

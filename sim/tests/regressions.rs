@@ -7,6 +7,13 @@ use idgen_sim::{Mutations, World};
 
 fn check(s: Scripted) {
     let guard = s.guard.expect("a finding with a fix");
+    if let Some(also) = s.also {
+        // Each guard alone closes it: switched off alone, the other still does.
+        for alone in [guard, also] {
+            let one = World::run(&s.schedule, Mutations::of(alone), false);
+            assert!(one.violation.is_none(), "{} with only {} switched off: {:?}", s.name, alone.name(), one.violation);
+        }
+    }
     let built = World::run(&s.schedule, Mutations::NONE, false);
     assert!(
         built.violation.is_none(),
@@ -15,7 +22,7 @@ fn check(s: Scripted) {
         s.finding,
         story(&s.schedule, Mutations::NONE)
     );
-    let reverted = World::run(&s.schedule, Mutations::of(guard), false);
+    let reverted = World::run(&s.schedule, s.reverted().expect("a guard"), false);
     assert!(
         reverted.violation.is_some(),
         "{} ({}) passes with {} switched off: the schedule no longer shows the finding:\n{}",
@@ -82,14 +89,10 @@ fn finding_f1_a_far_ahead_clock_before_its_first_report_is_not_covered_yet() {
     assert_eq!(v.invariant, idgen_sim::Invariant::UniqueIds);
 }
 
-/// Finding F2 fails with the protocol as built (as F1 above).
+/// Finding F2, fixed in 0.7.0 (leases carry the registry generation).
 #[test]
-fn finding_f2_a_step_back_after_drop_extension_is_not_covered_yet() {
-    let s = scripted::step_back_after_a_drop();
-    assert!(s.guard.is_none());
-    let built = World::run_checking(&s.schedule, Mutations::NONE, false, true);
-    let v = built.violation.expect("F2 no longer repeats an ID: give it the guard that fixed it");
-    assert_eq!(v.invariant, idgen_sim::Invariant::UniqueIds);
+fn step_back_after_a_drop() {
+    check(scripted::step_back_after_a_drop());
 }
 
 /// Finding F3 fails with the protocol as built, with two IDs equal (as F1 above).
@@ -119,7 +122,18 @@ fn finding_f4_an_unanswered_heartbeat_shortens_the_grant_is_not_covered_yet() {
     assert!(World::run(&fixed, Mutations::NONE, false).violation.is_none());
 }
 
+/// Finding F5 fails with the protocol as built (0.7.0), with two IDs equal: F2 with the backend of the
+/// dropped registry inside a transaction that began before the DROP. Pinned until its fix lands.
+#[test]
+fn finding_f5_a_step_back_after_a_drop_inside_a_transaction_is_not_covered_yet() {
+    let s = scripted::step_back_after_a_drop_inside_a_transaction();
+    assert!(s.guard.is_none());
+    let built = World::run_checking(&s.schedule, Mutations::NONE, false, true);
+    let v = built.violation.expect("F5 no longer repeats an ID: give it the guard that fixed it");
+    assert_eq!(v.invariant, idgen_sim::Invariant::UniqueIds);
+}
+
 #[test]
 fn every_scripted_schedule_is_tested_here() {
-    assert_eq!(scripted::all().len(), 13);
+    assert_eq!(scripted::all().len(), 14);
 }

@@ -28,8 +28,9 @@ fn main() {
     faults.steps_back_after_drop |= flag("--f2");
     faults.versions_across_drop |= flag("--f3");
     faults.shortened_grants |= flag("--f4");
-    // The fixes proposed for F1 and F2, taken by the model.
-    let fixes = idgen_sim::Fixes { report_before_minting: flag("--fix-f1"), forget_dropped_registry: flag("--fix-f2") };
+    // The fixes proposed for F1 and F5, taken by the model.
+    let fixes =
+        idgen_sim::Fixes { report_before_minting: flag("--fix-f1"), generation_before_every_id: flag("--fix-f5") };
     if let (Some(m), true) = (mutation, args.iter().any(|a| a == "--find")) {
         // The first seed that tells the mutation from the protocol as built.
         let ids_only = args.iter().any(|a| a == "--ids-only");
@@ -60,12 +61,13 @@ fn main() {
             .unwrap_or_else(|| panic!("no schedule {name}"));
         println!("# {}: {}\n## as built", s.name, s.finding);
         print!("{}", story(&s.schedule, Mutations::NONE));
-        match s.guard {
-            Some(guard) => {
-                println!("## with {} switched off", guard.name());
-                print!("{}", story(&s.schedule, Mutations::of(guard)));
+        match (s.guard, s.reverted()) {
+            (Some(guard), Some(reverted)) => {
+                let also = s.also.map_or(String::new(), |also| format!(" and {}", also.name()));
+                println!("## with {}{also} switched off", guard.name());
+                print!("{}", story(&s.schedule, reverted));
             }
-            None => {
+            _ => {
                 // An open finding: on to the IDs it repeats.
                 println!("## as built, checking only that no two IDs are equal");
                 print!("{}", story_checking(&s.schedule, Mutations::NONE, true));
