@@ -19,7 +19,7 @@ fn real_unix_ms() -> i64 {
 /// Moves the clock to `ms` behind the time stamped in `id`: measured from the ID, not from the
 /// real time, so that however long the machine took since, the step is what the test says.
 fn step_back_behind(offset: &AtomicI64, id: i64, ms: i64) {
-    let stamped = Layout::DEFAULT.unix_ms_of(Layout::DEFAULT.decompose(id).unwrap().ticks);
+    let stamped = stamped_unix_ms(id);
     offset.store(stamped - real_unix_ms() - ms, Ordering::SeqCst);
 }
 
@@ -103,21 +103,11 @@ fn a_node_whose_clock_is_a_day_ahead_reports_it_before_its_first_id() {
     config.heartbeat_interval = Some(Duration::from_secs(3_600));
     let node = IdgenNode::start(config).unwrap();
     let id = node.next_id().unwrap();
-    let stamped = Layout::DEFAULT.unix_ms_of(Layout::DEFAULT.decompose(id).unwrap().ticks);
+    let stamped = stamped_unix_ms(id);
     assert!(stamped > real_unix_ms() + day_ms / 2, "the ID is stamped by the node's clock, a day ahead");
     // What a node taking the id over must wait for: the report plus the lease granted with it.
-    let bound: f64 = admin
-        .query_one(
-            "SELECT extract(epoch FROM issued_until + (lease_until - last_seen))::float8 * 1000
-               FROM system_nodes WHERE host = '10.0.2.9'",
-            &[],
-        )
-        .unwrap()
-        .get(0);
-    assert!(
-        bound as i64 > stamped,
-        "the registry bounds the holder at {bound} ms, before its first ID's stamp {stamped} ms"
-    );
+    let bound = registry_bound_ms(&mut admin, "10.0.2.9");
+    assert!(bound > stamped, "the registry bounds the holder at {bound} ms, before its first ID's stamp {stamped} ms");
     assert_eq!(node.metrics().heartbeats_ok, 1, "the report before the first ID");
     assert!(node.shutdown().unwrap());
 }
@@ -151,16 +141,28 @@ fn a_clock_that_jumps_ahead_after_a_report_issues_nothing_past_it_until_it_repor
         id = node.next_id().ok();
         id.is_some()
     });
-    let stamped = Layout::DEFAULT.unix_ms_of(Layout::DEFAULT.decompose(id.unwrap()).unwrap().ticks);
+    let stamped = stamped_unix_ms(id.unwrap());
     assert!(stamped > real_unix_ms() + two_hours_ms / 2, "stamped on the jumped clock");
+    let bound = registry_bound_ms(&mut admin, "10.0.2.8");
+    assert!(bound > stamped, "the registry bounds the node at {bound} ms, before its stamp {stamped} ms");
+    assert!(node.shutdown().unwrap());
+}
+
+/// What a node taking over the id of the node at `host` must wait for (Unix ms): the node's last
+/// report plus the lease granted with it.
+fn registry_bound_ms(admin: &mut postgres::Client, host: &str) -> i64 {
     let bound: f64 = admin
         .query_one(
             "SELECT extract(epoch FROM issued_until + (lease_until - last_seen))::float8 * 1000
-               FROM system_nodes WHERE host = '10.0.2.8'",
-            &[],
+               FROM system_nodes WHERE host = $1::text::inet",
+            &[&host],
         )
         .unwrap()
         .get(0);
-    assert!(bound as i64 > stamped, "the registry bounds the node at {bound} ms, before its stamp {stamped} ms");
-    assert!(node.shutdown().unwrap());
+    bound as i64
+}
+
+/// The time (Unix ms) default-layout ID `id` was stamped with.
+fn stamped_unix_ms(id: i64) -> i64 {
+    Layout::DEFAULT.unix_ms_of(Layout::DEFAULT.decompose(id).unwrap().ticks)
 }

@@ -45,14 +45,7 @@ fn registry_rows_survive_pg_dump_and_restore() {
         "sony, later and svc (its first claim recorded the default): {layouts_before:?}"
     );
 
-    let dump_file = std::env::temp_dir().join(format!("{}-{}.dump", source.name, std::process::id()));
-    // pg_dump and pg_restore set statement_timeout = 0 in their sessions: a deadline bounds them.
-    let dump = output_within(
-        Command::new("pg_dump").args(["--format=custom", "--file"]).arg(&dump_file).arg("--dbname").arg(source.dsn()),
-        WORK_PATIENCE,
-        "pg_dump",
-    );
-    assert!(dump.status.success(), "pg_dump: {}", String::from_utf8_lossy(&dump.stderr));
+    let dump_file = dump(&source);
 
     let target = format!("{}_restored", source.name);
     let mut admin = connect_to(&base_dsn(), "postgres");
@@ -94,13 +87,7 @@ fn a_service_restored_from_a_dump_of_0_6_0_keeps_the_layout_its_ids_were_cut_by(
     old.batch_execute("CREATE EXTENSION idgen VERSION '0.6.0'").unwrap();
     old.query_one("SELECT idgen_claim('orders', '10.0.0.1', 1)", &[]).unwrap();
     old.query_one("SELECT idgen_next_id('orders')", &[]).unwrap();
-    let dump_file = std::env::temp_dir().join(format!("{}-{}.dump", source.name, std::process::id()));
-    let dump = output_within(
-        Command::new("pg_dump").args(["--format=custom", "--file"]).arg(&dump_file).arg("--dbname").arg(source.dsn()),
-        WORK_PATIENCE,
-        "pg_dump",
-    );
-    assert!(dump.status.success(), "pg_dump: {}", String::from_utf8_lossy(&dump.stderr));
+    let dump_file = dump(&source);
     let target = TestDb::empty_on(&base_dsn(), "dump_old_restored");
     let restore = output_within(
         Command::new("pg_restore").args(["--exit-on-error", "--dbname", &target.dsn()]).arg(&dump_file),
@@ -130,4 +117,17 @@ fn a_service_restored_from_a_dump_of_0_6_0_keeps_the_layout_its_ids_were_cut_by(
     claim(&mut restored, "orders", "10.0.0.2", 1).unwrap();
     // A service it never knew may still be defined.
     restored.query_one("SELECT * FROM idgen_define_layout('fresh', 'sonyflake')", &[]).unwrap();
+}
+
+/// Dumps database `source` in pg_dump's custom format; the file's path.
+fn dump(source: &TestDb) -> std::path::PathBuf {
+    let dump_file = std::env::temp_dir().join(format!("{}-{}.dump", source.name, std::process::id()));
+    // pg_dump and pg_restore set statement_timeout = 0 in their sessions: a deadline bounds them.
+    let dump = output_within(
+        Command::new("pg_dump").args(["--format=custom", "--file"]).arg(&dump_file).arg("--dbname").arg(source.dsn()),
+        WORK_PATIENCE,
+        "pg_dump",
+    );
+    assert!(dump.status.success(), "pg_dump: {}", String::from_utf8_lossy(&dump.stderr));
+    dump_file
 }
