@@ -725,6 +725,13 @@ pub fn registry_change_needs_read_committed(command: &str) -> IdgenError {
         .hint("Run it in a transaction of its own at READ COMMITTED (SET TRANSACTION ISOLATION LEVEL READ COMMITTED).")
 }
 
+/// A claim in a transaction at REPEATABLE READ or SERIALIZABLE.
+pub fn claim_needs_read_committed(function: &str) -> IdgenError {
+    IdgenError::new(SqlState::FeatureNotSupported, format!("{function} must run at READ COMMITTED"))
+        .detail("At REPEATABLE READ or SERIALIZABLE the claim would read the registry as the transaction's snapshot shows it, not the rows removed and the bounds recorded since, and could grant a machine id before its last holder has stopped stamping.")
+        .hint("Claim in a transaction of its own at READ COMMITTED (the default; SET TRANSACTION ISOLATION LEVEL READ COMMITTED).")
+}
+
 /// An UPDATE would move a registry row to another service or machine id.
 pub fn registry_key_changed(service: &str, machine_id: i32, new_service: &str, new_machine_id: i32) -> IdgenError {
     IdgenError::new(

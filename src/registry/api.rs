@@ -103,6 +103,7 @@ fn claim_for_node(
 ) -> TableIterator<'static, (i32, i64, String, TimestampWithTimeZone, TimestampWithTimeZone)> {
     let f = function;
     ensure_registry_writable(f);
+    refuse_a_transaction_snapshot(f);
     let node = or_raise(input::node_identity(f, service, host.as_deref(), port));
     let settings = or_raise(settings::claim_settings());
     let role = access::acting_role();
@@ -138,11 +139,20 @@ fn ready_service(client: &mut SpiClient, function: &str, service: &str) -> layou
         return recorded;
     }
     super::autonomous::prepare_service(function, service);
+    layouts::ready(client, service).unwrap_or_else(|| raise(messages::first_claim_must_retry(function, service)))
+}
+
+/// Refuses a claim in a transaction at REPEATABLE READ or SERIALIZABLE. Its reads of the registry
+/// (the tombstones, the never-registered ids) would see the transaction's snapshot: a row deleted
+/// after it leaves a tombstone the claim cannot see, its insert then goes through (the deleted row
+/// no longer conflicts), and the id is granted before the bound its holder may still stamp to. At
+/// READ COMMITTED each statement, the tombstone merge of the insert's trigger among them, reads what
+/// is committed when it runs, after the insert has waited for the DELETE.
+fn refuse_a_transaction_snapshot(function: &str) {
     // SAFETY: reads backend-local transaction state.
     if unsafe { pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 } {
-        raise(messages::first_claim_must_retry(function, service));
+        raise(messages::claim_needs_read_committed(function));
     }
-    layouts::ready(client, service).unwrap_or_else(|| raise(messages::first_claim_must_retry(function, service)))
 }
 
 /// Checks a watermark a node reports: infinite ones, and ones after the last time an ID of the

@@ -109,14 +109,58 @@ fn a_rolled_back_claim_leaves_nothing_behind() {
 }
 
 #[test]
-fn claims_work_at_every_isolation_level() {
+fn a_claim_runs_at_read_committed_only() {
     let db = TestDb::create("isolation");
     let mut client = db.connect();
-    for (i, level) in ["READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"].iter().enumerate() {
+    for level in ["REPEATABLE READ", "SERIALIZABLE"] {
         client.batch_execute(&format!("BEGIN ISOLATION LEVEL {level}")).unwrap();
-        let c = claim(&mut client, "svc", "10.0.0.1", 1 + i as i32).unwrap();
-        client.batch_execute("COMMIT").unwrap();
-        assert_eq!((c.machine_id, c.outcome.as_str()), (i as i32, "new"), "{level}");
+        let err = claim(&mut client, "svc", "10.0.0.1", 1).unwrap_err();
+        assert_eq!(sqlstate(&err), "0A000", "{level}: {err:?}");
+        assert_eq!(db_error(&err).message(), "idgen_claim must run at READ COMMITTED", "{level}");
+        client.batch_execute("ROLLBACK").unwrap();
+    }
+    assert_eq!(registry_snapshot(&mut client), "", "a refused claim writes nothing");
+    client.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED").unwrap();
+    let c = claim(&mut client, "svc", "10.0.0.1", 1).unwrap();
+    client.batch_execute("COMMIT").unwrap();
+    assert_eq!((c.machine_id, c.outcome.as_str()), (0, "new"));
+}
+
+#[test]
+fn a_claim_never_grants_an_id_before_the_bound_of_a_row_removed_after_its_snapshot() {
+    // An outside review's attack: a transaction takes its snapshot; a holder claims a machine id and
+    // mints; a superuser deletes the holder's row, which leaves a tombstone with the holder's bound.
+    // A claim of that id inside the old snapshot saw neither the row nor the tombstone, and was
+    // granted at once, while the holder went on stamping (7,192 equal IDs with two real nodes).
+    let db = TestDb::create("snapshot_tombstone");
+    let mut admin = db.connect();
+    claim(&mut admin, "svc", "10.0.0.9", 9).unwrap();
+    let mut old = db.connect();
+    old.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1").unwrap();
+    let holder = claim(&mut admin, "svc", "10.0.0.1", 1).unwrap();
+    admin
+        .batch_execute(&format!(
+            "DELETE FROM system_nodes WHERE service = 'svc' AND machine_id = {}",
+            holder.machine_id
+        ))
+        .unwrap();
+    let claimed = old.query_one(
+        "SELECT extract(epoch FROM not_before)::float8 FROM idgen_claim('svc', '10.0.0.2', 2, $1)",
+        &[&holder.machine_id],
+    );
+    let bound: f64 = admin
+        .query_one(
+            "SELECT extract(epoch FROM bound)::float8 FROM idgen_tombstones WHERE service = 'svc' AND machine_id = $1",
+            &[&holder.machine_id],
+        )
+        .unwrap()
+        .get(0);
+    match claimed {
+        Ok(row) => {
+            let not_before: f64 = row.get(0);
+            assert!(not_before >= bound, "granted from {not_before} s, before the removed holder's bound {bound} s");
+        }
+        Err(err) => assert_eq!(sqlstate(&err), "0A000", "{err:?}"),
     }
 }
 
