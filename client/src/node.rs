@@ -559,8 +559,10 @@ fn fits(layout: &ServiceLayout, machine_id: i32) -> Result<(), String> {
     }
 }
 
-/// A lease as the server granted it: `lease_until - now()` of the granting statement, measured from
-/// when the statement was sent (which is no later than its `now()`). Never negative.
+/// A lease as the server granted it: `lease_until` minus the server's clock, measured from when the
+/// statement was sent (no later than that clock). A heartbeat's reads the clock after the call, so it
+/// is never longer than the registry's own (`lease_until - last_seen`), by which the registry bounds
+/// the node's report: the wall bound built on it is never past the registry's. Never negative.
 fn granted(seconds: f64) -> Duration {
     Duration::try_from_secs_f64(seconds).unwrap_or(Duration::ZERO)
 }
@@ -1025,7 +1027,7 @@ fn heartbeat(
                                 $3::pg_catalog.text::pg_catalog.inet, $4::pg_catalog.int4, $5::pg_catalog.int8,
                                 pg_catalog.to_timestamp($6::pg_catalog.float8 OPERATOR(pg_catalog./) 1000),
                                 $7::pg_catalog.int8, $8::pg_catalog.int8, $9::pg_catalog.int8)
-                                OPERATOR(pg_catalog.-) pg_catalog.now())::pg_catalog.float8",
+                                OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp())::pg_catalog.float8",
                         idgen = session.idgen,
                         machine_id = session.machine_id_type()
                     ),
@@ -1047,7 +1049,7 @@ fn heartbeat(
                         "SELECT extract(epoch FROM {idgen}.idgen_heartbeat($1::pg_catalog.text, $2::{machine_id},
                                 $3::pg_catalog.text::pg_catalog.inet, $4::pg_catalog.int4, $5::pg_catalog.int8,
                                 pg_catalog.to_timestamp($6::pg_catalog.float8 OPERATOR(pg_catalog./) 1000))
-                                OPERATOR(pg_catalog.-) pg_catalog.now())::pg_catalog.float8",
+                                OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp())::pg_catalog.float8",
                         idgen = session.idgen,
                         machine_id = session.machine_id_type()
                     ),
