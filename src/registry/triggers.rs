@@ -105,6 +105,9 @@ fn rows_inserted<'a>(
     trigger: &'a pgrx::PgTrigger<'a>,
 ) -> Result<Option<PgHeapTuple<'a, impl WhoAllocated>>, PgHeapTupleError> {
     let new = trigger.new().expect("an INSERT trigger has a new row");
+    // Its tombstone merge must see a tombstone written after an older snapshot (the row it replaces,
+    // deleted since: the insert no longer conflicts with it).
+    refuse_a_transaction_snapshot("INSERT INTO system_nodes");
     let (service, machine_id) = row_key(&new);
     as_extension_owner(|| Spi::connect_mut(|client| store::merge_tombstone(client, &service, machine_id)));
     Ok(Some(new))

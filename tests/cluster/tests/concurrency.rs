@@ -165,6 +165,27 @@ fn a_claim_never_grants_an_id_before_the_bound_of_a_row_removed_after_its_snapsh
 }
 
 #[test]
+fn a_row_restored_inside_a_snapshot_older_than_its_removal_is_refused() {
+    // The same old snapshot, restoring by hand the row it still sees: the insert no longer conflicts
+    // with the deleted row, and its trigger's merge would miss the tombstone the DELETE left, so the
+    // row would come back without the bound and the newer version that fence its holder.
+    let db = TestDb::create("snapshot_restore");
+    let mut admin = db.connect();
+    let holder = claim(&mut admin, "svc", "10.0.0.1", 1).unwrap();
+    let mut old = db.connect();
+    old.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1").unwrap();
+    let row = format!("service = 'svc' AND machine_id = {}", holder.machine_id);
+    admin.batch_execute(&format!("DELETE FROM system_nodes WHERE {row}")).unwrap();
+    let err =
+        old.batch_execute(&format!("INSERT INTO system_nodes SELECT * FROM system_nodes WHERE {row}")).unwrap_err();
+    assert_eq!(sqlstate(&err), "0A000", "{err:?}");
+    assert_eq!(db_error(&err).message(), "INSERT INTO system_nodes must run at READ COMMITTED");
+    old.batch_execute("ROLLBACK").unwrap();
+    let rows: i64 = admin.query_one("SELECT count(*) FROM system_nodes", &[]).unwrap().get(0);
+    assert_eq!(rows, 0);
+}
+
+#[test]
 fn a_role_granted_one_service_cannot_delay_another_services_claims_or_a_backends_first_id() {
     let db = TestDb::create("hostage");
     let mut admin = db.connect();
