@@ -16,5 +16,5 @@ pub mod scripted;
 pub mod world;
 
 pub use mutation::{Mutation, Mutations};
-pub use schedule::{Faults, Fixes, Op, Schedule, Setup};
+pub use schedule::{Faults, Op, Schedule, Setup};
 pub use world::{Invariant, Violation, World};

@@ -42,10 +42,25 @@ pub enum Mutation {
     /// Backends' leases carry no registry generation (0.6.0): a DROP reaches a connected backend of
     /// the dropped registry only when the window it holds in memory ends (finding F2).
     RegistryGeneration,
+    /// F1's fix switched off: a node mints from its claim on, before the registry holds its clock
+    /// (`client/src/node.rs` `first_report` skipped).
+    FirstReport,
+    /// F3's fix switched off: every registry's versions start at 1 (`idgen_registry.version_base`
+    /// 0), so a node of a dropped registry may name the version of a row of the new one.
+    VersionBase,
+    /// F4's fix switched off: a heartbeat sets `lease_until` and `takeover_at` from today's
+    /// settings, even below what the row recorded (no `GREATEST`).
+    GreatestGrant,
+    /// F5's fix switched off: a backend processes invalidations only when a transaction starts or
+    /// its slow path takes its first lock in one, not before every ID (`incarnation::current()`).
+    GenerationBeforeEveryId,
+    /// The client's wall bound switched off: a node stamps up to its deadline on whatever its wall
+    /// clock reads, even past its last answered report plus the lease granted with it.
+    WallBound,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 16] = [
+    pub const ALL: [Mutation; 21] = [
         Mutation::VersionCheck,
         Mutation::Watermark,
         Mutation::NotBefore,
@@ -62,6 +77,11 @@ impl Mutation {
         Mutation::GrantedLease,
         Mutation::RefusedWatermark,
         Mutation::RegistryGeneration,
+        Mutation::FirstReport,
+        Mutation::VersionBase,
+        Mutation::GreatestGrant,
+        Mutation::GenerationBeforeEveryId,
+        Mutation::WallBound,
     ];
 
     pub fn name(self) -> &'static str {
@@ -82,6 +102,11 @@ impl Mutation {
             Mutation::GrantedLease => "granted-lease",
             Mutation::RefusedWatermark => "refused-watermark",
             Mutation::RegistryGeneration => "registry-generation",
+            Mutation::FirstReport => "first-report",
+            Mutation::VersionBase => "version-base",
+            Mutation::GreatestGrant => "greatest-grant",
+            Mutation::GenerationBeforeEveryId => "generation-before-every-id",
+            Mutation::WallBound => "wall-bound",
         }
     }
 

@@ -179,10 +179,16 @@ pub struct RowState {
 }
 
 impl Mirror {
-    /// A fresh registry with the default settings, at `clock`.
-    pub fn new(clock: Ms) -> Mirror {
+    /// A fresh registry with the default settings, at `clock`, whose rows never registered start
+    /// at `version_base + 1` (the real registry's `idgen_registry.version_base`, read from it).
+    pub fn new(clock: Ms, version_base: i64) -> Mirror {
+        let mut reg = Registry::new(1, clock, true, crate::mutation::Mutations::NONE);
+        if let Some(tables) = reg.committed.as_mut() {
+            tables.version_base = version_base;
+        }
+        reg.replicate();
         Mirror {
-            reg: Registry::new(1, clock, true, crate::mutation::Mutations::NONE),
+            reg,
             settings: Settings {
                 policy: ClaimPolicy::DEFAULT,
                 topology: Topology::default_range(),

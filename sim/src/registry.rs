@@ -67,6 +67,26 @@ pub struct Tables {
     pub rows: BTreeMap<Key, Row>,
     pub tombstones: BTreeMap<Key, Tombstone>,
     pub epoch: i64,
+    /// `idgen_registry.version_base` (0.7.0, finding F3's fix): drawn at CREATE EXTENSION; a row of
+    /// a machine id never registered here starts at `version_base + 1`.
+    pub version_base: i64,
+}
+
+impl Tables {
+    /// A new registry's tables (CREATE EXTENSION): no rows, its epoch, and its version base.
+    pub fn created(epoch: i64) -> Tables {
+        Tables { epoch, version_base: version_base_of(epoch), ..Tables::default() }
+    }
+}
+
+/// The version base a registry of `epoch` draws. idgen draws it at random below 2^52 at CREATE
+/// EXTENSION; the model derives it from the epoch the schedule drew (a fixed mix), so that a
+/// schedule replays exactly and two registries of one schedule differ as two random draws would.
+pub fn version_base_of(epoch: i64) -> i64 {
+    let mut z = (epoch as u64).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    ((z ^ (z >> 31)) & ((1 << 52) - 1)) as i64
 }
 
 /// Who calls: a service node (no slot) or a database backend.
@@ -146,14 +166,11 @@ pub struct Registry {
     /// `clock_timestamp()` of the statement being run.
     pub clock: Ms,
     pub mutations: Mutations,
-    /// F4's fix, taken by the model (not by idgen today): a heartbeat never lowers the grant a row
-    /// records, so that a node that never got the answer is not cut short.
-    pub keep_longer_grants: bool,
 }
 
 impl Registry {
     pub fn new(epoch: i64, clock: Ms, synchronous: bool, mutations: Mutations) -> Registry {
-        let tables = Tables { epoch, ..Tables::default() };
+        let tables = Tables::created(epoch);
         Registry {
             committed: Some(tables.clone()),
             standby: Some(tables),
@@ -162,7 +179,6 @@ impl Registry {
             next_txn: 1,
             clock,
             mutations,
-            keep_longer_grants: false,
         }
     }
 
@@ -523,7 +539,10 @@ impl Registry {
             host: node.host.clone(),
             port: node.port,
             backend_slot: node.backend_slot,
-            version: tomb.map_or(0, |tomb| tomb.version) + 1,
+            // The version base (F3's fix), 0 with it switched off: versions start again at 1.
+            version: tomb
+                .map_or(if self.off(Mutation::VersionBase) { 0 } else { view.version_base }, |tomb| tomb.version)
+                + 1,
             last_seen: now,
             released_at: None,
             issued_until,
@@ -626,7 +645,9 @@ impl Registry {
         let now = self.clock;
         let before = row.issued_until;
         row.last_seen = now;
-        if self.keep_longer_grants {
+        // F4's fix (0.7.0): a heartbeat never lowers the grant a row records, so that a node that
+        // never got the answer is not cut short.
+        if !self.off(Mutation::GreatestGrant) {
             row.lease_until = Some(row.lease_until.map_or(now + lease, |until| until.max(now + lease)));
             row.takeover_at = Some(row.takeover_at.map_or(now + takeback_age, |at| at.max(now + takeback_age)));
         } else {
@@ -634,8 +655,10 @@ impl Registry {
             row.takeover_at = Some(now + takeback_age);
         }
         row.issued_until = row.issued_until.max(reported.unwrap_or(now));
+        // RETURNING lease_until: the grant the row records (the longer one kept).
+        let lease_until = row.lease_until.unwrap_or(now + lease);
         self.put_row(txn, row);
-        Ok(Some((now + lease, before)))
+        Ok(Some((lease_until, before)))
     }
 
     /// RELEASE: a new version, the cooldown starts, the watermark rises to the report (or the clock
@@ -851,8 +874,25 @@ mod tests {
         Node { service: "svc".into(), host: host.into(), port: 8080, backend_slot: None }
     }
 
+    /// A registry whose versions start at 1 (`version_base` 0: one updated from 0.6.0 with rows).
     fn registry() -> Registry {
-        Registry::new(1, T, true, Mutations::NONE)
+        let mut reg = Registry::new(1, T, true, Mutations::NONE);
+        reg.committed.as_mut().unwrap().version_base = 0;
+        reg.replicate();
+        reg
+    }
+
+    #[test]
+    fn a_created_registrys_rows_start_after_its_version_base() {
+        let mut reg = Registry::new(1, T, true, Mutations::NONE);
+        let base = reg.committed.as_ref().unwrap().version_base;
+        assert_eq!(base, version_base_of(1));
+        assert!((0..1 << 52).contains(&base));
+        assert_ne!(version_base_of(1), version_base_of(2), "two registries draw different bases");
+        assert_eq!(claimed(&mut reg, "10.0.0.1", 0).version, base + 1);
+        // With the version base switched off, versions start again at 1 (F3).
+        let mut reg = Registry::new(1, T, true, Mutations::of(Mutation::VersionBase));
+        assert_eq!(claimed(&mut reg, "10.0.0.1", 0).version, 1);
     }
 
     /// A committed claim of a never-registered id by `host`.

@@ -35,21 +35,9 @@ pub struct Explored {
 
 /// Runs the schedules of seeds `first..first + count`, stopping at the first that fails.
 pub fn explore(first: u64, count: u64, faults: Faults, mutations: Mutations) -> Explored {
-    explore_with(first, count, faults, crate::schedule::Fixes::default(), mutations)
-}
-
-/// [`explore`], with the model taking `fixes`.
-pub fn explore_with(
-    first: u64,
-    count: u64,
-    faults: Faults,
-    fixes: crate::schedule::Fixes,
-    mutations: Mutations,
-) -> Explored {
     let mut explored = Explored { schedules: 0, ids: 0, failure: None };
     for seed in first..first + count {
-        let mut schedule = Schedule::generate(seed, faults, STEPS);
-        schedule.setup.fixes = fixes;
+        let schedule = Schedule::generate(seed, faults, STEPS);
         let outcome = run(&schedule, mutations);
         explored.schedules += 1;
         explored.ids += outcome.issued;
@@ -93,14 +81,6 @@ pub fn counterexample_checking(
             tried: seed - first + 1,
         })
     })
-}
-
-/// The fault mix a mutation is searched with: every covered fault, and for the refused watermark
-/// the far-ahead clocks whose reports it refuses.
-pub fn faults_for(mutation: crate::mutation::Mutation) -> Faults {
-    let mut faults = Faults::ALL;
-    faults.far_ahead_clocks = mutation == crate::mutation::Mutation::RefusedWatermark;
-    faults
 }
 
 /// The shortest schedule found that still breaks `invariant`: chunks of steps removed while it

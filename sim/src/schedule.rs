@@ -115,19 +115,14 @@ pub struct Faults {
     pub hostile_reports: bool,
     pub twins: bool,
     pub hand_locks: bool,
-    /// A node host whose clock runs far ahead of the server's (a day or more, constant). Covered
-    /// from the node's first report on; before it, see docs/simulation.md (finding F1).
+    /// A node host whose clock runs far ahead of the server's (a day or more), set while no process
+    /// of it runs or jumping there under a running one. Covered since 0.7.0: a node reports its
+    /// clock before its first ID (F1's fix) and never stamps past its wall bound.
     pub far_ahead_clocks: bool,
     /// The server's clock stepping back behind the moment of a DROP EXTENSION that succeeded (but
     /// not behind the dropped registry's last stamp, docs/concepts.md's "not covered"), while
-    /// backends of the dropped registry are connected (finding F2, docs/simulation.md).
+    /// backends of the dropped registry are connected. Covered since 0.7.0 (F2's and F5's fixes).
     pub steps_back_after_drop: bool,
-    /// A version of a dropped registry matching a row of the new one (finding F3): off, the model
-    /// takes F3's fix (such a heartbeat or release matches nothing, as a backend's epoch check does).
-    pub versions_across_drop: bool,
-    /// A heartbeat whose answer the node never gets shortening the grant it holds (finding F4): off,
-    /// the model takes F4's fix (a heartbeat never lowers a recorded `lease_until` or `takeover_at`).
-    pub shortened_grants: bool,
     /// Faults outside what idgen covers (documented): asynchronous failover, restores with the
     /// insert trigger disabled. Never in the quick or long runs' default mix.
     pub uncovered: bool,
@@ -148,10 +143,8 @@ impl Faults {
         hostile_reports: true,
         twins: true,
         hand_locks: true,
-        far_ahead_clocks: false,
-        steps_back_after_drop: false,
-        versions_across_drop: false,
-        shortened_grants: false,
+        far_ahead_clocks: true,
+        steps_back_after_drop: true,
         uncovered: false,
     };
 
@@ -171,8 +164,6 @@ impl Faults {
         hand_locks: false,
         far_ahead_clocks: false,
         steps_back_after_drop: false,
-        versions_across_drop: false,
-        shortened_grants: false,
         uncovered: false,
     };
 
@@ -195,8 +186,6 @@ impl Faults {
             hand_locks: keep(self.hand_locks),
             far_ahead_clocks: keep(self.far_ahead_clocks),
             steps_back_after_drop: keep(self.steps_back_after_drop),
-            versions_across_drop: keep(self.versions_across_drop),
-            shortened_grants: keep(self.shortened_grants),
             uncovered: self.uncovered,
         }
     }
@@ -218,8 +207,6 @@ impl Faults {
             (self.hand_locks, "hand locks"),
             (self.far_ahead_clocks, "far-ahead node clocks"),
             (self.steps_back_after_drop, "steps back after a DROP"),
-            (self.versions_across_drop, "versions across a DROP"),
-            (self.shortened_grants, "grants shortened by unanswered heartbeats"),
             (self.uncovered, "uncovered faults"),
         ];
         all.iter().filter(|(on, _)| *on).map(|(_, name)| *name).collect()
@@ -242,20 +229,6 @@ pub struct Setup {
     /// The first registry's epoch.
     pub epoch: i64,
     pub faults: Faults,
-    /// Proposed fixes of findings, taken by the model (none as built).
-    pub fixes: Fixes,
-}
-
-/// Fixes the model can take of findings it made, to check that they close them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Fixes {
-    /// F1: a node reports its clock (a heartbeat) before its first ID, and issues none before
-    /// that heartbeat is answered.
-    pub report_before_minting: bool,
-    /// F5: a backend processes pending invalidations (`AcceptInvalidationMessages`, whose check is
-    /// one unlocked read when nothing is pending) before every ID, so that a DROP's move of the
-    /// registry generation reaches it inside a statement or a transaction that runs across the DROP.
-    pub generation_before_every_id: bool,
 }
 
 /// A setup and its steps.
@@ -285,7 +258,6 @@ impl Schedule {
             require_synchronous_standby: rng.chance(1, 4),
             epoch: rng.range(1, 1_000_000),
             faults,
-            fixes: Fixes::default(),
         };
         let ops = (0..len).map(|_| Self::op(&mut rng, &setup)).collect();
         Schedule { seed, setup, ops }

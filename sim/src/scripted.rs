@@ -1,7 +1,7 @@
-//! Scripted schedules: each finding of the earlier rounds as the steps that showed it, with the
-//! guard whose removal reverts its fix. Each passes with the protocol as built and breaks an
-//! invariant with its guard switched off (tests/regressions.rs). One more is the simulator's own
-//! finding F1, which breaks an invariant with the protocol as built (see docs/simulation.md).
+//! Scripted schedules: each finding of the earlier rounds and of the simulator (F1 to F5, and the
+//! outside review's wall bound) as the steps that showed it, with the guard whose removal reverts
+//! its fix. Each passes with the protocol as built (0.7.0) and breaks an invariant with its guard
+//! switched off (tests/regressions.rs, docs/simulation.md).
 
 use crate::mutation::Mutation;
 use crate::schedule::{Fate, Faults, Op, Report, Schedule, Setup};
@@ -12,35 +12,23 @@ pub struct Scripted {
     /// Where the finding came from.
     pub finding: &'static str,
     pub schedule: Schedule,
-    /// The guard that, switched off, brings the finding back; `None`: it fails as built.
-    pub guard: Option<Mutation>,
+    /// The guard that, switched off, brings the finding back.
+    pub guard: Mutation,
     /// A later guard that closes the finding too (defence in depth): switched off with `guard`.
     pub also: Option<Mutation>,
 }
 
 impl Scripted {
     /// The guards the finding needs switched off to come back.
-    pub fn reverted(&self) -> Option<crate::mutation::Mutations> {
-        let guard = crate::mutation::Mutations::of(self.guard?);
-        Some(self.also.map_or(guard, |also| guard.and(also)))
+    pub fn reverted(&self) -> crate::mutation::Mutations {
+        let guard = crate::mutation::Mutations::of(self.guard);
+        self.also.map_or(guard, |also| guard.and(also))
     }
 }
 
-/// A setup as built: the registry without the fixes of findings F3 and F4 that the generated
-/// schedules' covered mix takes.
-fn setup(machine_ids: i16, slots: usize, hosts: usize, mut faults: Faults) -> Setup {
-    faults.versions_across_drop = true;
-    faults.shortened_grants = true;
-    Setup {
-        machine_ids,
-        slots,
-        hosts,
-        synchronous: true,
-        require_synchronous_standby: false,
-        epoch: 7,
-        faults,
-        fixes: crate::schedule::Fixes::default(),
-    }
+/// A setup with a synchronous standby and a first registry of epoch 7.
+fn setup(machine_ids: i16, slots: usize, hosts: usize, faults: Faults) -> Setup {
+    Setup { machine_ids, slots, hosts, synchronous: true, require_synchronous_standby: false, epoch: 7, faults }
 }
 
 fn faults(f: impl FnOnce(&mut Faults)) -> Faults {
@@ -49,13 +37,7 @@ fn faults(f: impl FnOnce(&mut Faults)) -> Faults {
     faults
 }
 
-fn scripted(
-    name: &'static str,
-    finding: &'static str,
-    guard: Option<Mutation>,
-    setup: Setup,
-    ops: Vec<Op>,
-) -> Scripted {
+fn scripted(name: &'static str, finding: &'static str, guard: Mutation, setup: Setup, ops: Vec<Op>) -> Scripted {
     Scripted { name, finding, schedule: Schedule { seed: 0, setup, ops }, guard, also: None }
 }
 
@@ -78,6 +60,7 @@ pub fn all() -> Vec<Scripted> {
         versions_start_again_after_drop_create(),
         unanswered_heartbeat_shortens_the_grant(),
         step_back_after_a_drop_inside_a_transaction(),
+        clock_jump_ahead_after_a_report(),
     ]
 }
 
@@ -86,7 +69,7 @@ pub fn reconnect_after_clock_step() -> Scripted {
     scripted(
         "reconnect_after_clock_step",
         "round one: a reconnect after a clock step",
-        Some(Mutation::Watermark),
+        Mutation::Watermark,
         setup(2, 1, 0, faults(|f| f.clock_steps = true)),
         vec![
             MINT,
@@ -107,7 +90,7 @@ pub fn savepoint_rollback() -> Scripted {
     scripted(
         "savepoint_rollback",
         "round two, 1: a rolled-back savepoint's IDs reach committed rows",
-        Some(Mutation::SavepointRule),
+        Mutation::SavepointRule,
         setup(
             2,
             2,
@@ -137,7 +120,7 @@ pub fn drop_create_with_the_creating_session() -> Scripted {
     let mut s = scripted(
         "drop_create_with_the_creating_session",
         "round two, 2a: DROP/CREATE EXTENSION with the creating session",
-        Some(Mutation::DropForgetsOwnLeases),
+        Mutation::DropForgetsOwnLeases,
         setup(2, 2, 0, faults(|f| f.drop_create = true)),
         vec![
             MINT,
@@ -153,11 +136,14 @@ pub fn drop_create_with_the_creating_session() -> Scripted {
 
 /// Round two, 3: a node whose clock runs more than a day ahead reports it; the report must be kept
 /// (and the node stop if it is refused), or the id's next holder starts a day below its stamps.
+/// Since 0.7.0 the clock must jump there after the node's first report (F1's fix reports it
+/// before the first ID), and the wall bound closes it too: a node whose report was refused stamps
+/// nothing past its last answered one. Both are switched off to bring it back.
 pub fn refused_watermark() -> Scripted {
-    scripted(
+    let mut s = scripted(
         "refused_watermark",
         "round two, 3: a refused watermark is forgotten",
-        Some(Mutation::RefusedWatermark),
+        Mutation::RefusedWatermark,
         setup(
             1,
             1,
@@ -168,8 +154,8 @@ pub fn refused_watermark() -> Scripted {
             }),
         ),
         vec![
-            Op::HostBase { host: 0, base: 2 * 86_400_000 },
             Op::Start { host: 0, fate: Fate::Delivered, twin: false },
+            Op::HostBase { host: 0, base: 2 * 86_400_000 },
             Op::Advance { ms: 10_000 },
             Op::NodeMint { host: 0, process: 0, n: 3 },
             Op::Partition { host: 0, ms: 200_000 },
@@ -178,7 +164,9 @@ pub fn refused_watermark() -> Scripted {
             Op::Advance { ms: 36_000 },
             MINT,
         ],
-    )
+    );
+    s.also = Some(Mutation::WallBound);
+    s
 }
 
 /// Round two, 6: thresholds lowered by a reload; a take-back must wait for the lease as granted.
@@ -186,7 +174,7 @@ pub fn threshold_reload_cuts_a_live_lease() -> Scripted {
     scripted(
         "threshold_reload_cuts_a_live_lease",
         "round two, 6: a reload of lower thresholds cuts live leases short",
-        Some(Mutation::StoredLeaseEnd),
+        Mutation::StoredLeaseEnd,
         setup(
             1,
             1,
@@ -213,7 +201,7 @@ pub fn threshold_reload_and_the_clients_lease() -> Scripted {
     scripted(
         "threshold_reload_and_the_clients_lease",
         "round two, attacker round 2: the client's lease taken from the settings at its start",
-        Some(Mutation::GrantedLease),
+        Mutation::GrantedLease,
         setup(
             1,
             1,
@@ -226,7 +214,9 @@ pub fn threshold_reload_and_the_clients_lease() -> Scripted {
         vec![
             Op::Start { host: 0, fate: Fate::Delivered, twin: false },
             Op::Reload { policy: 1, range: 0 },
-            Op::Advance { ms: 10_000 },
+            // Heartbeats keep the grant of the start until it has run out (F4's fix); the one at
+            // 50 s grants the shorter lease.
+            Op::Advance { ms: 50_000 },
             Op::Partition { host: 0, ms: 200_000 },
             Op::Advance { ms: 21_000 },
             MINT,
@@ -240,7 +230,7 @@ pub fn two_live_processes_with_one_identity() -> Scripted {
     scripted(
         "two_live_processes_with_one_identity",
         "round two, 4: two live processes with one identity",
-        Some(Mutation::TwinRule),
+        Mutation::TwinRule,
         setup(2, 0, 1, faults(|f| f.twins = true)),
         vec![
             Op::Start { host: 0, fate: Fate::Delivered, twin: false },
@@ -258,7 +248,7 @@ pub fn shutdown_racing_minting_threads() -> Scripted {
     scripted(
         "shutdown_racing_minting_threads",
         "round two, 5: the client's release watermark below IDs it issued",
-        Some(Mutation::ShutdownUnderLock),
+        Mutation::ShutdownUnderLock,
         setup(1, 0, 1, faults(|f| f.clock_steps = true)),
         vec![
             Op::NodeClock { host: 0, drift: 1_900 },
@@ -281,7 +271,7 @@ pub fn restore_of_an_older_copy_after_drop_create() -> Scripted {
     scripted(
         "restore_of_an_older_copy_after_drop_create",
         "the simulator (seed 281230 with the epoch switched off): the epoch fences a backend of a dropped registry",
-        Some(Mutation::Epoch),
+        Mutation::Epoch,
         setup(
             2,
             3,
@@ -310,15 +300,18 @@ pub fn restore_of_an_older_copy_after_drop_create() -> Scripted {
     )
 }
 
-/// Finding F1 of the simulator: a node whose clock runs far ahead of the server's mints from its
-/// claim on, and until its first heartbeat the registry bounds it by the claim's time plus its
-/// lease. Cut off before that heartbeat, its id is taken back with a not_before a day below the
-/// stamps it made. Fails with the protocol as built.
+/// Finding F1 of the simulator: a node whose clock runs far ahead of the server's minted from its
+/// claim on (0.6.0), and until its first heartbeat the registry bounded it by the claim's time plus
+/// its lease. Cut off before that heartbeat, its id was taken back with a not_before a day below
+/// the stamps it made. Fixed in 0.7.0: `IdgenNode::start` reports the node's clock
+/// (`first_report`) and returns only once that is answered. The wall bound closes it too (before
+/// its first report a node's bound is `-infinity`: it reports at once and stamps nothing), so both
+/// are switched off to bring it back.
 pub fn far_ahead_clock_before_its_first_report() -> Scripted {
-    scripted(
+    let mut s = scripted(
         "far_ahead_clock_before_its_first_report",
         "the simulator, finding F1: a far-ahead node clock before its first report",
-        None,
+        Mutation::FirstReport,
         setup(
             1,
             1,
@@ -342,7 +335,9 @@ pub fn far_ahead_clock_before_its_first_report() -> Scripted {
             Op::Advance { ms: 86_383_999 },
             MINT,
         ],
-    )
+    );
+    s.also = Some(Mutation::WallBound);
+    s
 }
 
 /// Finding F2 of the simulator (the long run, seed 1025007): DROP EXTENSION passes once every bound
@@ -356,7 +351,7 @@ pub fn step_back_after_a_drop() -> Scripted {
     scripted(
         "step_back_after_a_drop",
         "the simulator, finding F2: a server clock step back after DROP EXTENSION",
-        Some(Mutation::RegistryGeneration),
+        Mutation::RegistryGeneration,
         setup(
             2,
             2,
@@ -382,15 +377,17 @@ pub fn step_back_after_a_drop() -> Scripted {
 }
 
 /// Finding F3 of the simulator (the long run, seed 1238064): versions start again at 1 after
-/// DROP/CREATE EXTENSION, and a service heartbeat carries no epoch. A node cut off across the DROP
-/// (its lease past, so the DROP passes) and a second process of its identity, which claims the same
-/// machine id at the same version in the new registry: the first one's heartbeat is accepted for
-/// the second one's row, and both mint on one machine id. Fails with the protocol as built.
+/// DROP/CREATE EXTENSION (0.6.0), and a service heartbeat carries no epoch. A node cut off across
+/// the DROP (its lease past, so the DROP passes) and a second process of its identity, which claims
+/// the same machine id at the same version in the new registry: the first one's heartbeat was
+/// accepted for the second one's row, and both minted on one machine id. Fixed in 0.7.0: each
+/// registry draws its `version_base` at CREATE EXTENSION, and a row never registered starts after
+/// it, so the first process's version matches nothing (55000: it stops).
 pub fn versions_start_again_after_drop_create() -> Scripted {
     scripted(
         "versions_start_again_after_drop_create",
         "the simulator, finding F3: a heartbeat of a dropped registry's lease accepted by the new one",
-        None,
+        Mutation::VersionBase,
         setup(
             3,
             1,
@@ -399,18 +396,17 @@ pub fn versions_start_again_after_drop_create() -> Scripted {
                 f.drop_create = true;
                 f.twins = true;
                 f.messages = true;
-                f.versions_across_drop = true;
             }),
         ),
         vec![
             MINT,
             Op::Start { host: 0, fate: Fate::Delivered, twin: false },
-            Op::Partition { host: 0, ms: 70_000 },
+            Op::Partition { host: 0, ms: 70_500 },
             Op::Advance { ms: 61_000 },
             Op::Drop { slot: 0 },
             Op::Create { epoch: 8 },
             MINT,
-            Op::Advance { ms: 9_000 },
+            Op::Advance { ms: 9_600 },
             Op::Start { host: 0, fate: Fate::Delivered, twin: true },
             Op::Advance { ms: 2_000 },
             Op::NodeMint { host: 0, process: 1, n: 2 },
@@ -421,13 +417,14 @@ pub fn versions_start_again_after_drop_create() -> Scripted {
 
 /// Finding F4 of the simulator (the long run, seed 2164602): a reload shortens the lease; a
 /// heartbeat commits the shorter grant (`lease_until`, `takeover_at`) but its answer is lost, so
-/// the node keeps the deadline of the grant before; cut off, its id is taken back at the shorter
-/// `takeover_at` while it may still stamp. Fails with the protocol as built.
+/// the node keeps the deadline of the grant before; cut off, its id was taken back at the shorter
+/// `takeover_at` while it may still stamp (0.6.0). Fixed in 0.7.0: HEARTBEAT and
+/// HEARTBEAT_REPORTING never lower `lease_until` nor `takeover_at` (`GREATEST`, src/statements.rs).
 pub fn unanswered_heartbeat_shortens_the_grant() -> Scripted {
     scripted(
         "unanswered_heartbeat_shortens_the_grant",
         "the simulator, finding F4: a heartbeat whose answer is lost shortens the grant the node holds",
-        None,
+        Mutation::GreatestGrant,
         setup(
             1,
             1,
@@ -435,7 +432,6 @@ pub fn unanswered_heartbeat_shortens_the_grant() -> Scripted {
             faults(|f| {
                 f.reloads = true;
                 f.messages = true;
-                f.shortened_grants = true;
             }),
         ),
         vec![
@@ -459,8 +455,10 @@ pub fn unanswered_heartbeat_shortens_the_grant() -> Scripted {
 /// lock, so a statement that runs across the DROP (a PL/pgSQL batch that sleeps or waits for a lock
 /// between IDs) compares the generation it has not moved, and issues under the window it holds
 /// beside the id's new holder. The model's statements are single steps: its open caller transaction
-/// stands for that statement (it processes nothing until its slow path's first lock). Fails with the
-/// protocol as built; tests/cluster/tests/drop_create.rs shows it on a server.
+/// stands for that statement (it processes nothing until its slow path's first lock). Fixed in 0.7.0:
+/// the hot path calls `incarnation::current()`, which runs `AcceptInvalidationMessages()` before
+/// every ID (src/backend.rs, src/registry/incarnation.rs); tests/cluster/tests/drop_create.rs shows
+/// it on a server.
 pub fn step_back_after_a_drop_inside_a_transaction() -> Scripted {
     let mut faults = Faults::NONE;
     faults.rollbacks = true;
@@ -470,17 +468,8 @@ pub fn step_back_after_a_drop_inside_a_transaction() -> Scripted {
     scripted(
         "step_back_after_a_drop_inside_a_transaction",
         "the simulator, finding F5: a server clock step back after DROP EXTENSION, the backend inside a transaction",
-        None,
-        Setup {
-            machine_ids: 2,
-            slots: 2,
-            hosts: 0,
-            synchronous: true,
-            require_synchronous_standby: false,
-            epoch: 7,
-            faults,
-            fixes: crate::schedule::Fixes::default(),
-        },
+        Mutation::GenerationBeforeEveryId,
+        setup(2, 2, 0, faults),
         vec![
             Op::Begin { slot: 1 },
             Op::Mint { slot: 1, n: 1, cancelled: false, read_only: false },
@@ -490,6 +479,39 @@ pub fn step_back_after_a_drop_inside_a_transaction() -> Scripted {
             Op::ServerClock { offset: -1_100 },
             Op::Mint { slot: 0, n: 3, cancelled: false, read_only: false },
             Op::Mint { slot: 1, n: 3, cancelled: false, read_only: false },
+        ],
+    )
+}
+
+/// The outside review (0.7.0): a node's wall clock jumps a day ahead after a report, while it runs.
+/// Its deadline is on its monotonic clock, so without a bound on its wall clock it stamps a day
+/// ahead of what the registry holds for it (its last report plus the lease); cut off before its
+/// next report, its id is taken back with a not_before a day below those stamps. As built, the
+/// client never stamps at or past `wall_bound_ms` (the watermark of its last answered report plus
+/// the lease granted with it, `client/src/node.rs`): meeting it, `next_id` answers
+/// `Error::ClockAhead` and the heartbeat thread reports at once.
+pub fn clock_jump_ahead_after_a_report() -> Scripted {
+    scripted(
+        "clock_jump_ahead_after_a_report",
+        "the outside review: a node's wall clock jumping ahead after a report",
+        Mutation::WallBound,
+        setup(
+            1,
+            1,
+            1,
+            faults(|f| {
+                f.far_ahead_clocks = true;
+                f.messages = true;
+            }),
+        ),
+        vec![
+            Op::Start { host: 0, fate: Fate::Delivered, twin: false },
+            Op::NodeMint { host: 0, process: 0, n: 3 },
+            Op::Partition { host: 0, ms: 200_000 },
+            Op::HostBase { host: 0, base: 86_400_000 },
+            Op::NodeMint { host: 0, process: 0, n: 3 },
+            Op::Advance { ms: 61_000 },
+            MINT,
         ],
     )
 }

@@ -124,8 +124,9 @@ struct Backend {
     tenure: Option<usize>,
     /// The registry generation as this process knows it (the edge's `registry::incarnation`): it
     /// moves when the process processes the invalidation a DROP sent, at the start of a transaction
-    /// or at the first relation lock it takes in one (its slow path's), not inside a statement that
-    /// takes no new lock (finding F5). The caller's open transaction stands for such a statement:
+    /// at the first relation lock it takes in one (its slow path's), and (0.7.0, F5's fix) before
+    /// every ID. Without the last, not inside a statement that takes no new lock (finding F5, the
+    /// mutation `generation-before-every-id`). The caller's open transaction stands for such a statement:
     /// the model's steps are single statements (on a server, an idle backend in an open
     /// transaction is told to catch up by the queue the DROP fills, and processes it then).
     seen_generation: u64,
@@ -159,12 +160,15 @@ struct NodeProc {
     /// The lease the settings gave at its start (what the client used before it read each grant).
     lease_at_start: Ms,
     tenure: usize,
-    /// The registry (counted by CREATE EXTENSION) that granted its lease.
-    generation: u32,
     /// Its heartbeats fail in a row (the story tells the first of them).
     failing: bool,
-    /// The registry knows its clock (as built, it mints at once; F1's fix waits for a report).
+    /// Its first report was answered (`first_report`, F1's fix): `IdgenNode::start` returns only
+    /// then, so no ID before it.
     reported: bool,
+    /// `Lease.wall_bound_ms`: the watermark of its last answered report plus the lease granted
+    /// with it. It stamps nothing at or past it on its wall clock; meeting it, it reports at once.
+    /// `NEG_INF` before its first report.
+    wall_bound: Ms,
 }
 
 #[derive(Default)]
@@ -184,12 +188,10 @@ enum Delayed {
     Heartbeat {
         held: Holding,
         report: Option<Ms>,
-        generation: u32,
     },
     Release {
         held: Holding,
         report: Option<Ms>,
-        generation: u32,
     },
     /// The commit of a claim whose client was killed while it ran.
     Commit {
@@ -221,8 +223,6 @@ pub struct World {
     /// The latest stamp made under a registry that was then dropped: with F2's steps on, the clock
     /// still never steps back behind it (docs/concepts.md's "not covered"), unless uncovered.
     dropped_stamps: Ms,
-    /// How many registries this database had (CREATE EXTENSION counts one up).
-    generation: u32,
     /// The registry generation (src/registry/incarnation.rs): every DROP that succeeded moves it
     /// (the invalidation of `idgen_private.idgen_registry`); each backend learns it when it processes
     /// invalidations.
@@ -256,11 +256,7 @@ impl World {
             mutations,
             now: T0,
             server_offset: 0,
-            reg: {
-                let mut reg = Registry::new(setup.epoch, T0, setup.synchronous, mutations);
-                reg.keep_longer_grants = !setup.faults.shortened_grants;
-                reg
-            },
+            reg: Registry::new(setup.epoch, T0, setup.synchronous, mutations),
             policy: POLICIES[0],
             topology,
             machine_ids: setup.machine_ids,
@@ -273,7 +269,6 @@ impl World {
             hand_txn: None,
             dropped_floor: NEG_INF,
             dropped_stamps: NEG_INF,
-            generation: 0,
             registry_generation: 0,
             tenures: Vec::new(),
             by_key: BTreeMap::new(),
@@ -456,10 +451,13 @@ impl World {
         for (h, host) in self.hosts.iter().enumerate() {
             for p in host.procs.iter().flatten() {
                 let clock = self.host_clock(h);
-                let stamping =
-                    matches!(p.status, Status::Live | Status::Expired) && self.now < p.deadline && p.reported;
+                let bound = if self.off(Mutation::WallBound) { i64::MAX } else { p.wall_bound };
+                let stamping = matches!(p.status, Status::Live | Status::Expired)
+                    && self.now < p.deadline
+                    && (p.reported || self.off(Mutation::FirstReport))
+                    && clock < bound;
                 if stamping && clock > self.tenures[p.tenure].not_before {
-                    live.push((p.tenure, clock + (p.deadline - self.now) - 1));
+                    live.push((p.tenure, (clock + (p.deadline - self.now)).min(bound) - 1));
                 }
             }
         }
@@ -534,7 +532,11 @@ impl World {
                 }
             }
             Op::HostBase { host, base } => {
-                if host < self.hosts.len() && self.hosts[host].procs.iter().all(Option::is_none) {
+                // A clock running far ahead may also jump there under a running process (an NTP
+                // step, a VM restored): the client's wall bound keeps it from stamping past what the
+                // registry holds for it. Other changes of the base only while none runs.
+                let jump = self.setup.faults.far_ahead_clocks && base > DAY_MS / 2;
+                if host < self.hosts.len() && (jump || self.hosts[host].procs.iter().all(Option::is_none)) {
                     say!(self, "n{host} clock set {:+.3}s from true time", base as f64 / 1000.0);
                     self.hosts[host].base = base;
                     if base > 0 {
@@ -584,8 +586,7 @@ impl World {
             Op::Create { epoch } => {
                 if !self.reg.installed() {
                     say!(self, "CREATE EXTENSION idgen (epoch {epoch})");
-                    self.reg.committed = Some(Tables { epoch, ..Tables::default() });
-                    self.generation += 1;
+                    self.reg.committed = Some(Tables::created(epoch));
                     if self.setup.synchronous {
                         self.reg.replicate();
                     }
@@ -746,7 +747,7 @@ impl World {
     fn next_id_generation(&self, b: &Backend) -> u64 {
         if self.off(Mutation::RegistryGeneration) {
             0
-        } else if b.txn.is_none() || self.setup.fixes.generation_before_every_id {
+        } else if b.txn.is_none() || !self.off(Mutation::GenerationBeforeEveryId) {
             self.registry_generation
         } else {
             b.seen_generation
@@ -842,8 +843,9 @@ impl World {
         cancelled: &mut bool,
         read_only: bool,
     ) -> Result<(i64, usize), Refusal> {
-        if self.setup.fixes.generation_before_every_id {
-            // F5's fix: invalidations processed on the hot path, before every ID.
+        if !self.off(Mutation::GenerationBeforeEveryId) {
+            // F5's fix (0.7.0, src/backend.rs: `incarnation::current()`): invalidations processed
+            // on the hot path, before every ID.
             self.accept_invalidations(b);
         }
         for _ in 0..64 {
@@ -1174,9 +1176,9 @@ impl World {
             interval,
             lease_at_start: policy.lease_secs() * 1000,
             tenure,
-            generation: self.generation,
             failing: false,
-            reported: !self.setup.fixes.report_before_minting,
+            reported: false,
+            wall_bound: NEG_INF,
         };
         let procs = &mut self.hosts[host].procs;
         let index = match procs.iter().position(Option::is_none) {
@@ -1189,8 +1191,8 @@ impl World {
                 procs.len() - 1
             }
         };
-        if self.setup.fixes.report_before_minting {
-            // F1's fix: the first heartbeat, with the node's clock, before any ID.
+        if !self.off(Mutation::FirstReport) {
+            // F1's fix (0.7.0, `first_report`): a heartbeat with the node's clock before any ID.
             let fate = if self.hosts[host].partitioned_until > self.now { Fate::LostBefore } else { Fate::Delivered };
             self.node_heartbeat(host, index, fate, Report::Honest);
         }
@@ -1266,13 +1268,23 @@ impl World {
         if self.now >= p.deadline {
             return Err("lease expired".into());
         }
-        if !p.reported {
-            return Err("no heartbeat answered yet (F1's fix: it reports its clock before it mints)".into());
+        if !p.reported && !self.off(Mutation::FirstReport) {
+            return Err("its first report is not answered yet (it does not start before)".into());
         }
         let give_up = p.deadline.min(self.now + self.max_backward_ms + WAIT_SLACK_MS);
-        let wall_deadline = self.host_clock(host) + (p.deadline - self.now);
+        // Never at or past the wall bound (what the registry holds for it), unless switched off.
+        let wall_bound = if self.off(Mutation::WallBound) { i64::MAX } else { p.wall_bound };
+        let wall_deadline = (self.host_clock(host) + (p.deadline - self.now)).min(wall_bound);
         let mut clock = WorldClock { world: self, host: Some(host), give_up: Some(give_up) };
-        p.generator.next_id(&mut clock, wall_deadline).map_err(|stop| format!("{stop:?}"))
+        match p.generator.next_id(&mut clock, wall_deadline) {
+            Ok(id) => Ok(id),
+            Err(Stop::LeaseCheckDue) if self.host_clock(host) >= wall_bound => {
+                // Error::ClockAhead: the heartbeat thread reports now.
+                p.next_heartbeat = p.next_heartbeat.min(self.now);
+                Err(format!("ClockAhead: its clock is at or past its wall bound {}: it reports now", rel(wall_bound)))
+            }
+            Err(stop) => Err(format!("{stop:?}")),
+        }
     }
 
     /// The node's report: its last stamp or its clock, whichever is later.
@@ -1323,9 +1335,7 @@ impl World {
             return failed(self, p, "no answer (never reached the server)");
         }
         if let Fate::Delayed(ms) = fate {
-            let generation = p.generation;
-            self.delayed
-                .push((self.now + ms, Delayed::Heartbeat { held: held.clone(), report: Some(reported), generation }));
+            self.delayed.push((self.now + ms, Delayed::Heartbeat { held: held.clone(), report: Some(reported) }));
             return failed(self, p, &format!("no answer in time (it reaches the server {ms}ms later)"));
         }
         // Refused before anything is written (src/registry/api.rs: reported_watermark).
@@ -1364,17 +1374,13 @@ impl World {
         let policy = self.policy();
         let before = self.reg.committed.clone();
         let txn = self.reg.begin();
-        let answer = if self.across_drop(p.generation) {
-            Ok(None)
-        } else {
-            self.reg.heartbeat(
-                txn,
-                &held,
-                policy.lease_secs() * 1000,
-                Some(reported),
-                policy.takeover_idle_1h_secs * 1000,
-            )
-        };
+        let answer = self.reg.heartbeat(
+            txn,
+            &held,
+            policy.lease_secs() * 1000,
+            Some(reported),
+            policy.takeover_idle_1h_secs * 1000,
+        );
         match answer {
             Ok(Some((lease_until, _))) => {
                 self.reg.commit(txn);
@@ -1384,6 +1390,7 @@ impl World {
                 let granted = lease_until - self.server_clock();
                 let lease = if self.off(Mutation::GrantedLease) { p.lease_at_start } else { granted };
                 p.deadline = sent + lease;
+                p.wall_bound = reported.saturating_add(lease);
                 p.status = Status::Live;
                 p.failing = false;
                 p.reported = true;
@@ -1428,11 +1435,6 @@ impl World {
         let policy = self.policy();
         let txn = self.reg.begin();
         let (what, done) = match &call {
-            Delayed::Heartbeat { generation, .. } | Delayed::Release { generation, .. }
-                if self.across_drop(*generation) =>
-            {
-                ("call of a dropped registry's lease", false)
-            }
             Delayed::Heartbeat { held, report, .. } => {
                 let r = self.reg.heartbeat(
                     txn,
@@ -1458,12 +1460,6 @@ impl World {
             held.version,
             if done { "applied" } else { "matches nothing" }
         );
-    }
-
-    /// A service call with a lease of a dropped registry, when the model takes F3's fix: it matches
-    /// nothing (finding F3: as built, versions start again at 1 after CREATE EXTENSION and may match).
-    fn across_drop(&self, generation: u32) -> bool {
-        !self.setup.faults.versions_across_drop && generation != self.generation
     }
 
     fn node_shutdown(&mut self, host: usize, process: usize, fate: Fate, race_ms: Ms) {
@@ -1500,16 +1496,11 @@ impl World {
             }
             Fate::Delayed(ms) => {
                 say!(self, "{} shuts down; its release (watermark {}) arrives {ms}ms later", p.name, rel(report));
-                let generation = p.generation;
-                self.delayed.push((self.now + ms, Delayed::Release { held, report: Some(report), generation }));
+                self.delayed.push((self.now + ms, Delayed::Release { held, report: Some(report) }));
             }
             _ => {
                 let txn = self.reg.begin();
-                let r = if self.across_drop(p.generation) {
-                    Ok(None)
-                } else {
-                    self.reg.release(txn, &held, self.policy().lease_safety_margin_secs * 1000, Some(report))
-                };
+                let r = self.reg.release(txn, &held, self.policy().lease_safety_margin_secs * 1000, Some(report));
                 self.reg.commit(txn);
                 let outcome = match r {
                     Ok(Some((version, issued_until))) => {

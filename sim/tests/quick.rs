@@ -1,5 +1,6 @@
-//! The quick size: 10,000 generated schedules (seeds 0 to 9,999) over every covered fault, the
-//! invariants checked after every step. Four tests of 2,500 seeds, so that the test harness runs
+//! The quick size: 10,000 generated schedules (seeds 0 to 9,999) over every covered fault (with
+//! idgen 0.7.0 that includes the preconditions of findings F1 to F5: far-ahead and jumping node
+//! clocks, server clock steps back after a DROP), the invariants checked after every step. Four tests of 2,500 seeds, so that the test harness runs
 //! them on both cores. A failure prints the shrunk schedule's story; replay it with
 //! `cargo run -p idgen-sim --release -- --story SEED`.
 

@@ -1,12 +1,13 @@
-//! The findings of earlier rounds as scripted schedules (src/scripted.rs): each passes with the
-//! protocol as built and breaks an invariant with its fix's guard switched off.
+//! The findings of earlier rounds, the simulator's findings F1 to F5 and the outside review's wall
+//! bound as scripted schedules (src/scripted.rs): each passes with the protocol as built (0.7.0)
+//! and breaks an invariant with its fix's guard switched off.
 
 use idgen_sim::run::story;
 use idgen_sim::scripted::{self, Scripted};
-use idgen_sim::{Mutations, World};
+use idgen_sim::{Invariant, Mutations, World};
 
 fn check(s: Scripted) {
-    let guard = s.guard.expect("a finding with a fix");
+    let guard = s.guard;
     if let Some(also) = s.also {
         // Each guard alone closes it: switched off alone, the other still does.
         for alone in [guard, also] {
@@ -22,15 +23,25 @@ fn check(s: Scripted) {
         s.finding,
         story(&s.schedule, Mutations::NONE)
     );
-    let reverted = World::run(&s.schedule, s.reverted().expect("a guard"), false);
+    let reverted = World::run(&s.schedule, s.reverted(), false);
     assert!(
         reverted.violation.is_some(),
         "{} ({}) passes with {} switched off: the schedule no longer shows the finding:\n{}",
         s.name,
         s.finding,
         guard.name(),
-        story(&s.schedule, Mutations::of(guard))
+        story(&s.schedule, s.reverted())
     );
+}
+
+/// A finding of the simulator: besides [`check`], its guard switched off repeats an ID within the
+/// schedule (two IDs equal, not only an invariant that fires before they meet), as it did as built
+/// before 0.7.0.
+fn check_repeats_an_id(s: Scripted) {
+    let reverted = World::run_checking(&s.schedule, s.reverted(), false, true);
+    let v = reverted.violation.unwrap_or_else(|| panic!("{}: no ID repeated with its guard switched off", s.name));
+    assert_eq!(v.invariant, Invariant::UniqueIds);
+    check(s);
 }
 
 #[test]
@@ -78,62 +89,44 @@ fn restore_of_an_older_copy_after_drop_create() {
     check(scripted::restore_of_an_older_copy_after_drop_create());
 }
 
-/// Finding F1 fails with the protocol as built, with two IDs equal: this test pins that until the
-/// fix lands; then it fails, and the schedule joins the ones above with the fix's guard.
+/// Finding F1, fixed in 0.7.0: a node reports its clock before its first ID (`first_report`); the
+/// wall bound closes it too.
 #[test]
-fn finding_f1_a_far_ahead_clock_before_its_first_report_is_not_covered_yet() {
-    let s = scripted::far_ahead_clock_before_its_first_report();
-    assert!(s.guard.is_none());
-    let built = World::run_checking(&s.schedule, Mutations::NONE, false, true);
-    let v = built.violation.expect("F1 no longer repeats an ID: give it the guard that fixed it");
-    assert_eq!(v.invariant, idgen_sim::Invariant::UniqueIds);
+fn far_ahead_clock_before_its_first_report() {
+    check_repeats_an_id(scripted::far_ahead_clock_before_its_first_report());
 }
 
 /// Finding F2, fixed in 0.7.0 (leases carry the registry generation).
 #[test]
 fn step_back_after_a_drop() {
-    check(scripted::step_back_after_a_drop());
+    check_repeats_an_id(scripted::step_back_after_a_drop());
 }
 
-/// Finding F3 fails with the protocol as built, with two IDs equal (as F1 above).
+/// Finding F3, fixed in 0.7.0 (each registry's `version_base`).
 #[test]
-fn finding_f3_versions_start_again_after_drop_create_is_not_covered_yet() {
-    let s = scripted::versions_start_again_after_drop_create();
-    assert!(s.guard.is_none());
-    let built = World::run_checking(&s.schedule, Mutations::NONE, false, true);
-    let v = built.violation.expect("F3 no longer repeats an ID: give it the guard that fixed it");
-    assert_eq!(v.invariant, idgen_sim::Invariant::UniqueIds);
-    // With F3's fix taken by the model, the same steps repeat nothing.
-    let mut fixed = s.schedule.clone();
-    fixed.setup.faults.versions_across_drop = false;
-    assert!(World::run(&fixed, Mutations::NONE, false).violation.is_none());
+fn versions_start_again_after_drop_create() {
+    check_repeats_an_id(scripted::versions_start_again_after_drop_create());
 }
 
-/// Finding F4 fails with the protocol as built, with two IDs equal (as F1 above).
+/// Finding F4, fixed in 0.7.0 (a heartbeat never lowers a recorded grant).
 #[test]
-fn finding_f4_an_unanswered_heartbeat_shortens_the_grant_is_not_covered_yet() {
-    let s = scripted::unanswered_heartbeat_shortens_the_grant();
-    assert!(s.guard.is_none());
-    let built = World::run_checking(&s.schedule, Mutations::NONE, false, true);
-    let v = built.violation.expect("F4 no longer repeats an ID: give it the guard that fixed it");
-    assert_eq!(v.invariant, idgen_sim::Invariant::UniqueIds);
-    let mut fixed = s.schedule.clone();
-    fixed.setup.faults.shortened_grants = false;
-    assert!(World::run(&fixed, Mutations::NONE, false).violation.is_none());
+fn unanswered_heartbeat_shortens_the_grant() {
+    check_repeats_an_id(scripted::unanswered_heartbeat_shortens_the_grant());
 }
 
-/// Finding F5 fails with the protocol as built (0.7.0), with two IDs equal: F2 with the backend of the
-/// dropped registry inside a transaction that began before the DROP. Pinned until its fix lands.
+/// Finding F5, fixed in 0.7.0 (invalidations processed before every ID).
 #[test]
-fn finding_f5_a_step_back_after_a_drop_inside_a_transaction_is_not_covered_yet() {
-    let s = scripted::step_back_after_a_drop_inside_a_transaction();
-    assert!(s.guard.is_none());
-    let built = World::run_checking(&s.schedule, Mutations::NONE, false, true);
-    let v = built.violation.expect("F5 no longer repeats an ID: give it the guard that fixed it");
-    assert_eq!(v.invariant, idgen_sim::Invariant::UniqueIds);
+fn step_back_after_a_drop_inside_a_transaction() {
+    check_repeats_an_id(scripted::step_back_after_a_drop_inside_a_transaction());
+}
+
+/// The outside review's wall bound (0.7.0): a node's clock jumping ahead after a report.
+#[test]
+fn clock_jump_ahead_after_a_report() {
+    check(scripted::clock_jump_ahead_after_a_report());
 }
 
 #[test]
 fn every_scripted_schedule_is_tested_here() {
-    assert_eq!(scripted::all().len(), 14);
+    assert_eq!(scripted::all().len(), 15);
 }

@@ -1,12 +1,10 @@
 //! The simulator's command line (docs/simulation.md):
 //! - the long size: `idgen-sim [--schedules N] [--seed S] [--minutes M] [--keep-going]`: stops at the
 //!   first failing seed (with `--keep-going`, goes on) and prints its shrunk story;
-//! - a seed's story: `idgen-sim --story SEED [--mutation NAME] [--ids-only] [--far-ahead] [--uncovered]`;
+//! - a seed's story: `idgen-sim --story SEED [--mutation NAME[,NAME]] [--ids-only] [--uncovered]`;
 //! - a scripted schedule's story, as built and with its guard off: `idgen-sim --scripted NAME`;
-//! - a guard's counterexample: `idgen-sim --mutation NAME --find [--schedules N] [--ids-only]`.
-use idgen_sim::run::{
-    counterexample_checking, explore_with, faults_for, run, run_ids_only, shrink, story, story_checking, STEPS,
-};
+//! - a guard's counterexample: `idgen-sim --mutation NAME[,NAME] --find [--schedules N] [--ids-only]`.
+use idgen_sim::run::{counterexample_checking, explore, run, run_ids_only, shrink, story, story_checking, STEPS};
 use idgen_sim::Invariant;
 use idgen_sim::{Faults, Mutation, Mutations, Schedule};
 use std::time::{Duration, Instant};
@@ -17,20 +15,13 @@ fn main() {
     let schedules: u64 = arg("--schedules").map_or(u64::MAX, |s| s.parse().expect("--schedules N"));
     let first: u64 = arg("--seed").map_or(0, |s| s.parse().expect("--seed S"));
     let budget = arg("--minutes").map(|m| Duration::from_secs_f64(m.parse::<f64>().expect("--minutes M") * 60.0));
-    let mutation =
-        arg("--mutation").map(|name| Mutation::from_name(&name).unwrap_or_else(|| panic!("no mutation {name}")));
-    let mutations = mutation.map_or(Mutations::NONE, Mutations::of);
-    let mut faults = mutation.map_or(Faults::ALL, faults_for);
-    let flag = |name: &str| args.iter().any(|a| a == name);
-    faults.uncovered = flag("--uncovered");
-    // The findings' preconditions, as built (docs/simulation.md): F1 to F4.
-    faults.far_ahead_clocks |= flag("--far-ahead") || flag("--f1");
-    faults.steps_back_after_drop |= flag("--f2");
-    faults.versions_across_drop |= flag("--f3");
-    faults.shortened_grants |= flag("--f4");
-    // The fixes proposed for F1 and F5, taken by the model.
-    let fixes =
-        idgen_sim::Fixes { report_before_minting: flag("--fix-f1"), generation_before_every_id: flag("--fix-f5") };
+    // Guards switched off: one name, or several joined by commas.
+    let mutation = arg("--mutation");
+    let mutations = mutation.iter().flat_map(|names| names.split(',')).fold(Mutations::NONE, |ms, name| {
+        ms.and(Mutation::from_name(name).unwrap_or_else(|| panic!("no mutation {name}")))
+    });
+    let mut faults = Faults::ALL;
+    faults.uncovered = args.iter().any(|a| a == "--uncovered");
     if let (Some(m), true) = (mutation, args.iter().any(|a| a == "--find")) {
         // The first seed that tells the mutation from the protocol as built.
         let ids_only = args.iter().any(|a| a == "--ids-only");
@@ -42,14 +33,13 @@ fn main() {
                 let step = outcome.violation.map_or(0, |v| v.step);
                 let shrunk = shrink(&schedule, mutations, c.invariant).ops.len();
                 println!(
-                    "{}: seed {} breaks \"{}\" at step {step}, shrunk to {shrunk} steps ({} seeds tried)",
-                    m.name(),
+                    "{m}: seed {} breaks \"{}\" at step {step}, shrunk to {shrunk} steps ({} seeds tried)",
                     c.seed,
                     c.invariant.name(),
                     c.tried
                 )
             }
-            None => println!("{}: no counterexample in {} seeds", m.name(), schedules.min(1_000_000)),
+            None => println!("{m}: no counterexample in {} seeds", schedules.min(1_000_000)),
         }
         return;
     }
@@ -61,24 +51,14 @@ fn main() {
             .unwrap_or_else(|| panic!("no schedule {name}"));
         println!("# {}: {}\n## as built", s.name, s.finding);
         print!("{}", story(&s.schedule, Mutations::NONE));
-        match (s.guard, s.reverted()) {
-            (Some(guard), Some(reverted)) => {
-                let also = s.also.map_or(String::new(), |also| format!(" and {}", also.name()));
-                println!("## with {}{also} switched off", guard.name());
-                print!("{}", story(&s.schedule, reverted));
-            }
-            _ => {
-                // An open finding: on to the IDs it repeats.
-                println!("## as built, checking only that no two IDs are equal");
-                print!("{}", story_checking(&s.schedule, Mutations::NONE, true));
-            }
-        }
+        let also = s.also.map_or(String::new(), |also| format!(" and {}", also.name()));
+        println!("## with {}{also} switched off", s.guard.name());
+        print!("{}", story(&s.schedule, s.reverted()));
         return;
     }
     if let Some(seed) = arg("--story") {
         let seed: u64 = seed.parse().expect("--story SEED");
-        let mut schedule = Schedule::generate(seed, faults, STEPS);
-        schedule.setup.fixes = fixes;
+        let schedule = Schedule::generate(seed, faults, STEPS);
         let ids_only = args.iter().any(|a| a == "--ids-only");
         let outcome = if ids_only { run_ids_only(&schedule, mutations) } else { run(&schedule, mutations) };
         let shrunk = match outcome.violation {
@@ -96,14 +76,13 @@ fn main() {
     let mut last_report = Instant::now();
     while done < schedules && budget.is_none_or(|b| started.elapsed() < b) {
         let batch = 1_000.min(schedules - done);
-        let explored = explore_with(seed, batch, faults, fixes, mutations);
+        let explored = explore(seed, batch, faults, mutations);
         done += explored.schedules;
         ids += explored.ids;
         seed += explored.schedules;
         if let Some((failed, invariant)) = explored.failure {
             println!("seed {failed} breaks \"{}\" after {done} schedules; shrunk:", invariant.name());
-            let mut schedule = Schedule::generate(failed, faults, STEPS);
-            schedule.setup.fixes = fixes;
+            let schedule = Schedule::generate(failed, faults, STEPS);
             print!("{}", story(&shrink(&schedule, mutations, invariant), mutations));
             failures += 1;
             if !keep_going || failures >= 20 {
