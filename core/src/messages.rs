@@ -725,6 +725,12 @@ pub fn registry_change_needs_read_committed(command: &str) -> IdgenError {
         .hint("Run it in a transaction of its own at READ COMMITTED (SET TRANSACTION ISOLATION LEVEL READ COMMITTED).")
 }
 
+/// A row inserted into `system_nodes` (a restore, by hand) in a transaction at REPEATABLE READ or
+/// SERIALIZABLE: its tombstone merge would miss a tombstone written after the snapshot.
+pub fn insert_needs_read_committed() -> IdgenError {
+    registry_change_needs_read_committed("INSERT INTO system_nodes")
+}
+
 /// A claim in a transaction at REPEATABLE READ or SERIALIZABLE.
 pub fn claim_needs_read_committed(function: &str) -> IdgenError {
     IdgenError::new(SqlState::FeatureNotSupported, format!("{function} must run at READ COMMITTED"))

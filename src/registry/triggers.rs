@@ -20,7 +20,7 @@ use crate::privilege::as_extension_owner;
 use crate::settings;
 use idgen_core::facts::StillStamping;
 use idgen_core::input::node_name;
-use idgen_core::messages;
+use idgen_core::{messages, IdgenError};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::spi::Spi;
@@ -46,7 +46,7 @@ fn rows_removed<'a>(
         None => {
             // TRUNCATE removes every row version, also those a snapshot taken before it cannot see:
             // the tombstones must be written from what is committed now.
-            refuse_a_transaction_snapshot("TRUNCATE");
+            refuse_a_transaction_snapshot(|| messages::registry_change_needs_read_committed("TRUNCATE"));
             as_extension_owner(|| {
                 Spi::connect_mut(|client| store::tombstone_all_and_start_epoch(client, lease_secs, takeover_secs))
             });
@@ -67,13 +67,14 @@ fn row_key(row: &PgHeapTuple<'_, impl WhoAllocated>) -> (String, i32) {
     (service.expect("service is not null"), machine_id.expect("machine_id is not null"))
 }
 
-/// Refuses `command` in a transaction at REPEATABLE READ or SERIALIZABLE: its registry reads would
-/// see the transaction's snapshot, not the windows and reports committed since (a DROP or TRUNCATE
-/// would then forget them). At READ COMMITTED each read sees what is committed after the lock.
-fn refuse_a_transaction_snapshot(command: &str) {
+/// Refuses a registry change in a transaction at REPEATABLE READ or SERIALIZABLE, with `refusal`: its
+/// registry reads would see the transaction's snapshot, not the windows, reports and tombstones
+/// committed since (a DROP or TRUNCATE would then forget them, an INSERT miss its tombstone). At READ
+/// COMMITTED each read sees what is committed after the lock.
+fn refuse_a_transaction_snapshot(refusal: impl FnOnce() -> IdgenError) {
     // SAFETY: reads backend-local transaction state.
     if unsafe { pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 } {
-        raise(messages::registry_change_needs_read_committed(command));
+        raise(refusal());
     }
 }
 
@@ -107,7 +108,7 @@ fn rows_inserted<'a>(
     let new = trigger.new().expect("an INSERT trigger has a new row");
     // Its tombstone merge must see a tombstone written after an older snapshot (the row it replaces,
     // deleted since: the insert no longer conflicts with it).
-    refuse_a_transaction_snapshot("INSERT INTO system_nodes");
+    refuse_a_transaction_snapshot(messages::insert_needs_read_committed);
     let (service, machine_id) = row_key(&new);
     as_extension_owner(|| Spi::connect_mut(|client| store::merge_tombstone(client, &service, machine_id)));
     Ok(Some(new))
@@ -152,7 +153,7 @@ fn drop_guard(fcinfo: pg_sys::FunctionCallInfo) {
         (DropKind::Member, true) => raise(messages::member_removal_refused()),
         _ => {}
     }
-    refuse_a_transaction_snapshot(&command);
+    refuse_a_transaction_snapshot(|| messages::registry_change_needs_read_committed(&command));
     let policy = settings::policy_as_set();
     let stamping = as_extension_owner(|| {
         Spi::connect_mut(|client| {
