@@ -903,11 +903,14 @@ ON CONFLICT (event_id) DO NOTHING
 RETURNING 1;
 
 -- RESYNC_EVENT_IDS
--- Moves the events' numbering past the last event recorded.
-SELECT pg_catalog.setval('idgen_private.idgen_history_event_id_seq'::pg_catalog.regclass, m.last)
+-- Moves the events' numbering past the last event recorded, never back: an event another
+-- session is recording (not visible yet) may hold a number above the last one visible.
+SELECT pg_catalog.setval('idgen_private.idgen_history_event_id_seq'::pg_catalog.regclass,
+                         GREATEST(m.last, s.last_value))
 FROM (
     SELECT pg_catalog.max(h.event_id) AS last
-    FROM idgen_private.idgen_history h) m
+    FROM idgen_private.idgen_history h) m,
+    idgen_private.idgen_history_event_id_seq s
 WHERE m.last IS NOT NULL;
 
 -- REFUSAL_RECORDED_RECENTLY

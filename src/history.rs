@@ -100,12 +100,21 @@ fn insert(client: &mut SpiClient, statement: &sql::Statement, args: &[DatumWithO
             .map(|rows| !rows.is_empty())
             .unwrap_or_else(|e| panic!("idgen: could not record a history event: {e}"))
     };
-    if !inserted(client) {
+    // Each attempt draws a new number after a renumbering that never goes back, so a number taken by
+    // an event another session was recording meanwhile (it was not visible to the renumbering) is
+    // passed at the next attempt: one attempt was not enough after a failover, and the event was lost.
+    for _ in 0..EVENT_ID_ATTEMPTS {
+        if inserted(client) {
+            return;
+        }
         spi::run(client, &sql::RESYNC_EVENT_IDS, None, &[])
             .unwrap_or_else(|e| panic!("idgen: could not renumber the history: {e}"));
-        inserted(client);
     }
 }
+
+/// How many numbers an event may try before it is given up (a refusal recorded within its interval
+/// inserts nothing either, and takes them all: they are cheap).
+const EVENT_ID_ATTEMPTS: usize = 8;
 
 /// Whether refusal `event` is to be recorded whatever becomes of the caller's transaction (an
 /// error is on its way): only when none of its kind was recorded for its service within the

@@ -885,12 +885,15 @@ statements! {
         RETURNING 1
     "#;
 
-    /// Moves the events' numbering past the last event recorded.
+    /// Moves the events' numbering past the last event recorded, never back: an event another
+    /// session is recording (not visible yet) may hold a number above the last one visible.
     RESYNC_EVENT_IDS() = r#"
-        SELECT pg_catalog.setval('idgen_private.idgen_history_event_id_seq'::pg_catalog.regclass, m.last)
+        SELECT pg_catalog.setval('idgen_private.idgen_history_event_id_seq'::pg_catalog.regclass,
+                                 GREATEST(m.last, s.last_value))
         FROM (
             SELECT pg_catalog.max(h.event_id) AS last
-            FROM idgen_private.idgen_history h) m
+            FROM idgen_private.idgen_history h) m,
+            idgen_private.idgen_history_event_id_seq s
         WHERE m.last IS NOT NULL
     "#;
 

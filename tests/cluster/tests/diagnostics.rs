@@ -454,3 +454,43 @@ fn no_diagnostic_is_jit_compiled_on_a_registry_of_ten_thousand_rows() {
         assert!(ran[0].get("JIT").is_none(), "{query} was JIT-compiled: {}", ran[0]["JIT"]);
     }
 }
+
+#[test]
+fn every_claim_is_in_the_history_when_the_numbering_went_back_under_a_concurrent_event() {
+    // The history's numbering went back (after a failover, or a restore over a live database); a
+    // claim's event draws a taken number, renumbers past the last event it can see, and draws again,
+    // while another session's event holds the next number, not yet committed. It was lost: the claim
+    // went through with no event (the failover suite's missing claims).
+    let db = TestDb::create("history_numbering");
+    let mut admin = db.connect();
+    for port in 1..=5 {
+        claim(&mut admin, "svc", "10.0.0.1", port).unwrap();
+    }
+    let mut other = db.connect();
+    other.batch_execute("BEGIN").unwrap();
+    claim(&mut other, "svc", "10.0.0.2", 1).unwrap();
+    admin.batch_execute("SELECT setval('idgen_private.idgen_history_event_id_seq', 1)").unwrap();
+    let dsn = db.dsn();
+    let claiming = spawn_named("the claim whose number is taken", move || {
+        let mut client = Client::connect(&dsn, postgres::NoTls).unwrap();
+        claim(&mut client, "svc", "10.0.0.3", 1)
+    });
+    wait_for("the claim's event to wait for the uncommitted one", PATIENCE, || {
+        admin
+            .query_one("SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted", &[])
+            .unwrap()
+            .get::<_, i64>(0)
+            > 0
+    });
+    other.batch_execute("COMMIT").unwrap();
+    let claimed = join_within(claiming, WORK_PATIENCE, "the claim").unwrap();
+    let events: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM idgen_private.idgen_history
+              WHERE event = 'claim' AND host = '10.0.0.3' AND version = $1",
+            &[&claimed.version],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(events, 1, "the claim of 10.0.0.3 is not in the history");
+}
