@@ -80,8 +80,13 @@ failover)
 crash-primary)
     old=$(primary_port)
     node=node$((old - port))
-    # The node's keeper and its Postgres die at once, as in a machine crash.
-    pids_of "$node" | xargs -r kill -9
+    # The node's keeper and its Postgres die at once, as in a machine crash. Frozen first, then
+    # killed: a process the keeper spawned between a listing and the kill would survive it, and
+    # could start the node's Postgres again as the primary it was.
+    for _ in 1 2 3; do pids_of "$node" | xargs -r kill -STOP 2>/dev/null || true; done
+    pids_of "$node" | xargs -r kill -9 2>/dev/null || true
+    gone() { [ -z "$(pids_of "$node")" ]; }
+    wait_for "every process of $node to be gone" gone
     other=$((2 * port + 3 - old))
     promoted() { [ "$(psql_at "$other" 'SELECT pg_is_in_recovery()')" = f ]; }
     wait_for "node$((other - port)) to be promoted" promoted

@@ -250,6 +250,7 @@ fn no_id_twice_across_a_switchover_and_a_crash_of_the_primary() {
     let after_switchover = record.lock().unwrap().claims.len();
     wait_for_claims(&record, after_switchover + 40);
     formation.ctl("crash-primary");
+    let survivor_port: i32;
     // The survivor runs alone from here on, and no failover follows: let it grant without a standby.
     {
         // Its keeper may still be restarting it: the first connections can be refused.
@@ -259,6 +260,7 @@ fn no_id_twice_across_a_switchover_and_a_crash_of_the_primary() {
             survivor.is_some()
         });
         let mut survivor = survivor.unwrap();
+        survivor_port = survivor.query_one("SELECT inet_server_port()", &[]).unwrap().get(0);
         for statement in
             ["LOAD 'idgen'", "ALTER SYSTEM SET idgen.require_synchronous_standby = off", "SELECT pg_reload_conf()"]
         {
@@ -273,6 +275,9 @@ fn no_id_twice_across_a_switchover_and_a_crash_of_the_primary() {
 
     let record = record.lock().unwrap();
     let mut primary = formation.connect(DB).unwrap();
+    // The crashed node stays down: the claims granted without a standby are on the survivor alone.
+    let primary_port: i32 = primary.query_one("SELECT inet_server_port()", &[]).unwrap().get(0);
+    assert_eq!(primary_port, survivor_port, "the primary is no longer the survivor: the crashed node came back");
     // 1. No ID twice, among all minted by nodes and by backends.
     let all: Vec<i64> =
         record.service_ids.iter().map(|(id, _, _)| *id).chain(record.backend_ids.iter().copied()).collect();
@@ -292,9 +297,28 @@ fn no_id_twice_across_a_switchover_and_a_crash_of_the_primary() {
         .collect();
     let lost: Vec<(&ClaimKey, &(usize, i32))> =
         record.claims.iter().zip(&record.granted).filter(|(c, _)| !known.contains(c)).collect();
+    // What the primary knows of each lost claim's identity, for the report.
+    let mut traces = vec![];
+    for ((_, _, host, port), _) in &lost {
+        let mut rows = |sql: &str| -> Vec<String> {
+            primary
+                .query(sql, &[host, port])
+                .map(|rows| rows.iter().map(|r| r.get::<_, String>(0)).collect())
+                .unwrap_or_else(|e| vec![e.to_string()])
+        };
+        let history = rows(
+            "SELECT concat_ws(' ', at, event, machine_id, version, outcome) FROM idgen_private.idgen_history
+              WHERE host = $1::text::inet AND port = $2 ORDER BY event_id",
+        );
+        let nodes = rows(
+            "SELECT concat_ws(' ', machine_id, version, last_seen, released_at) FROM system_nodes
+              WHERE host = $1::text::inet AND port = $2",
+        );
+        traces.push(format!("{host}:{port}: history {history:?}, rows {nodes:?}"));
+    }
     assert!(
         lost.is_empty(),
-        "{} of {} acknowledged claims are missing on the new primary (claim, (phase, server port)): {lost:?}",
+        "{} of {} acknowledged claims are missing on the new primary (claim, (phase, server port)): {lost:?}; {traces:?}",
         lost.len(),
         record.claims.len()
     );
