@@ -834,7 +834,7 @@ pub fn explain_registry_holder_now(holder: &str, version: i64) -> String {
     format!(" The registry shows it held by {holder} at version {version} now; whether it held it then is not known.")
 }
 
-/// A first claim of `service` in a REPEATABLE READ transaction: its new guard rows are invisible to it.
+/// A first claim of `service` that cannot see the guard rows it just had created (not expected at READ COMMITTED).
 pub fn first_claim_must_retry(function: &str, service: &str) -> IdgenError {
     IdgenError::new(
         SqlState::SerializationFailure,

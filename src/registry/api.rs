@@ -103,7 +103,9 @@ fn claim_for_node(
 ) -> TableIterator<'static, (i32, i64, String, TimestampWithTimeZone, TimestampWithTimeZone)> {
     let f = function;
     ensure_registry_writable(f);
-    refuse_a_transaction_snapshot(f);
+    // Its reads of the registry (the tombstones, the never-registered ids) would see the
+    // transaction's snapshot: a row deleted after it leaves a tombstone the claim cannot see.
+    super::refuse_a_transaction_snapshot(|| messages::claim_needs_read_committed(f));
     let node = or_raise(input::node_identity(f, service, host.as_deref(), port));
     let settings = or_raise(settings::claim_settings());
     let role = access::acting_role();
@@ -133,26 +135,14 @@ fn claim_for_node(
 /// The layout of `service`, readied for claims first if it is not yet (its guard rows created and
 /// its layout fixed, in a transaction of their own, so that no claim ever waits for another
 /// session's uncommitted guard and no layout changes under a claim; see `idgen_core::guard`).
-/// A transaction whose snapshot predates them cannot see them: it must retry (`40001`).
+/// Claims run at READ COMMITTED, so the next read sees them; should they still be missing (not
+/// expected), the caller is told to retry (`40001`).
 fn ready_service(client: &mut SpiClient, function: &str, service: &str) -> layouts::Recorded {
     if let Some(recorded) = layouts::ready(client, service) {
         return recorded;
     }
     super::autonomous::prepare_service(function, service);
     layouts::ready(client, service).unwrap_or_else(|| raise(messages::first_claim_must_retry(function, service)))
-}
-
-/// Refuses a claim in a transaction at REPEATABLE READ or SERIALIZABLE. Its reads of the registry
-/// (the tombstones, the never-registered ids) would see the transaction's snapshot: a row deleted
-/// after it leaves a tombstone the claim cannot see, its insert then goes through (the deleted row
-/// no longer conflicts), and the id is granted before the bound its holder may still stamp to. At
-/// READ COMMITTED each statement, the tombstone merge of the insert's trigger among them, reads what
-/// is committed when it runs, after the insert has waited for the DELETE.
-fn refuse_a_transaction_snapshot(function: &str) {
-    // SAFETY: reads backend-local transaction state.
-    if unsafe { pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 } {
-        raise(messages::claim_needs_read_committed(function));
-    }
 }
 
 /// Checks a watermark a node reports: infinite ones, and ones after the last time an ID of the

@@ -21,3 +21,19 @@ pub mod layouts;
 pub mod prepare_guard;
 pub mod store;
 pub mod triggers;
+
+use crate::errors::raise;
+use idgen_core::IdgenError;
+use pgrx::pg_sys;
+
+/// Refuses, with `refusal`, a registry read that decides a write (a claim, a DROP or TRUNCATE
+/// check, a restored row's tombstone merge) in a transaction at REPEATABLE READ or SERIALIZABLE:
+/// it would see the transaction's snapshot, not the windows, reports and tombstones committed
+/// since (a claim would grant an id before its removed holder's bound, a DROP forget a holder). At
+/// READ COMMITTED each statement reads what is committed when it runs, after its locks.
+pub(crate) fn refuse_a_transaction_snapshot(refusal: impl FnOnce() -> IdgenError) {
+    // SAFETY: reads backend-local transaction state.
+    if unsafe { pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 } {
+        raise(refusal());
+    }
+}

@@ -14,13 +14,13 @@
 //! settings through the library, never through SQL text, so that a setting
 //! reset without a restart cannot break them.
 
-use super::store;
+use super::{refuse_a_transaction_snapshot, store};
 use crate::errors::raise;
 use crate::privilege::as_extension_owner;
 use crate::settings;
 use idgen_core::facts::StillStamping;
 use idgen_core::input::node_name;
-use idgen_core::{messages, IdgenError};
+use idgen_core::messages;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::spi::Spi;
@@ -65,17 +65,6 @@ fn row_key(row: &PgHeapTuple<'_, impl WhoAllocated>) -> (String, i32) {
         .or_else(|_| row.get_by_name::<i16>("machine_id").map(|id| id.map(i32::from)))
         .unwrap_or_else(|e| panic!("idgen: system_nodes.machine_id: {e}"));
     (service.expect("service is not null"), machine_id.expect("machine_id is not null"))
-}
-
-/// Refuses a registry change in a transaction at REPEATABLE READ or SERIALIZABLE, with `refusal`: its
-/// registry reads would see the transaction's snapshot, not the windows, reports and tombstones
-/// committed since (a DROP or TRUNCATE would then forget them, an INSERT miss its tombstone). At READ
-/// COMMITTED each read sees what is committed after the lock.
-fn refuse_a_transaction_snapshot(refusal: impl FnOnce() -> IdgenError) {
-    // SAFETY: reads backend-local transaction state.
-    if unsafe { pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 } {
-        raise(refusal());
-    }
 }
 
 /// BEFORE UPDATE OF service, machine_id (per row) on `system_nodes`: a row's key never changes.
