@@ -58,15 +58,15 @@ pub fn lost_event(held: &Holding, told: &IdgenError, who: &Who) -> Event {
 
 /// Records `event` in the current transaction (which runs with the extension owner's rights).
 pub fn record(client: &mut SpiClient, event: &Event) {
-    insert(client, &sql::INSERT_EVENT, &[event.to_json().into()]);
+    insert(client, &[event.to_json().into()]);
 }
 
 /// Records refusal `event` in the current transaction, unless one of its kind was recorded for
 /// its service within the interval or another session is recording a refusal now: for a
 /// transaction that returns normally (a refused release).
 pub fn record_refusal_here(client: &mut SpiClient, event: &Event) {
-    if take_refusal_turn(client) {
-        insert(client, &sql::INSERT_REFUSAL, &[event.to_json().into(), spi::seconds(REFUSAL_INTERVAL_SECS)]);
+    if refusal_due(client, event) {
+        record(client, event);
     }
 }
 
@@ -90,21 +90,17 @@ fn first_bool(client: &mut SpiClient, statement: &sql::Statement, args: &[DatumW
         .unwrap_or(false)
 }
 
-/// Runs one of the history's inserts. When nothing was inserted, the event's number may have
-/// been taken (the numbering went back: a restore over a live database resets it to the dump's):
-/// the numbering moves past the last event, and the insert runs once more (a refusal recorded
-/// recently is then left out again, as it should be).
-fn insert(client: &mut SpiClient, statement: &sql::Statement, args: &[DatumWithOid]) {
-    let inserted = |client: &mut SpiClient| {
-        spi::run(client, statement, None, args)
-            .map(|rows| !rows.is_empty())
-            .unwrap_or_else(|e| panic!("idgen: could not record a history event: {e}"))
-    };
-    // Each attempt draws a new number after a renumbering that never goes back, so a number taken by
-    // an event another session was recording meanwhile (it was not visible to the renumbering) is
-    // passed at the next attempt: one attempt was not enough after a failover, and the event was lost.
+/// Inserts an event (`INSERT_EVENT`). When nothing was inserted, its number was taken: the
+/// numbering went back (a restore over a live database resets it to the dump's; a failover). The
+/// numbering then moves past the last event, never back, and the event draws again: a number taken
+/// by an event another session was recording meanwhile (not visible to the renumbering) is passed at
+/// the next attempt. One attempt was not enough after a failover, and the event was lost.
+fn insert(client: &mut SpiClient, args: &[DatumWithOid]) {
     for _ in 0..EVENT_ID_ATTEMPTS {
-        if inserted(client) {
+        let inserted = spi::run(client, &sql::INSERT_EVENT, None, args)
+            .map(|rows| !rows.is_empty())
+            .unwrap_or_else(|e| panic!("idgen: could not record a history event: {e}"));
+        if inserted {
             return;
         }
         spi::run(client, &sql::RESYNC_EVENT_IDS, None, &[])
@@ -112,8 +108,7 @@ fn insert(client: &mut SpiClient, statement: &sql::Statement, args: &[DatumWithO
     }
 }
 
-/// How many numbers an event may try before it is given up (a refusal recorded within its interval
-/// inserts nothing either, and takes them all: they are cheap).
+/// How many numbers an event may draw before it is given up.
 const EVENT_ID_ATTEMPTS: usize = 8;
 
 /// Whether refusal `event` is to be recorded whatever becomes of the caller's transaction (an
