@@ -305,6 +305,14 @@ impl Shared {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// A heartbeat sent at `sent` was answered with `lease`: the deadline and the wall bound move.
+    fn answered(&self, sent: Instant, lease: Duration, wall_bound_ms: i64) {
+        self.heartbeats_ok.fetch_add(1, Ordering::Relaxed);
+        let mut state = self.state();
+        state.deadline = sent + lease;
+        state.wall_bound_ms = wall_bound_ms;
+    }
+
     fn generator(&self) -> MutexGuard<'_, Generator> {
         self.generator.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -854,10 +862,7 @@ fn first_report(shared: &Shared, mut client: Option<Session>, give_up: Instant) 
         client = session;
         let failed = match result {
             Ok((lease, wall_bound_ms)) => {
-                shared.heartbeats_ok.fetch_add(1, Ordering::Relaxed);
-                let mut state = shared.state();
-                state.deadline = sent + lease;
-                state.wall_bound_ms = wall_bound_ms;
+                shared.answered(sent, lease, wall_bound_ms);
                 return Ok(client);
             }
             Err(e) if e.retryable() && Instant::now() + backoff < give_up => {
@@ -908,12 +913,7 @@ fn heartbeat_loop(shared: Arc<Shared>, mut client: Option<Session>) -> Option<Se
         client = session;
         match result {
             Ok((lease, wall_bound_ms)) => {
-                shared.heartbeats_ok.fetch_add(1, Ordering::Relaxed);
-                {
-                    let mut state = shared.state();
-                    state.deadline = sent + lease;
-                    state.wall_bound_ms = wall_bound_ms;
-                }
+                shared.answered(sent, lease, wall_bound_ms);
                 shared.set_status(Status::Live);
                 next = sent + shared.interval;
             }
