@@ -3,8 +3,11 @@
 //!
 //! The hot path reads the clock once, compares it with the lease's check
 //! deadline and the registry's generation with the one the lease was confirmed
-//! in (`registry::incarnation`: a DROP moves it), and composes the ID: no SPI, no
-//! lock shared with other backends (the mutex below is this process's own). For
+//! in (`registry::incarnation`: a DROP moves it; reading it first processes pending
+//! invalidations, one unlocked read of shared memory when none are queued), and
+//! composes the ID: no SPI, no lock shared with other backends (the mutex below
+//! is this process's own; the invalidation queue's read lock only when it holds
+//! messages, as at any lock the backend takes). For
 //! a service other than the database's own it also compares the acting role and
 //! the grants' generation with those it last checked (`registry::access`).
 //!
