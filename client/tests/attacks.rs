@@ -35,10 +35,13 @@ fn within<T: Send + 'static>(patience: Duration, f: impl FnOnce() -> T + Send + 
 
 /// A release by hand on a registry of idgen 0.5.1, whose machine ids are smallint (the shared
 /// `release` binds them as integer, as 0.7.0 takes them).
+/// Frees the node's id as an attacker who moved it would: a release that names the clock as its
+/// holder's watermark (without one, a release keeps what the holder may still stamp, and the id stays
+/// fenced for the holder's lease).
 fn release_on_0_5_1(admin: &mut Client, host: &str, node: &IdgenNode) -> bool {
     admin
         .query_one(
-            "SELECT idgen_release('svc', $1::int4::int2, $2::text::inet, 1, $3)",
+            "SELECT idgen_release('svc', $1::int4::int2, $2::text::inet, 1, $3, clock_timestamp())",
             &[&node.machine_id(), &host, &node.version()],
         )
         .unwrap()
@@ -126,10 +129,10 @@ fn a_clock_that_keeps_stepping_back_hangs_next_id_shutdown_and_the_heartbeat() {
 
 // ---------------------------------------------------------------------------------------------
 // 2. `start` "ends within start_timeout + call_timeout": it did not when its claim's not_before was
-//    ahead of its clock. A release without a watermark (the 5-argument call) leaves the row bound
-//    at release + lease_safety_margin (5 minutes by default); the same identity reclaims it
-//    straight back and start slept until then, whatever start_timeout said. Now it gives the id
-//    back (with not_before as its watermark) and says why.
+//    ahead of its clock. A release with a watermark ahead (within lease_safety_margin, what a
+//    claimant waits) leaves the row bound there; the same identity reclaims it straight back and
+//    start slept until then, whatever start_timeout said. Now it gives the id back (with not_before
+//    as its watermark) and says why.
 
 #[test]
 fn start_waits_out_a_not_before_ahead_past_its_documented_bound() {
@@ -138,8 +141,15 @@ fn start_waits_out_a_not_before_ahead_past_its_documented_bound() {
     let db = TestDb::create_on(&cluster.dsn, "attack_not_before_bound");
     let mut admin = db.connect();
     let claimed = claim(&mut admin, "svc", "10.0.9.2", 1).unwrap();
-    // Released without a watermark: the registry keeps release time + the margin.
-    assert!(release(&mut admin, "svc", claimed.machine_id, "10.0.9.2", 1, claimed.version).unwrap());
+    // Released with a watermark 20 s ahead (its clock ran ahead): the registry keeps it.
+    let released: bool = admin
+        .query_one(
+            "SELECT idgen_release('svc', $1, '10.0.9.2', 1, $2, clock_timestamp() + interval '20 seconds')",
+            &[&claimed.machine_id, &claimed.version],
+        )
+        .unwrap()
+        .get(0);
+    assert!(released);
 
     let mut config = Config::new(&db.dsn(), "svc", "10.0.9.2", 1);
     config.call_timeout = Duration::from_secs(1);

@@ -12,7 +12,9 @@
 //! with the server's refusal when someone else holds it. The startup line on stderr names the
 //! machine id and the service's layout, as the registry recorded it.
 //! With `--listen`, the bound address is printed on stderr (`idgen-node: listening on
-//! http://127.0.0.1:7070`), which tells the port when it was 0.
+//! http://127.0.0.1:7070`), which tells the port when it was 0. `--threads N` (default 4): how many
+//! batches of more than 256 IDs are minted at once, each on a thread of its own (the sidecar's
+//! limits on connections and timeouts are in its module, `idgen_client::sidecar`).
 //!
 //! A second signal while the release runs does not cut it short: the release finishes, and the
 //! process exits as after the first.
@@ -124,8 +126,8 @@ fn main() {
             // New requests get 503 shutting_down from here on; the node stops, then releases.
             sidecar.drain();
             let status = release(&node, &signal);
-            // Exiting closes the listener and every connection; Sidecar::stop would wait for each
-            // answer being written, and a client that stopped reading would hold the exit.
+            // Exiting closes the listener and every connection at once; Sidecar::stop would let
+            // the answers being written finish, for up to its write timeout.
             std::process::exit(status)
         }
         None => print_ids(&node, &signal, rate, count),
