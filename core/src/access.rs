@@ -3,8 +3,9 @@
 //! A service's machine ids are claimed, renewed and released by superusers, by
 //! the extension's owner, and by roles granted the service
 //! (`idgen_grant_service`, directly or through a role they are a member of).
-//! A database's own backends may also use the service named like the database
-//! without a grant: the single-database case needs no setup.
+//! A database's own backends may also use the database's own service (named
+//! like the database when idgen was created in it; a rename keeps it) without a
+//! grant: the single-database case needs no setup.
 
 use crate::error::{IdgenError, SqlState};
 use crate::watermark::HolderKind;
@@ -27,10 +28,10 @@ pub fn may_act_for(
     function: &str,
     kind: HolderKind,
     service: &str,
-    database: &str,
+    own_service: &str,
     standing: impl FnOnce() -> Caller,
 ) -> Result<(), IdgenError> {
-    if kind == HolderKind::Backend && service == database {
+    if kind == HolderKind::Backend && service == own_service {
         return Ok(());
     }
     let caller = standing();
@@ -41,7 +42,7 @@ pub fn may_act_for(
         SqlState::InsufficientPrivilege,
         format!("{function}: role \"{}\" may not act for service \"{service}\"", caller.role),
     )
-    .detail("Machine ids of a service are claimed, renewed and released by superusers, the extension's owner, and roles granted the service with idgen_grant_service; a database's own backends may use the service named like the database.")
+    .detail("Machine ids of a service are claimed, renewed and released by superusers, the extension's owner, and roles granted the service with idgen_grant_service; a database's own backends may use its own service (named like the database when idgen was created in it).")
     .hint(format!(
         "A superuser can grant it: SELECT idgen_grant_service('{}', '{}');",
         service.replace('\'', "''"),

@@ -192,6 +192,12 @@ impl Layout {
         self.tick_end_unix_ms(self.max_ticks())
     }
 
+    /// The bits an ID's machine id occupies: its lowest bit and its width. Pools keep IDs apart only
+    /// between layouts whose fields are the same ([`ServiceLayout::id_spaces`]).
+    pub fn machine_field(&self) -> (u32, u32) {
+        (self.shifts().0, self.machine_bits)
+    }
+
     /// Where the machine id and the sequence sit: their shifts.
     #[inline]
     fn shifts(&self) -> (u32, u32) {
@@ -408,9 +414,36 @@ pub struct ServiceLayout {
     pub pool: Pool,
 }
 
+/// Whether the IDs of two services (or two databases, or two servers) can be told apart by their
+/// configuration alone, whatever their holders do: what keeps ID spaces apart when their rows meet in
+/// one table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdSpaces {
+    /// The machine-id field sits at the same bits and the pools share no id: no ID of one equals an ID
+    /// of the other.
+    Apart,
+    /// The pools share ids: the two hand out the same machine ids, and their IDs meet (as two services
+    /// of one registry always may, unless given disjoint pools).
+    Shared,
+    /// The pools share no id, but the machine-id fields sit at other bits: a machine id of one and
+    /// another of the other can make the same ID (snowflake's machine id 512 and an 11-bit-machine,
+    /// 11-bit-sequence layout's machine id 1024, at sequence 0). Disjoint pools separate nothing here.
+    OtherBits,
+}
+
 impl ServiceLayout {
     /// What a service that was never given a layout uses: `snowflake`, every machine id.
     pub const DEFAULT: ServiceLayout = ServiceLayout { layout: Layout::DEFAULT, pool: Pool { first: 0, last: 1023 } };
+
+    /// How the IDs of this service and `other` relate (see [`IdSpaces`]).
+    pub fn id_spaces(&self, other: &ServiceLayout) -> IdSpaces {
+        let disjoint = self.pool.last < other.pool.first || other.pool.last < self.pool.first;
+        match (disjoint, self.layout.machine_field() == other.layout.machine_field()) {
+            (false, _) => IdSpaces::Shared,
+            (true, true) => IdSpaces::Apart,
+            (true, false) => IdSpaces::OtherBits,
+        }
+    }
 
     /// The preset's name, or `custom`.
     pub fn preset_name(&self) -> &'static str {
@@ -424,6 +457,29 @@ mod tests {
     use crate::format::iso_utc;
 
     const TMS: FieldOrder = FieldOrder::TimeMachineSequence;
+
+    #[test]
+    fn disjoint_pools_keep_ids_apart_only_at_the_same_bits() {
+        let snowflake = Layout::DEFAULT;
+        let wide = Layout::new(EPOCH_2025_UNIX_MS, 1, 41, 11, 11, TMS).unwrap();
+        let a = ServiceLayout { layout: snowflake, pool: Pool { first: 512, last: 1023 } };
+        let b = ServiceLayout { layout: wide, pool: Pool { first: 1024, last: 2047 } };
+        // The review's case: the same ID from machine id 512 of one and machine id 1024 of the other.
+        let one = snowflake.compose(IdParts { ticks: 60_642_000, machine_id: 512, sequence: 0 }).unwrap();
+        let other = wide.compose(IdParts { ticks: 60_642_000, machine_id: 1024, sequence: 0 }).unwrap();
+        assert_eq!(one, other);
+        assert_eq!(a.id_spaces(&b), IdSpaces::OtherBits);
+        let c = ServiceLayout { layout: snowflake, pool: Pool { first: 0, last: 511 } };
+        assert_eq!(a.id_spaces(&c), IdSpaces::Apart);
+        assert_eq!(c.id_spaces(&a), IdSpaces::Apart);
+        // Another epoch, the same field: still apart (the machine field differs in every ID).
+        let later = ServiceLayout { layout: Layout { epoch_unix_ms: EPOCH_2025_UNIX_MS + 1, ..snowflake }, ..c };
+        assert_eq!(a.id_spaces(&later), IdSpaces::Apart);
+        assert_eq!(a.id_spaces(&ServiceLayout::DEFAULT), IdSpaces::Shared);
+        // Sonyflake's machine id sits at bit 0: apart from snowflake's by no pool.
+        let sony = ServiceLayout { layout: Preset::Sonyflake.layout(), pool: Pool { first: 2048, last: 4095 } };
+        assert_eq!(a.id_spaces(&sony), IdSpaces::OtherBits);
+    }
 
     #[test]
     fn default_layout_has_1024_machine_ids_and_4096_sequences() {

@@ -104,19 +104,43 @@ pub fn machine_id_not_handed_out(
 }
 
 /// A claim of a specific machine id that someone else holds, or held too recently.
+/// A released row's watermark that holds a claim back: what its holders may have stamped, the
+/// server clock, and how far ahead of the clock a claimant may wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WatermarkWait {
+    pub bound_unix_ms: i64,
+    pub now_unix_ms: i64,
+    pub tolerance_ms: i64,
+}
+
+/// `idgen_claim` of a machine id by number that is not the claimant's to take now: held by another,
+/// or released and cooling down, or released with a watermark further ahead than the claimant may
+/// wait (`waiting_for`: the true reason then, whatever the cooldown says).
 pub fn machine_id_taken(
     function: &str,
     claimant: &NodeIdentity,
     machine_id: i32,
     holder: &RowFacts,
     cooldown_secs: i64,
+    waiting_for: Option<WatermarkWait>,
 ) -> IdgenError {
-    let (what, hint) = match &holder.released_at {
-        Some(at) => (
+    let (what, hint) = match (&holder.released_at, waiting_for) {
+        (Some(at), Some(w)) if w.bound_unix_ms > w.now_unix_ms + w.tolerance_ms => (
+            format!(
+                "It was released at {at} by {}, whose IDs may reach {}: {} ahead of the server clock, more than a claimant waits ({}). It may be claimed from {} on.",
+                holder.holder(),
+                iso_utc(w.bound_unix_ms),
+                human_duration((w.bound_unix_ms - w.now_unix_ms) / 1000),
+                human_duration(w.tolerance_ms / 1000),
+                iso_utc(w.bound_unix_ms - w.tolerance_ms)
+            ),
+            "Retry after that time. A holder that releases with its watermark (idgen_release(..., issued_until)) frees its id at once; released by hand without one, the id waits out what the holder may still stamp.",
+        ),
+        (Some(at), _) => (
             format!("It was released at {at} by {} and cools down for {} after that; only its last holder may claim it before then.", holder.holder(), human_duration(cooldown_secs)),
             "Retry after the cooldown.",
         ),
-        None => (
+        (None, _) => (
             format!(
                 "It is held by {} at version {}, last seen {} ({} ago), and may not be taken back yet.",
                 holder.holder(),
@@ -645,13 +669,125 @@ pub fn installed_in_this_transaction(function: &str) -> IdgenError {
 pub fn no_worker_slot(function: &str, waited_ms: i64) -> IdgenError {
     IdgenError::new(
         SqlState::InsufficientResources,
-        format!("{function}: no background worker slot is free to write the registry"),
+        format!("{function}: no background worker slot is free to start idgen's registry writer"),
     )
     .detail(format!(
-        "A backend's claim and each renewal of its window commit in a short-lived background worker of their own, before any ID is issued under them; none could start in {waited_ms} ms. No ID was issued."
+        "idgen is not in shared_preload_libraries: a claim, and each renewal of a backend's window, commit in a registry writer started on demand, before any ID is issued under them, and none could start in {waited_ms} ms (every slot of max_worker_processes is taken: parallel queries, which any role may run, replication, other extensions). No ID was issued."
     ))
-    .hint("Raise max_worker_processes (a restart), counting one slot for idgen besides parallel query and replication workers; or find what holds the slots (pg_stat_activity.backend_type).")
+    .hint("Add idgen to shared_preload_libraries and restart the server: its registry writers then start with it and need no free slot. Meanwhile, see what holds the slots: SELECT backend_type, count(*) FROM pg_stat_activity GROUP BY 1.")
 }
+
+/// A backend's lease still due for a check after every renewal its statement made: the server clock
+/// moved past each window as soon as it was written.
+pub fn lease_due_after_renewals(function: &str, service: &str) -> IdgenError {
+    IdgenError::new(
+        SqlState::SystemError,
+        format!("{function}: the lease of service \"{service}\" was renewed, and the server clock moved past its window again at once"),
+    )
+    .detail("Each renewal commits a window that starts at the server clock as the registry writer reads it; the backend then read a clock past its end, 64 times. The clock steps forward, or the writer and the backend read different clocks. No ID was issued.")
+    .hint("Check the server's time synchronisation (chronyc tracking, timedatectl), then retry.")
+}
+
+/// Two services of this registry whose pools share no machine id (kept apart, by intent) while their
+/// machine-id fields sit at other bits: their IDs can be equal all the same.
+pub fn pools_apart_at_other_bits(
+    function: &str,
+    service: &str,
+    layout: &ServiceLayout,
+    other: &str,
+    other_layout: &ServiceLayout,
+) -> IdgenError {
+    IdgenError::new(
+        SqlState::Warning,
+        format!("{function}: the pools of services \"{service}\" and \"{other}\" share no machine id, yet their IDs can be equal"),
+    )
+    .detail(other_bits_detail(service, layout, other, other_layout))
+    .hint("If their IDs may meet (one table, a merge, replication), give both the same field widths and order (machine_bits, sequence_bits, field_order) before their first claims; idgen_health() reports this pair as pools_apart_at_other_bits until then.")
+}
+
+fn other_bits_detail(service: &str, layout: &ServiceLayout, other: &str, other_layout: &ServiceLayout) -> String {
+    let field = |l: &ServiceLayout| {
+        let (shift, width) = l.layout.machine_field();
+        format!("bits {}-{}", shift, shift + width - 1)
+    };
+    format!(
+        "Pools keep IDs apart only where the machine id sits at the same bits: \"{service}\" has pool {}-{} at {}, \"{other}\" pool {}-{} at {}, so a machine id of one and another of the other make the same ID.",
+        layout.pool.first,
+        layout.pool.last,
+        field(layout),
+        other_layout.pool.first,
+        other_layout.pool.last,
+        field(other_layout)
+    )
+}
+
+/// `idgen_health()`'s finding for such a pair (see [`pools_apart_at_other_bits`]).
+pub fn pools_apart_at_other_bits_finding(
+    service: &str,
+    layout: &ServiceLayout,
+    other: &str,
+    other_layout: &ServiceLayout,
+) -> Finding {
+    Finding {
+        severity: "warning",
+        finding: "pools_apart_at_other_bits",
+        subject: format!("{service}, {other}"),
+        detail: other_bits_detail(service, layout, other, other_layout),
+        action: "If their IDs may meet (one table, a merge, replication), they are not apart: give the services the same field widths and order (a fixed layout cannot change: give a new service name its layout), or keep their IDs out of each other's tables.".to_owned(),
+    }
+}
+
+/// A finding of `idgen_health()`: its severity, name, subject, what is wrong and what to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    pub severity: &'static str,
+    pub finding: &'static str,
+    pub subject: String,
+    pub detail: String,
+    pub action: String,
+}
+
+/// idgen is preloaded, yet none of its registry writers runs (the server could not start them).
+pub fn registry_writers_missing(writers: usize) -> Finding {
+    Finding {
+        severity: "critical",
+        finding: "registry_writers_missing",
+        subject: "idgen registry writer".to_owned(),
+        detail: format!(
+            "idgen is in shared_preload_libraries, but none of its {writers} registry writers runs: a new connection's first ID and each renewal of a backend's window wait for one, and then fail. The server log says why none started (too many background workers: max_worker_processes)."
+        ),
+        action: "Raise max_worker_processes (idgen's writers count against it, as every preloaded library's workers do) and restart the server.".to_owned(),
+    }
+}
+
+/// Without preloading, parallel query may take every background worker slot by the server's settings.
+pub fn worker_budget(max_worker_processes: i64, max_parallel_workers: i64) -> Finding {
+    Finding {
+        severity: "warning",
+        finding: "worker_budget",
+        subject: "max_parallel_workers".to_owned(),
+        detail: format!(
+            "idgen is not in shared_preload_libraries, and max_parallel_workers ({max_parallel_workers}) lets parallel queries take every background worker slot (max_worker_processes {max_worker_processes}, of which the logical replication launcher takes one): a new connection's first ID, or a renewal, then waits 1.5 s for a slot and fails (53000)."
+        ),
+        action: "Add idgen to shared_preload_libraries and restart the server: its registry writers then start with it and need no free slot. Short of that, keep max_parallel_workers at most max_worker_processes - 2 (any role may still raise its own).".to_owned(),
+    }
+}
+
+/// Registry writes failed for want of a background worker slot (not preloaded).
+pub fn worker_slots_exhausted(refusals: u64, last_at: &str) -> Finding {
+    Finding {
+        severity: "warning",
+        finding: "worker_slots_exhausted",
+        subject: "idgen registry writer".to_owned(),
+        detail: format!(
+            "{refusals} registry writes found no free background worker slot since the server started, the last at {last_at}: each failed a backend's first ID or renewal (53000)."
+        ),
+        action: "Add idgen to shared_preload_libraries and restart the server: its registry writers then start with it and need no free slot. See what holds the slots: SELECT backend_type, count(*) FROM pg_stat_activity GROUP BY 1.".to_owned(),
+    }
+}
+
+/// How long a refusal for want of a slot stays a finding of `idgen_health()`.
+pub const WORKER_SLOTS_EXHAUSTED_SHOWN_SECS: i64 = 3_600;
 
 /// `idgen_next_id` inside a parallel worker (a PARALLEL SAFE wrapper around it).
 /// A single-user backend has no postmaster to start the registry writer.
@@ -762,10 +898,39 @@ pub fn history_append_only() -> IdgenError {
 }
 
 /// Another transaction used the registry (a write, or a read) when a DROP of it was checked.
-pub fn drop_registry_busy(command: &str) -> IdgenError {
+/// A session holding a lock on idgen's tables, as a refusal to wait for it names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockHolder {
+    pub pid: i32,
+    pub role: String,
+    pub application: String,
+    pub state: String,
+    /// When its transaction began (ISO), if it has one.
+    pub since: Option<String>,
+}
+
+pub fn drop_registry_busy(command: &str, holders: &[LockHolder]) -> IdgenError {
+    let named = holders
+        .iter()
+        .map(|h| {
+            let since = h.since.as_deref().map(|s| format!(", in a transaction since {s}")).unwrap_or_default();
+            format!("pid {} (role {}, application {:?}, {}{since})", h.pid, h.role, h.application, h.state)
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let held_by = if holders.is_empty() {
+        "No session holds its tables now: the one that did has just ended, or a prepared transaction holds them (pg_prepared_xacts).".to_owned()
+    } else {
+        format!("Held now by {named}.")
+    };
+    let end = holders.iter().map(|h| format!("SELECT pg_terminate_backend({});", h.pid)).collect::<Vec<_>>().join(" ");
     IdgenError::new(SqlState::LockNotAvailable, format!("{command}: the idgen registry is in use by another transaction"))
-        .detail("A DROP of the registry must hold off every claim, renewal and report while it checks that nothing may still be stamped; it does not queue behind a transaction that reads or writes the registry, which would stop every claim behind it.")
-        .hint("Retry in a moment. If it keeps failing, look in pg_stat_activity for an old transaction that called an idgen function or read system_nodes or an idgen view, or in pg_prepared_xacts for a prepared one.")
+        .detail(format!("A DROP of the registry must hold off every claim, renewal and report while it checks that nothing may still be stamped; it does not queue behind a transaction that reads or writes the registry, which would stop every claim behind it. {held_by}"))
+        .hint(if holders.is_empty() {
+            "Retry in a moment; a prepared transaction ends with COMMIT PREPARED or ROLLBACK PREPARED.".to_owned()
+        } else {
+            format!("Retry once their transactions end, or end them: {end}")
+        })
 }
 
 fn layout_range_detail(layout: &Layout) -> String {
@@ -893,7 +1058,7 @@ mod tests {
         assert!(range.detail.unwrap().contains("this server hands out 100-255 of the pool"));
         let none = machine_id_not_handed_out("idgen_claim", "fleet", 7, &pool, None);
         assert!(none.detail.unwrap().contains("this server hands out none of the pool"));
-        let held = machine_id_taken("idgen_claim", &node("10.0.0.6", 1), 5, &row("10.0.0.9", 9090, 4, None), 60);
+        let held = machine_id_taken("idgen_claim", &node("10.0.0.6", 1), 5, &row("10.0.0.9", 9090, 4, None), 60, None);
         assert_eq!(held.sqlstate.code(), "55006");
         assert_eq!(
             held.message,
@@ -908,11 +1073,38 @@ mod tests {
             5,
             &row("10.0.0.9", 9090, 4, Some("2026-11-29T08:00:01Z")),
             60,
+            None,
         );
         assert!(cooling
             .detail
             .unwrap()
             .starts_with("It was released at 2026-11-29T08:00:01Z by 10.0.0.9:9090 and cools down for 1m"));
+        // Released by hand without a watermark: the wait is what its holder may still stamp, not the cooldown.
+        let now = 1_796_000_000_000;
+        let wait = WatermarkWait { bound_unix_ms: now + 3_000_000, now_unix_ms: now, tolerance_ms: 300_000 };
+        let fenced = machine_id_taken(
+            "idgen_claim",
+            &node("10.0.0.6", 1),
+            5,
+            &row("10.0.0.9", 9090, 4, Some("2026-11-29T08:00:01Z")),
+            60,
+            Some(wait),
+        );
+        let detail = fenced.detail.unwrap();
+        assert!(detail.contains("whose IDs may reach") && detail.contains("50m ahead of the server clock"), "{detail}");
+        assert!(!detail.contains("cools down"), "{detail}");
+        assert!(fenced.hint.unwrap().starts_with("Retry after that time."));
+        // A watermark within what a claimant waits: the cooldown is the reason.
+        let near = WatermarkWait { bound_unix_ms: now + 1_000, ..wait };
+        let cooling = machine_id_taken(
+            "idgen_claim",
+            &node("10.0.0.6", 1),
+            5,
+            &row("10.0.0.9", 9090, 4, Some("2026-11-29T08:00:01Z")),
+            60,
+            Some(near),
+        );
+        assert!(cooling.detail.unwrap().contains("cools down"));
         let range_error = pool_outside_range("idgen_claim", &node("10.0.0.6", 1), &pool, &(512..=1023));
         assert_eq!(range_error.sqlstate.code(), "55000");
         assert!(range_error

@@ -57,10 +57,22 @@ pub enum Mutation {
     /// The client's wall bound switched off: a node stamps up to its deadline on whatever its wall
     /// clock reads, even past its last answered report plus the lease granted with it.
     WallBound,
+    /// A backend takes up the lease its slot's last backend left whatever registry it was confirmed
+    /// in (`src/registry/handover.rs` without the registry's identity).
+    HandoverRegistry,
+    /// A backend that takes up a lease stamps after the lease's `not_before`, not after the last
+    /// stamp of the backend that left it.
+    HandoverLastStamp,
+    /// DROP EXTENSION leaves the leases parked in the slots where they are (as a drop past the event
+    /// trigger would: `session_replication_role = replica`); it still refuses while their windows run.
+    DropLeavesParked,
+    /// A release without a watermark (by hand) lowers the watermark to the clock plus the margin,
+    /// below what the holder may still stamp until it learns of the release (0.7.0).
+    ReleaseKeepsBound,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 21] = [
+    pub const ALL: [Mutation; 25] = [
         Mutation::VersionCheck,
         Mutation::Watermark,
         Mutation::NotBefore,
@@ -82,6 +94,10 @@ impl Mutation {
         Mutation::GreatestGrant,
         Mutation::GenerationBeforeEveryId,
         Mutation::WallBound,
+        Mutation::HandoverRegistry,
+        Mutation::HandoverLastStamp,
+        Mutation::DropLeavesParked,
+        Mutation::ReleaseKeepsBound,
     ];
 
     pub fn name(self) -> &'static str {
@@ -107,6 +123,10 @@ impl Mutation {
             Mutation::GreatestGrant => "greatest-grant",
             Mutation::GenerationBeforeEveryId => "generation-before-every-id",
             Mutation::WallBound => "wall-bound",
+            Mutation::HandoverRegistry => "handover-registry",
+            Mutation::HandoverLastStamp => "handover-last-stamp",
+            Mutation::DropLeavesParked => "drop-leaves-parked",
+            Mutation::ReleaseKeepsBound => "release-keeps-bound",
         }
     }
 

@@ -232,7 +232,10 @@ impl Mirror {
     pub fn release(&mut self, held: &Holding, reported: Option<Ms>) -> Result<bool, Refusal> {
         check_report(reported, &self.settings.topology.layout)?;
         let txn = self.reg.begin();
-        let answer = self.reg.release(txn, held, self.settings.policy.lease_safety_margin_secs * 1000, reported);
+        let policy = &self.settings.policy;
+        let (margin, lease, takeback) =
+            (policy.lease_safety_margin_secs * 1000, policy.lease_secs() * 1000, policy.takeover_idle_1h_secs * 1000);
+        let answer = self.reg.release(txn, held, margin, reported, lease, takeback);
         self.reg.commit(txn);
         match answer {
             Ok(found) => Ok(found.is_some()),

@@ -663,12 +663,17 @@ impl Registry {
 
     /// RELEASE: a new version, the cooldown starts, the watermark rises to the report (or the clock
     /// plus `margin`). Returns the new version and watermark; `Ok(None)` when nothing matched.
+    /// RELEASE: without a report (a release by hand), the watermark rises to what the holder may
+    /// still stamp as it holds the row (`holder_bound`), and at least to the clock plus `margin`.
+    #[allow(clippy::too_many_arguments)]
     pub fn release(
         &mut self,
         txn: TxnId,
         held: &Holding,
         margin: Ms,
         reported: Option<Ms>,
+        lease: Ms,
+        takeback_age: Ms,
     ) -> Result<Option<(i64, Ms)>, Blocked> {
         let view = self.view(txn);
         let Some(mut row) = self.matching(&view, held, None) else {
@@ -679,9 +684,11 @@ impl Registry {
             return Err(Blocked);
         }
         let now = self.clock;
+        let bound =
+            if self.off(Mutation::ReleaseKeepsBound) { NEG_INF } else { self.holder_bound(&row, lease, takeback_age) };
         row.version += 1;
         row.released_at = Some(now);
-        row.issued_until = row.issued_until.max(reported.unwrap_or(now + margin));
+        row.issued_until = row.issued_until.max(reported.unwrap_or((now + margin).max(bound)));
         let answer = (row.version, row.issued_until);
         self.put_row(txn, row);
         Ok(Some(answer))
@@ -736,14 +743,13 @@ impl Registry {
             self.txn(txn);
             return Ok(false);
         };
-        if row.issued_until <= last_stamp {
-            self.txn(txn);
-            return Ok(false);
-        }
         if self.locked_by_other(txn, &Lock::Row((row.service.clone(), row.machine_id))) {
             return Err(Blocked);
         }
-        row.issued_until = last_stamp;
+        // 0.8.0: the row is released too (an ended session holds no id of the pool).
+        row.issued_until = row.issued_until.min(last_stamp);
+        row.released_at = Some(self.clock);
+        row.version += 1;
         self.put_row(txn, row);
         Ok(true)
     }
@@ -962,7 +968,7 @@ mod tests {
         reg.clock = T + 1_000;
         assert_eq!(reg.heartbeat(txn, &held, LEASE, Some(T + 5_000), TAKEBACK), Ok(Some((T + 1_000 + LEASE, T))));
         assert_eq!(
-            reg.release(txn, &held, 0, Some(T + 2_000)),
+            reg.release(txn, &held, 0, Some(T + 2_000), 60_000, 60_000),
             Ok(Some((2, T + 5_000))),
             "the watermark never goes down"
         );

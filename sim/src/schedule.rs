@@ -97,6 +97,9 @@ pub enum Op {
     HandLock { machine_id: i16 },
     /// That transaction commits.
     HandUnlock,
+    /// A DBA frees a machine id by hand, as docs/operations.md says: `idgen_release` of its row as it
+    /// stands, with no watermark, while its holder may go on minting until it learns of it.
+    HandRelease { machine_id: i16 },
 }
 
 /// Which faults a schedule draws from.
@@ -229,6 +232,10 @@ pub struct Setup {
     /// The first registry's epoch.
     pub epoch: i64,
     pub faults: Faults,
+    /// idgen's shared memory is there (`src/shared.rs`): a backend that disconnects leaves its lease
+    /// in its slot for the next one (`src/registry/handover.rs`), and its database's writer closes it
+    /// after 10 s untaken. Without, it records its last stamp (the exit record).
+    pub handover: bool,
 }
 
 /// A setup and its steps.
@@ -258,6 +265,8 @@ impl Schedule {
             require_synchronous_standby: rng.chance(1, 4),
             epoch: rng.range(1, 1_000_000),
             faults,
+            // Drawn apart, so that the steps of every seed stay what they were before it existed.
+            handover: Rng::new(seed ^ 0x6861_6e64_6f76_6572).chance(3, 4),
         };
         let ops = (0..len).map(|_| Self::op(&mut rng, &setup)).collect();
         Schedule { seed, setup, ops }
@@ -355,6 +364,7 @@ impl Schedule {
                 92 if f.restores => Op::Restore { triggers: !(f.uncovered && rng.chance(1, 2)) },
                 93 if f.hand_locks => Op::HandLock { machine_id },
                 94..=95 if f.hand_locks => Op::HandUnlock,
+                96 if f.hand_locks => Op::HandRelease { machine_id },
                 _ => continue,
             };
             return op;

@@ -28,7 +28,16 @@ impl Scripted {
 
 /// A setup with a synchronous standby and a first registry of epoch 7.
 fn setup(machine_ids: i16, slots: usize, hosts: usize, faults: Faults) -> Setup {
-    Setup { machine_ids, slots, hosts, synchronous: true, require_synchronous_standby: false, epoch: 7, faults }
+    Setup {
+        machine_ids,
+        slots,
+        hosts,
+        synchronous: true,
+        require_synchronous_standby: false,
+        epoch: 7,
+        faults,
+        handover: false,
+    }
 }
 
 fn faults(f: impl FnOnce(&mut Faults)) -> Faults {
@@ -61,6 +70,8 @@ pub fn all() -> Vec<Scripted> {
         unanswered_heartbeat_shortens_the_grant(),
         step_back_after_a_drop_inside_a_transaction(),
         clock_jump_ahead_after_a_report(),
+        reconnect_takes_up_the_parked_lease(),
+        parked_lease_of_a_dropped_registry(),
     ]
 }
 
@@ -514,4 +525,57 @@ pub fn clock_jump_ahead_after_a_report() -> Scripted {
             MINT,
         ],
     )
+}
+
+/// 0.8.0's lease handover: a backend mints, disconnects, and the next backend of its slot takes up
+/// the lease it left, in the same millisecond. It stamps after the last stamp the first one made,
+/// not after the lease's `not_before` (which the first backend's IDs are after).
+pub fn reconnect_takes_up_the_parked_lease() -> Scripted {
+    let mut setup = setup(1, 1, 0, Faults::NONE);
+    setup.handover = true;
+    scripted(
+        "reconnect_takes_up_the_parked_lease",
+        "0.8.0: a reconnect takes up its slot's lease with no write",
+        Mutation::HandoverLastStamp,
+        setup,
+        vec![MINT, Op::Exit { slot: 0, record: true }, MINT],
+    )
+}
+
+/// 0.8.0's lease handover across a DROP and CREATE: a lease parked in slot 0 while the registry is
+/// dropped (past the drop guard, which would have closed it) and created again, and the server's
+/// clock stepped back into its window. The registry's identity keeps the slot's next backend from
+/// taking it up: it claims in the new registry, where slot 1's backend holds the same machine id.
+pub fn parked_lease_of_a_dropped_registry() -> Scripted {
+    let mut setup = setup(
+        1,
+        2,
+        0,
+        faults(|f| {
+            f.drop_create = true;
+            f.clock_steps = true;
+            f.steps_back_after_drop = true;
+        }),
+    );
+    setup.handover = true;
+    let mut s = scripted(
+        "parked_lease_of_a_dropped_registry",
+        "0.8.0: a lease parked across a DROP and CREATE",
+        Mutation::HandoverRegistry,
+        setup,
+        vec![
+            MINT,
+            Op::Advance { ms: 300 },
+            MINT,
+            Op::Exit { slot: 0, record: true },
+            Op::Advance { ms: 1_500 },
+            Op::Drop { slot: 1 },
+            Op::Create { epoch: 8 },
+            Op::ServerClock { offset: -2_000 },
+            Op::Mint { slot: 1, n: 2, cancelled: false, read_only: false },
+            MINT,
+        ],
+    );
+    s.also = Some(Mutation::DropLeavesParked);
+    s
 }

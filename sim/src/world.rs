@@ -15,7 +15,7 @@ use crate::schedule::{Fate, Op, Report, Schedule, Setup, NODE_SKEW_MS, SERVER_SK
 use idgen_core::generator::{Clock, Generator, Stop, MAX_CLOCK_BACKWARD_DEFAULT_MS};
 use idgen_core::input::NodeIdentity;
 use idgen_core::layout::{Layout, EPOCH_2025_UNIX_MS};
-use idgen_core::lease::{BackendLeases, Terms as LeaseTerms};
+use idgen_core::lease::{BackendLeases, Confirmation, Parked, Terms as LeaseTerms, Uptake};
 use idgen_core::watermark::{self, HolderKind};
 use idgen_core::ClaimPolicy;
 use std::collections::{BTreeMap, HashMap};
@@ -34,6 +34,8 @@ pub const T0: Ms = EPOCH_2025_UNIX_MS + 365 * 86_400_000;
 const START_TIMEOUT_MS: Ms = 60_000;
 const WAIT_SLACK_MS: Ms = 100;
 const DAY_MS: Ms = 86_400_000;
+/// `src/registry/writer/process.rs`' `PARKED_CLOSE_AFTER_MS`.
+const PARKED_CLOSE_AFTER_MS: Ms = 10_000;
 
 /// Short thresholds, so that take-backs and cooldowns happen within a schedule. Index 0 is the
 /// setting at start; a reload picks any. Each is consistent (`ClaimPolicy::validate`), and every
@@ -227,6 +229,12 @@ pub struct World {
     /// (the invalidation of `idgen_private.idgen_registry`); each backend learns it when it processes
     /// invalidations.
     registry_generation: u64,
+    /// The registry's identity (`incarnation::confirming`'s `registry`): every CREATE EXTENSION gives
+    /// a new one.
+    registry_identity: u64,
+    /// What each slot's last backend left for the next (src/registry/handover.rs): the lease, its
+    /// tenure, and when it was parked (true time).
+    parked: Vec<Option<(Parked, usize, Ms)>>,
     tenures: Vec<Tenure>,
     by_key: BTreeMap<Key, Vec<usize>>,
     ids: HashMap<i64, usize>,
@@ -270,6 +278,8 @@ impl World {
             dropped_floor: NEG_INF,
             dropped_stamps: NEG_INF,
             registry_generation: 0,
+            registry_identity: 1,
+            parked: vec![None; setup.slots],
             tenures: Vec::new(),
             by_key: BTreeMap::new(),
             ids: HashMap::new(),
@@ -448,6 +458,20 @@ impl World {
                 live.push((tenure, due - 1));
             }
         }
+        // A lease parked in a slot is a holder too: the slot's next backend may take it up and stamp
+        // until its check is due.
+        for (lease, tenure, _) in self.parked.iter().flatten() {
+            if lease.registry != self.registry_identity && !self.off(Mutation::HandoverRegistry) {
+                continue;
+            }
+            let due = lease
+                .verified_at_unix_ms
+                .saturating_add(self.policy.heartbeat_interval_secs * 1000)
+                .min(lease.window_end_unix_ms());
+            if server < due && server > lease.stamped_until_unix_ms.max(lease.terms.not_before_unix_ms) {
+                live.push((*tenure, due - 1));
+            }
+        }
         for (h, host) in self.hosts.iter().enumerate() {
             for p in host.procs.iter().flatten() {
                 let clock = self.host_clock(h);
@@ -587,6 +611,7 @@ impl World {
                 if !self.reg.installed() {
                     say!(self, "CREATE EXTENSION idgen (epoch {epoch})");
                     self.reg.committed = Some(Tables::created(epoch));
+                    self.registry_identity += 1;
                     if self.setup.synchronous {
                         self.reg.replicate();
                     }
@@ -602,6 +627,7 @@ impl World {
             }
             Op::Restore { triggers } => self.restore(triggers),
             Op::HandLock { machine_id } => self.hand_lock(machine_id),
+            Op::HandRelease { machine_id } => self.hand_release(machine_id),
             Op::HandUnlock => {
                 if let Some(txn) = self.hand_txn.take() {
                     say!(self, "the superuser's transaction commits (its row lock goes)");
@@ -653,11 +679,24 @@ impl World {
         }
         self.now = self.now.max(target);
         self.reg.clock = self.server_clock();
+        // The database's writer closes the leases parked for 10 s that nobody took up.
+        if self.setup.handover
+            && self.reg.installed()
+            && self.parked.iter().flatten().any(|(_, _, at)| self.now - at >= PARKED_CLOSE_AFTER_MS)
+        {
+            let txn = self.reg.begin();
+            let now = self.now;
+            let closed = self.close_parked(txn, |at| now - at >= PARKED_CLOSE_AFTER_MS);
+            self.reg.commit(txn);
+            say!(self, "the registry writer closes {closed} lease(s) parked for 10 s");
+        }
     }
 
     fn server_restart(&mut self) {
         self.reg.abort_all();
         self.hand_txn = None;
+        // Shared memory starts empty: what the slots held for their next backends is gone.
+        self.parked.iter_mut().for_each(|p| *p = None);
         for slot in 0..self.backends.len() {
             if let Some(b) = self.backends[slot].take() {
                 say!(self, "{} dies with the server (no exit record)", b.name);
@@ -884,6 +923,9 @@ impl World {
         if !self.reg.installed() {
             return Err(refusal("55000", "idgen is not installed"));
         }
+        if self.adopt(b, generation) {
+            return Ok(());
+        }
         let heartbeat_ms = policy.heartbeat_interval_secs * 1000;
         let slot = b.slot;
         let node = Self::backend_identity(slot);
@@ -919,7 +961,7 @@ impl World {
                             issued_until,
                             self.max_backward_ms,
                             heartbeat_ms,
-                            generation,
+                            Confirmation { generation, registry: self.registry_identity },
                         );
                         b.lease_generation = generation;
                         say!(self, "{} renews its window to {}", b.name, rel(issued_until));
@@ -945,7 +987,13 @@ impl World {
                             port: SERVER_PORT,
                             backend_slot: Some(slot as i32),
                         };
-                        lease.claimed(identity, terms, self.max_backward_ms, heartbeat_ms, generation);
+                        lease.claimed(
+                            identity,
+                            terms,
+                            self.max_backward_ms,
+                            heartbeat_ms,
+                            Confirmation { generation, registry: self.registry_identity },
+                        );
                         b.lease_generation = generation;
                         let name = b.name.clone();
                         say!(
@@ -981,6 +1029,9 @@ impl World {
         if policy.validate().is_err() {
             return Err(refusal("22023", "idgen settings are inconsistent"));
         }
+        if self.reg.installed() && self.adopt(b, generation) {
+            return Ok(());
+        }
         let slot = b.slot;
         let held = b.leases.get_or_add(SERVICE).held().map(|h| h.terms);
         let Some(terms) = held.filter(|_| self.reg.installed()) else {
@@ -1000,7 +1051,14 @@ impl World {
                     return Err(refusal("25006", "the lease's committed window ended (read-only transaction)"));
                 }
                 let heartbeat_ms = policy.heartbeat_interval_secs * 1000;
-                lease.verified(verified, lease_until, issued_until, self.max_backward_ms, heartbeat_ms, generation);
+                lease.verified(
+                    verified,
+                    lease_until,
+                    issued_until,
+                    self.max_backward_ms,
+                    heartbeat_ms,
+                    Confirmation { generation, registry: self.registry_identity },
+                );
                 b.lease_generation = generation;
                 Ok(())
             }
@@ -1008,6 +1066,56 @@ impl World {
                 lease.lost();
                 Err(refusal("25006", "the lease moved; no claim in a read-only transaction"))
             }
+        }
+    }
+
+    /// `backend::renew` with no lease held: the lease the slot's last backend left is taken up, with no
+    /// registry write (`handover::take`, `BackendLease::adopt`). It goes on under its tenure.
+    fn adopt(&mut self, b: &mut Backend, generation: u64) -> bool {
+        if b.leases.get_or_add(SERVICE).held().is_some() {
+            return false;
+        }
+        let Some((mut parked, tenure, _)) = self.parked[b.slot].take() else { return false };
+        let registry = if self.off(Mutation::HandoverRegistry) { parked.registry } else { self.registry_identity };
+        if self.off(Mutation::HandoverLastStamp) {
+            parked.stamped_until_unix_ms = parked.terms.not_before_unix_ms;
+        }
+        let (machine_id, version, stamped) =
+            (parked.terms.machine_id, parked.terms.version, parked.stamped_until_unix_ms);
+        let node = Self::identity_of(b.slot);
+        let uptake = Uptake {
+            now_unix_ms: self.server_clock(),
+            max_backward_ms: self.max_backward_ms,
+            heartbeat_interval_ms: self.policy().heartbeat_interval_secs * 1000,
+            machine_ids: u16::try_from(self.topology.first_machine_id).unwrap_or(0)
+                ..=u16::try_from(self.topology.last_machine_id).unwrap_or(0),
+            confirmed: Confirmation { generation, registry },
+        };
+        match b.leases.get_or_add(SERVICE).adopt(parked, &node, &uptake) {
+            Ok(()) => {
+                b.lease_generation = generation;
+                b.tenure = Some(tenure);
+                say!(
+                    self,
+                    "{} takes up the lease its slot's last backend left: machine id {machine_id} v{version}, after {}",
+                    b.name,
+                    rel(stamped)
+                );
+                true
+            }
+            Err(why) => {
+                say!(self, "{} leaves the parked lease of machine id {machine_id} v{version}: {why:?}", b.name);
+                false
+            }
+        }
+    }
+
+    fn identity_of(slot: usize) -> NodeIdentity {
+        NodeIdentity {
+            service: SERVICE.into(),
+            host: SERVER_HOST.into(),
+            port: SERVER_PORT,
+            backend_slot: Some(slot as i32),
         }
     }
 
@@ -1050,6 +1158,9 @@ impl World {
         if let Some(txn) = b.txn {
             self.reg.abort(txn);
         }
+        if record && self.setup.handover && self.park(&b) {
+            return;
+        }
         if record && self.reg.installed() {
             let txn = self.reg.begin();
             let closed = self.close_leases(txn, &b);
@@ -1058,6 +1169,51 @@ impl World {
         } else {
             say!(self, "{} disconnects with no exit record", b.name);
         }
+    }
+
+    /// The exit hook with shared memory (`handover::park`): the lease stays in the slot for the next
+    /// backend, if the slot's entry is free (or holds a lease whose window ended).
+    fn park(&mut self, b: &Backend) -> bool {
+        let generation = self.hot_generation(b);
+        let Some(lease) = b.leases.iter().next().and_then(|l| l.park(generation)) else { return false };
+        let Some(tenure) = b.tenure else { return false };
+        let server = self.server_clock();
+        if self.parked[b.slot].as_ref().is_some_and(|(p, _, _)| p.window_end_unix_ms() > server) {
+            return false;
+        }
+        say!(
+            self,
+            "{} disconnects; leaves machine id {} v{} in its slot (stamped until {})",
+            b.name,
+            lease.terms.machine_id,
+            lease.terms.version,
+            rel(lease.stamped_until_unix_ms)
+        );
+        self.parked[b.slot] = Some((lease, tenure, self.now));
+        true
+    }
+
+    /// `handover::close_parked`: the parked leases for which `which(parked_at)` holds are taken out
+    /// of their slots and their last stamps recorded in place of their windows, in `txn`.
+    fn close_parked(&mut self, txn: TxnId, which: impl Fn(Ms) -> bool) -> usize {
+        let mut closed = 0;
+        for slot in 0..self.parked.len() {
+            if !self.parked[slot].as_ref().is_some_and(|(_, _, at)| which(*at)) {
+                continue;
+            }
+            let Some((lease, _, _)) = self.parked[slot].take() else { continue };
+            let held = Holding {
+                node: Self::backend_identity(slot),
+                machine_id: i16::try_from(lease.terms.machine_id).expect("small ids"),
+                version: lease.terms.version,
+            };
+            if let Ok(true) =
+                self.reg.close_backend_lease(txn, &held, lease.terms.registry_epoch, lease.stamped_until_unix_ms)
+            {
+                closed += 1;
+            }
+        }
+        closed
     }
 
     /// `backend::close_leases`: each held lease's last stamp in place of its window.
@@ -1156,7 +1312,15 @@ impl World {
                 say!(self, "{name} its clock is {}ms behind not_before: releases the id unused and exits", wait);
                 let held = Holding { node: node.clone(), machine_id: row.machine_id, version: row.version };
                 let txn = self.reg.begin();
-                let _ = self.reg.release(txn, &held, self.policy().lease_safety_margin_secs * 1000, Some(not_before));
+                let p = self.policy();
+                let _ = self.reg.release(
+                    txn,
+                    &held,
+                    p.lease_safety_margin_secs * 1000,
+                    Some(not_before),
+                    p.lease_secs() * 1000,
+                    p.takeover_idle_1h_secs * 1000,
+                );
                 self.reg.commit(txn);
                 return;
             }
@@ -1446,7 +1610,14 @@ impl World {
                 ("heartbeat", matches!(r, Ok(Some(_))))
             }
             Delayed::Release { held, report, .. } => {
-                let r = self.reg.release(txn, held, policy.lease_safety_margin_secs * 1000, *report);
+                let r = self.reg.release(
+                    txn,
+                    held,
+                    policy.lease_safety_margin_secs * 1000,
+                    *report,
+                    policy.lease_secs() * 1000,
+                    policy.takeover_idle_1h_secs * 1000,
+                );
                 ("release", matches!(r, Ok(Some(_))))
             }
             Delayed::Commit { .. } => unreachable!("handled above"),
@@ -1500,7 +1671,15 @@ impl World {
             }
             _ => {
                 let txn = self.reg.begin();
-                let r = self.reg.release(txn, &held, self.policy().lease_safety_margin_secs * 1000, Some(report));
+                let policy = self.policy();
+                let r = self.reg.release(
+                    txn,
+                    &held,
+                    policy.lease_safety_margin_secs * 1000,
+                    Some(report),
+                    policy.lease_secs() * 1000,
+                    policy.takeover_idle_1h_secs * 1000,
+                );
                 self.reg.commit(txn);
                 let outcome = match r {
                     Ok(Some((version, issued_until))) => {
@@ -1533,8 +1712,12 @@ impl World {
             self.backends[slot] = Some(session);
             return;
         }
-        // This session's own leases count as what they stamped, and it forgets them.
+        // This session's own leases count as what they stamped, and it forgets them; so do the
+        // leases parked in the slots.
         self.close_leases(txn, &session);
+        if !self.off(Mutation::DropLeavesParked) {
+            self.close_parked(txn, |_| true);
+        }
         if !self.off(Mutation::DropForgetsOwnLeases) {
             session.leases.lose_all();
         }
@@ -1635,6 +1818,36 @@ impl World {
             "the older copy is restored: TRUNCATE, then {restored} rows inserted{}",
             if triggers { " (each takes its tombstone)" } else { " with triggers disabled" }
         );
+    }
+
+    /// docs/operations.md's freeing of an id by hand: `idgen_release` of the row as it stands (its
+    /// holder, version), with no watermark, while the holder may still be minting.
+    fn hand_release(&mut self, machine_id: i16) {
+        let Some(txn) = self.hand_txn_or_wait("idgen_release by hand") else { return };
+        let key = (SERVICE.to_owned(), machine_id);
+        let Some(row) = self.reg.view(txn).rows.get(&key).cloned().filter(|r| r.released_at.is_none()) else {
+            self.reg.abort(txn);
+            return;
+        };
+        self.reg.abort(txn);
+        let node = Node {
+            service: row.service.clone(),
+            host: row.host.clone(),
+            port: row.port,
+            backend_slot: row.backend_slot,
+        };
+        let held = Holding { node, machine_id, version: row.version };
+        let policy = self.policy();
+        let txn = self.reg.begin();
+        let (margin, lease, takeback) =
+            (policy.lease_safety_margin_secs * 1000, policy.lease_secs() * 1000, policy.takeover_idle_1h_secs * 1000);
+        match self.reg.release(txn, &held, margin, None, lease, takeback) {
+            Ok(Some((version, watermark))) => {
+                self.reg.commit(txn);
+                say!(self, "a DBA frees machine id {machine_id} by hand (idgen_release, no watermark): v{version}, watermark {}", rel(watermark));
+            }
+            _ => self.reg.abort(txn),
+        }
     }
 
     fn hand_lock(&mut self, machine_id: i16) {

@@ -49,12 +49,12 @@ fn margin_is_covered_by_the_wall_bound() {
 
 /// Since 0.7.0 each registry draws its own version base, so a backend of a dropped registry holds a
 /// version no row of the new one has: the epoch alone is noticed only rarely (first at seed
-/// 148,339), and with the version base switched off too first at seed 40,464 (a literal duplicate).
+/// 120,284), and with the version base switched off too first at seed 40,464 (a literal duplicate).
 /// Both seeds are checked here; `restore_of_an_older_copy_after_drop_create` is its scripted schedule.
 #[test]
 fn epoch() {
     let alone = Mutations::of(Mutation::Epoch);
-    assert_eq!(counterexample(148_339, 1, Faults::ALL, alone).map(|c| c.seed), Some(148_339));
+    assert_eq!(counterexample(120_284, 1, Faults::ALL, alone).map(|c| c.seed), Some(120_284));
     let both = alone.and(Mutation::VersionBase);
     assert_eq!(counterexample(40_464, 1, Faults::ALL, both).map(|c| c.seed), Some(40_464));
 }
@@ -163,6 +163,37 @@ fn cooldown_is_no_uniqueness_guard() {
 }
 
 #[test]
+fn handover_last_stamp() {
+    caught_within(Mutation::HandoverLastStamp, 2_000);
+}
+
+/// The registry's identity on a parked lease, and the drop guard's closing of the parked leases,
+/// each keep a lease of a dropped registry from being taken up; the generated schedules reach a
+/// DROP and CREATE within a parked lease's ten seconds, with the clock stepped back into its window,
+/// too rarely (none in 300,000 seeds with both off). Their scripted schedule
+/// (`parked_lease_of_a_dropped_registry`, tests/regressions.rs) breaks an invariant with both off
+/// and none with either on; this keeps it so.
+#[test]
+fn handover_registry_and_drop_leaves_parked_have_their_scripted_schedule() {
+    let s = scripted::all()
+        .into_iter()
+        .find(|s| s.guard == Mutation::HandoverRegistry && s.also == Some(Mutation::DropLeavesParked))
+        .expect("a scripted schedule");
+    assert!(World::run(&s.schedule, Mutations::NONE, false).violation.is_none());
+    for alone in [Mutation::HandoverRegistry, Mutation::DropLeavesParked] {
+        assert!(World::run(&s.schedule, Mutations::of(alone), false).violation.is_none(), "{}", alone.name());
+    }
+    assert!(World::run(&s.schedule, s.reverted(), false).violation.is_some());
+}
+
+/// 0.8.0 (the trust issue of round three, finding 2): a release by hand without a watermark keeps
+/// what the holder may still stamp until it learns of it.
+#[test]
+fn release_keeps_bound() {
+    caught_within(Mutation::ReleaseKeepsBound, 2_000);
+}
+
+#[test]
 fn every_mutation_has_its_test() {
-    assert_eq!(Mutation::ALL.len(), 21);
+    assert_eq!(Mutation::ALL.len(), 25);
 }

@@ -128,5 +128,15 @@ fn clock_jump_ahead_after_a_report() {
 
 #[test]
 fn every_scripted_schedule_is_tested_here() {
-    assert_eq!(scripted::all().len(), 15);
+    assert_eq!(scripted::all().len(), 17);
+}
+
+#[test]
+fn reconnect_takes_up_the_parked_lease() {
+    check_repeats_an_id(scripted::reconnect_takes_up_the_parked_lease());
+}
+
+#[test]
+fn parked_lease_of_a_dropped_registry() {
+    check(scripted::parked_lease_of_a_dropped_registry());
 }
