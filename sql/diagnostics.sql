@@ -422,6 +422,27 @@ COMMENT ON VIEW idgen_private.visible_nodes IS 'idgen_nodes, as idgen_explain re
 COMMENT ON VIEW idgen_private.visible_metrics IS 'idgen_metrics, as idgen_explain reads it (bound when created).';
 COMMENT ON VIEW idgen_private.visible_layouts IS 'idgen_layouts, as idgen_explain reads it (bound when created).';
 
+-- What idgen_health() reports of the registry writers (src/diagnostics/writers.rs): preloaded
+-- writers that do not run, a worker budget parallel query can use up (not preloaded), and writes
+-- that found no background worker slot in the last hour. Reads shared memory and settings only.
+CREATE FUNCTION idgen_private.writer_findings()
+    RETURNS TABLE (severity text, finding text, subject text, detail text, action text)
+    LANGUAGE c STABLE PARALLEL RESTRICTED ROWS 1
+    AS 'MODULE_PATHNAME', 'writer_findings_wrapper';
+COMMENT ON FUNCTION idgen_private.writer_findings() IS
+    'The findings of idgen_health() about the registry writers: registry_writers_missing, worker_budget, worker_slots_exhausted.';
+GRANT EXECUTE ON FUNCTION idgen_private.writer_findings() TO PUBLIC;
+
+-- What idgen_health() reports of the layouts the caller may read (src/registry/layouts.rs): pairs of
+-- services whose pools share no machine id at other bits, which keeps nothing apart.
+CREATE FUNCTION idgen_private.layout_findings()
+    RETURNS TABLE (severity text, finding text, subject text, detail text, action text)
+    LANGUAGE c STABLE PARALLEL RESTRICTED ROWS 1
+    AS 'MODULE_PATHNAME', 'layout_findings_wrapper';
+COMMENT ON FUNCTION idgen_private.layout_findings() IS
+    'The findings of idgen_health() about the services'' layouts the caller may read: pools_apart_at_other_bits.';
+GRANT EXECUTE ON FUNCTION idgen_private.layout_findings() TO PUBLIC;
+
 -- One row per finding; none means healthy. Reads only the views above, as the caller.
 -- jit = off: compiling its plan would take far longer than running it (it reads every
 -- registry row a few times); the SET also keeps it from being inlined into the caller's
@@ -588,6 +609,10 @@ SELECT f.severity, f.finding, f.subject, f.detail, f.action FROM (
       FROM (SELECT pg_catalog.min(e.at) AS oldest FROM idgen_events e) e CROSS JOIN idgen_policy() p
      WHERE e.oldest OPERATOR(pg_catalog.<)
            (pg_catalog.now() OPERATOR(pg_catalog.-) p.history_retention OPERATOR(pg_catalog.-) interval '1 day')
+    UNION ALL
+    SELECT w.severity, w.finding, w.subject, w.detail, w.action FROM idgen_private.writer_findings() w
+    UNION ALL
+    SELECT l.severity, l.finding, l.subject, l.detail, l.action FROM idgen_private.layout_findings() l
 ) f
 ORDER BY CASE WHEN f.severity OPERATOR(pg_catalog.=) 'critical'::text THEN 1
               WHEN f.severity OPERATOR(pg_catalog.=) 'warning'::text THEN 2 ELSE 3 END, f.finding, f.subject;
@@ -615,6 +640,6 @@ COMMENT ON FUNCTION idgen_node_name(inet, integer, integer) IS 'How idgen names 
 COMMENT ON FUNCTION idgen_slot_pid(inet, integer, integer) IS
     'For a backend row of this server (host idgen.node_host, this port): the pid of the process in its slot now, whoever it is, or NULL.';
 COMMENT ON FUNCTION idgen_slot_pid(inet, integer, integer, timestamptz) IS
-    'For a backend row of this server (host idgen.node_host, this port) last written at last_seen: the pid of the process in its slot if it started before then (it holds the row), or NULL.';
+    'For a backend row of this server (host idgen.node_host, this port) last written at last_seen: the pid of the process in its slot if it holds the row (it took up the lease its slot''s last backend left, or it started before last_seen), or NULL.';
 COMMENT ON FUNCTION idgen_explain(bigint, text) IS
     'Who made an ID: decodes it and names the holder of its machine id at its timestamp, with the version then in force, from the history and the registry; one row per service you may read (or the one given). Says when the history does not reach back that far, and warns when two holders overlap.';

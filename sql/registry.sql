@@ -98,10 +98,12 @@ REVOKE ALL ON idgen_private.nodes FROM PUBLIC;
 -- lease it was granted after its last report (its clock) and, as the server sees it,
 -- until its takeover_at; everyone else is bounded by issued_until. lease and
 -- takeover_age are today's settings, for rows that record no terms. The body is bound
--- at creation, so nothing on a caller's search_path can change what it calls.
+-- at creation, so nothing on a caller's search_path can change what it calls. STABLE, as its
+-- timestamptz + interval is: the planner then inlines it into each statement (an IMMUTABLE
+-- declaration over a stable body made it a function call per row).
 CREATE FUNCTION idgen_private.holder_bound(n idgen_private.nodes, lease interval, takeover_age interval)
     RETURNS timestamptz
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    LANGUAGE sql STABLE PARALLEL SAFE
 RETURN CASE
     WHEN n.backend_slot IS NULL AND n.released_at IS NULL
     THEN GREATEST(n.issued_until OPERATOR(pg_catalog.+) COALESCE(n.lease_until OPERATOR(pg_catalog.-) n.last_seen, lease),
@@ -118,7 +120,9 @@ CREATE TABLE idgen_private.idgen_registry (
     singleton    BOOLEAN PRIMARY KEY DEFAULT true CONSTRAINT idgen_registry_one_row CHECK (singleton),
     epoch        BIGINT NOT NULL,
     created_at   TIMESTAMPTZ NOT NULL,
-    version_base BIGINT NOT NULL CONSTRAINT idgen_registry_version_base_not_negative CHECK (version_base >= 0)
+    version_base BIGINT NOT NULL CONSTRAINT idgen_registry_version_base_not_negative CHECK (version_base >= 0),
+    own_service  VARCHAR(64) NOT NULL,
+    own_database OID NOT NULL
 );
 COMMENT ON TABLE idgen_private.idgen_registry IS
     'idgen''s registry as a whole: one row with its epoch.';
@@ -126,15 +130,23 @@ COMMENT ON COLUMN idgen_private.idgen_registry.singleton IS 'Always true: the ta
 COMMENT ON COLUMN idgen_private.idgen_registry.epoch IS
     'Incarnation of the registry: new at CREATE EXTENSION, raised by TRUNCATE system_nodes. A database backend whose lease was granted in another epoch drops it at its next lease check.';
 COMMENT ON COLUMN idgen_private.idgen_registry.created_at IS 'When this registry was created.';
+COMMENT ON COLUMN idgen_private.idgen_registry.own_service IS
+    'The database''s own service: the one its backends use when idgen.service is empty, with no grant. The database''s name when idgen was created in it (or updated to 0.8.0); a rename of the database keeps it, so that no rename hands its roles another service.';
+COMMENT ON COLUMN idgen_private.idgen_registry.own_database IS
+    'The database own_service was recorded in (its oid). In another database (one copied from this one with CREATE DATABASE ... TEMPLATE) the record does not count: there the own service is the database''s name, so that a copy never mints for the service of the database it was copied from.';
 COMMENT ON COLUMN idgen_private.idgen_registry.version_base IS
     'A row of a machine id never registered here starts at version_base + 1: drawn at random at CREATE EXTENSION (below 2^52), so that a node of a dropped registry, whose heartbeat names the version it holds, matches no row of a registry created again. 0 for a registry updated from before 0.7.0 that had rows, tombstones or history (they start at 1, as they did).';
 -- A new registry grants at once: dropping one is refused while it guards anything (the
 -- event trigger idgen_drop_guard), so no holder of an earlier registry of this database
 -- can still be stamping.
-INSERT INTO idgen_private.idgen_registry (epoch, created_at, version_base)
+INSERT INTO idgen_private.idgen_registry (epoch, created_at, version_base, own_service, own_database)
 SELECT pg_catalog.floor(pg_catalog.random() OPERATOR(pg_catalog.*) 9007199254740991::float8)::bigint,
        pg_catalog.clock_timestamp(),
-       pg_catalog.floor(pg_catalog.random() OPERATOR(pg_catalog.*) 4503599627370496::float8)::bigint;
+       pg_catalog.floor(pg_catalog.random() OPERATOR(pg_catalog.*) 4503599627370496::float8)::bigint,
+       pg_catalog.current_database(),
+       d.oid
+FROM pg_catalog.pg_database d
+WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database();
 REVOKE ALL ON idgen_private.idgen_registry FROM PUBLIC;
 
 -- What the registry knows of rows removed by hand (DELETE, TRUNCATE): whoever held them
@@ -261,7 +273,7 @@ COMMENT ON COLUMN idgen_private.idgen_claim_guards.bucket IS
 REVOKE ALL ON idgen_private.idgen_claim_guards FROM PUBLIC;
 
 -- Which roles may act for which service (besides superusers and the extension owner;
--- a database's own backends may use the service named like the database). Managed by
+-- a database's own backends may use its own service, idgen_registry.own_service). Managed by
 -- idgen_grant_service and idgen_revoke_service; dumped, and restored by role name.
 CREATE TABLE idgen_private.idgen_service_members (
     service    VARCHAR(64) NOT NULL,
@@ -270,7 +282,7 @@ CREATE TABLE idgen_private.idgen_service_members (
     PRIMARY KEY (service, member)
 );
 COMMENT ON TABLE idgen_private.idgen_service_members IS
-    'Roles that may claim, heartbeat and release the machine ids of a service, and use it in idgen_next_id (besides superusers, the extension owner, and a database''s own backends for the service named like the database). Managed with idgen_grant_service and idgen_revoke_service.';
+    'Roles that may claim, heartbeat and release the machine ids of a service, and use it in idgen_next_id (besides superusers, the extension owner, and a database''s own backends for its own service, idgen_registry.own_service). Managed with idgen_grant_service and idgen_revoke_service.';
 COMMENT ON COLUMN idgen_private.idgen_service_members.service IS 'The service.';
 COMMENT ON COLUMN idgen_private.idgen_service_members.member IS 'A role that may act for the service; so may the roles that are members of it.';
 COMMENT ON COLUMN idgen_private.idgen_service_members.granted_at IS 'When the grant was made.';

@@ -11,28 +11,32 @@
 //! a service other than the database's own it also compares the acting role and
 //! the grants' generation with those it last checked (`registry::access`).
 //!
-//! The slow path runs when no lease is held or the deadline passed. A claim, and
-//! each renewal of the window, commit in a transaction of their own
-//! (`registry::autonomous`) before any ID is issued under them: whatever the
+//! The slow path runs when no lease is held or the deadline passed. A lease the
+//! slot's last backend left (`registry::handover`) is taken up without a write.
+//! Otherwise a claim, and each renewal of the window, commit in a transaction of
+//! their own (`registry::writer`) before any ID is issued under them: whatever the
 //! caller's transaction and its savepoints do, every ID this backend returns is
 //! covered by a committed claim and a committed watermark. In a read-only
 //! transaction the lease is only read back, and serves until the window last
-//! committed ends. When the backend exits, it records its last stamp in place of
-//! its window, so that the next connection in its slot need not wait.
+//! committed ends. When the backend exits, it leaves its leases in its slot for
+//! the next backend; where it cannot, it records its last stamp in place of its
+//! window, so that the next connection in its slot need not wait.
 
 use crate::clock::{timestamptz, unix_ms, SystemClock};
 use crate::errors::{or_raise, raise};
 use crate::history::Who;
 use crate::privilege::as_extension_owner;
 use crate::registry::access;
-use crate::registry::autonomous::{self, LeaseAnswer, Request};
+use crate::registry::handover;
 use crate::registry::incarnation;
 use crate::registry::store::{self, BackendCheck};
+use crate::registry::writer::{self, LeaseAnswer, LeaseRequest};
 use crate::server;
 use crate::settings;
 use idgen_core::generator::{Clock, Stop};
 use idgen_core::input;
-use idgen_core::lease::{Authorized, BackendLeases};
+use idgen_core::input::Holding;
+use idgen_core::lease::{Authorized, BackendLeases, Uptake};
 use idgen_core::watermark::HolderKind;
 use idgen_core::{messages, IdgenError, Layout};
 use parking_lot::Mutex;
@@ -94,7 +98,9 @@ pub fn next_id(function: &str, service: &str, check_name: fn(&str) -> Result<Str
             }
         }
     }
-    panic!("idgen: {function}: the lease of service \"{service}\" was renewed but is still due for a check")
+    // Each renewal writes a window from the clock as it reads then: one that still leaves the lease due
+    // means the clock keeps moving past every window (a clock stepping forward again and again).
+    raise(messages::lease_due_after_renewals(function, service))
 }
 
 /// The next ID for the session's service: `idgen.service`, or the database's
@@ -118,11 +124,8 @@ pub fn next_id_of_session_service(function: &str) -> i64 {
     }
     settings::warn_if_contradictory();
     let setting = settings::service_setting();
-    let service = if setting.is_empty() {
-        server::database_name().to_owned()
-    } else {
-        or_raise(input::service_setting(&setting))
-    };
+    let service =
+        if setting.is_empty() { crate::registry::own::service() } else { or_raise(input::service_setting(&setting)) };
     {
         let mut state = STATE.lock();
         let index = lease_index(&mut state, &service);
@@ -134,7 +137,7 @@ pub fn next_id_of_session_service(function: &str) -> i64 {
 /// Where the lease of `service` is kept, created on first use; the database's own service needs no grant.
 fn lease_index(state: &mut State, service: &str) -> usize {
     let index = state.leases.index_or_add(service);
-    if service == server::database_name() {
+    if service == crate::registry::own::service() {
         state.leases.at(index).needs_no_grant();
     }
     index
@@ -143,13 +146,41 @@ fn lease_index(state: &mut State, service: &str) -> usize {
 /// The slow path: authorize the acting role, then renew the held lease or claim one, each
 /// committed on its own before any ID is issued under it.
 fn renew(function: &str, service: &str) {
+    renew_lease(function, service);
+    mark_held();
+}
+
+/// Marks the leases this backend holds in its slot, for the diagnostics (`shared::HeldMark`).
+fn mark_held() {
+    let Some(slot) = crate::shared::area().and_then(|area| area.slot(server::backend_slot())) else { return };
+    // SAFETY: set at process start.
+    let (pid, database) = unsafe { (pg_sys::MyProcPid, u32::from(pg_sys::MyDatabaseId)) };
+    let state = STATE.lock();
+    let mut held = state.leases.iter().filter_map(|l| l.held().map(|h| h.verified_at_unix_ms));
+    for mark in &slot.held {
+        let (pid, last_seen) = held.next().map_or((0, 0), |at| (pid, at));
+        mark.database.store(database, Ordering::Relaxed);
+        mark.last_seen_ms.store(last_seen, Ordering::Relaxed);
+        mark.pid.store(pid, Ordering::Release);
+    }
+}
+
+/// Clears this backend's marks in its slot (it leaves).
+fn unmark_held() {
+    if let Some(slot) = crate::shared::area().and_then(|area| area.slot(server::backend_slot())) {
+        slot.held.iter().for_each(|mark| mark.pid.store(0, Ordering::Release));
+    }
+}
+
+/// The slow path's work: see [`renew`].
+fn renew_lease(function: &str, service: &str) {
     // SAFETY: plain reads of backend-local state.
     let (in_parallel_worker, on_standby, read_only) =
         unsafe { (pg_sys::ParallelWorkerNumber >= 0, pg_sys::RecoveryInProgress(), pg_sys::XactReadOnly) };
     if in_parallel_worker {
         raise(messages::in_parallel_worker(function));
     }
-    let generation = incarnation::confirming();
+    let confirmed = incarnation::confirming();
     let settings = or_raise(settings::claim_settings());
     let heartbeat_ms = settings.policy.heartbeat_interval_secs * 1000;
     let max_backward_ms = settings.max_clock_backward_ms;
@@ -169,6 +200,29 @@ fn renew(function: &str, service: &str) {
         STATE.lock().leases.get_or_add(service).set_authorized(Some(acting));
     }
     let who = Who::now(pg_sys::Oid::from(acting.role));
+    let node = or_raise(input::backend_identity(
+        service.to_owned(),
+        &settings::node_host(),
+        server::port(),
+        server::backend_slot(),
+    ));
+    if holding.is_none() {
+        // The slot's last backend left this service's lease: it goes on here, with no write.
+        if let Some(parked) = handover::take(service) {
+            let uptake = Uptake {
+                now_unix_ms: SystemClock.now_unix_ms(),
+                max_backward_ms,
+                heartbeat_interval_ms: heartbeat_ms,
+                machine_ids: settings.machine_id_range(),
+                confirmed,
+            };
+            let adopted = STATE.lock().leases.get_or_add(service).adopt(parked, &node, &uptake).is_ok();
+            if adopted {
+                close_at_exit();
+                return;
+            }
+        }
+    }
 
     let renewal = match (holding, terms) {
         (Some(held), Some(terms)) if !writable => {
@@ -193,7 +247,7 @@ fn renew(function: &str, service: &str) {
                         issued_ms,
                         max_backward_ms,
                         heartbeat_ms,
-                        generation,
+                        confirmed,
                     );
                     return;
                 }
@@ -205,20 +259,13 @@ fn renew(function: &str, service: &str) {
         }
         (Some(held), Some(terms)) => {
             let age_ms = SystemClock.now_unix_ms() - terms.claimed_at_unix_ms;
-            Some(autonomous::renewal(held, terms.registry_epoch, &settings, age_ms))
+            Some(writer::renewal(held, terms.registry_epoch, &settings, age_ms))
         }
         _ if !writable => raise(messages::no_lease_read_only(function, service, on_standby)),
         _ => None,
     };
-    let node = or_raise(input::backend_identity(
-        service.to_owned(),
-        &settings::node_host(),
-        server::port(),
-        server::backend_slot(),
-    ));
-    let request =
-        Request::BackendLease { function: function.to_owned(), node: node.clone(), renew: renewal, settings, who };
-    let answer = autonomous::backend_lease(request);
+    let request = LeaseRequest { function: function.to_owned(), node: node.clone(), renew: renewal, settings, who };
+    let answer = writer::backend_lease(request);
     let mut state = STATE.lock();
     let lease = state.leases.get_or_add(service);
     match answer {
@@ -229,18 +276,18 @@ fn renew(function: &str, service: &str) {
                 issued_until_unix_ms,
                 max_backward_ms,
                 heartbeat_ms,
-                generation,
+                confirmed,
             );
         }
         LeaseAnswer::Claimed(terms) => {
-            lease.claimed(node, terms, max_backward_ms, heartbeat_ms, generation);
+            lease.claimed(node, terms, max_backward_ms, heartbeat_ms, confirmed);
             drop(state);
             close_at_exit();
         }
     }
 }
 
-/// Registers, once, the exit hook that records the leases' last stamps.
+/// Registers, once, the exit hook that leaves the leases for the slot's next backend.
 fn close_at_exit() {
     if !CLOSES_AT_EXIT.swap(true, Ordering::Relaxed) {
         // SAFETY: registers a plain function for the life of the backend.
@@ -250,37 +297,81 @@ fn close_at_exit() {
 
 /// Records every held lease's last stamp (see `BackendLease::closing_watermark_unix_ms`) in the
 /// current transaction, as the extension owner, and forgets the leases: the next ID claims anew.
-/// The session that drops the extension does this first, so that its own leases count as what
-/// they stamped, not as their windows.
+/// The session that drops the extension does this first, with the leases parked in its database
+/// (`handover::close_parked_here`), so that they count as what they stamped, not as their windows.
 pub fn close_leases(client: &mut SpiClient) {
-    let (closings, epochs): (Vec<_>, Vec<_>) = {
+    let closings = {
         let mut state = STATE.lock();
-        let epochs: Vec<i64> = state.leases.iter().filter_map(|l| l.held().map(|h| h.terms.registry_epoch)).collect();
-        let closings = state.leases.closings();
+        let services: Vec<String> = state.leases.iter().map(|l| l.service().to_owned()).collect();
+        let closings: Vec<_> = services.iter().filter_map(|s| state.leases.closing_of(s)).collect();
         state.leases.lose_all();
-        (closings, epochs)
+        closings
     };
-    for ((held, closing_ms), epoch) in closings.iter().zip(epochs) {
+    record_closings(client, &closings);
+    handover::close_parked_here(client);
+}
+
+fn record_closings(client: &mut SpiClient, closings: &[(Holding, i64, i64)]) {
+    for (held, closing_ms, epoch) in closings {
         if let Some(closing) = timestamptz(*closing_ms) {
-            store::close_backend_lease(client, held, epoch, closing);
+            store::close_backend_lease(client, held, *epoch, closing);
         }
     }
 }
 
-/// The exit hook: a transaction of its own, as PostgreSQL's own clean-up of temporary tables
-/// does. Nothing it can fail at matters: the window it would have lowered stays, which only makes
-/// the next holder wait for it.
+/// The backend's state, in the exit hook. A FATAL error raised while the generator waits for its
+/// clock (`pg_terminate_backend`, a fast shutdown, `DROP DATABASE … WITH (FORCE)` during a wait for
+/// the next tick or for a clock stepped back) leaves through `proc_exit` from inside `next_id`,
+/// whose frame holds the lock and never resumes: taking it again would hang the exit for good. A
+/// backend runs one thread, so a lock held here is held by that abandoned frame; the wait changes
+/// nothing before it returns, so what the lock guards is whole.
+fn state_at_exit() -> parking_lot::MutexGuard<'static, State> {
+    if let Some(state) = STATE.try_lock() {
+        return state;
+    }
+    // SAFETY: the holder is a frame of this thread that proc_exit abandoned (see above); no other
+    // thread exists to hold it.
+    unsafe { STATE.force_unlock() };
+    STATE.lock()
+}
+
+/// The exit hook: each held lease is left in the slot for the next backend (no write); one that
+/// cannot be (no shared memory, the slot's entries hold other services' leases, the registry may
+/// be gone, or the backend ends with an error: terminated, a server shutting down, whose shared
+/// memory goes with it) has its last stamp recorded, in
+/// a transaction of its own, as PostgreSQL's own clean-up of temporary tables does. Nothing that
+/// record can fail at matters: the window it would have lowered stays, which only makes the next
+/// holder wait for it.
 #[pg_guard]
-unsafe extern "C-unwind" fn close_leases_at_exit(_code: std::ffi::c_int, _arg: pg_sys::Datum) {
-    if STATE.lock().leases.closings().is_empty() {
+unsafe extern "C-unwind" fn close_leases_at_exit(code: std::ffi::c_int, _arg: pg_sys::Datum) {
+    // A client that disconnects (or whose connection drops) ends its backend with 0; a FATAL error
+    // (pg_terminate_backend, a server shutting down) with 1.
+    let terminated = code != 0;
+    unmark_held();
+    let unparked: Vec<(Holding, i64, i64)> = {
+        let mut state = state_at_exit();
+        let generation = incarnation::generation();
+        let services: Vec<String> = state.leases.iter().map(|l| l.service().to_owned()).collect();
+        let mut unparked = Vec::new();
+        for service in services {
+            let lease = state.leases.get_or_add(&service);
+            let parked = !terminated && lease.park(generation).is_some_and(|p| handover::park(&p));
+            if !parked {
+                unparked.extend(state.leases.closing_of(&service));
+            }
+        }
+        state.leases.lose_all();
+        unparked
+    };
+    if unparked.is_empty() {
         return;
     }
     // SAFETY: no transaction may be open on the way out; this ends whatever was.
     unsafe { pg_sys::AbortOutOfAnyTransaction() };
     // A session's own settings (read only, a short statement_timeout) must not make the record fail.
-    autonomous::settle_for_registry_writes();
-    let closed = autonomous::in_own_transaction(|| {
-        as_extension_owner(|| Spi::connect_mut(close_leases));
+    writer::settle_for_registry_writes();
+    let closed = writer::in_own_transaction(|| {
+        as_extension_owner(|| Spi::connect_mut(|client| record_closings(client, &unparked)));
         ((), true)
     });
     if let Err(e) = closed {

@@ -55,6 +55,13 @@ pub fn unix_ms(ts: TimestampWithTimeZone) -> i64 {
     micros.div_euclid(1000) + PG_EPOCH_UNIX_MS
 }
 
+/// The server's clock now, to the microsecond, as `clock_timestamp()` reads it.
+pub fn server_now() -> TimestampWithTimeZone {
+    // SAFETY: reads the system clock.
+    let micros = unsafe { pg_sys::GetCurrentTimestamp() };
+    TimestampWithTimeZone::try_from(micros).expect("the clock reads a valid timestamptz")
+}
+
 /// Unix milliseconds as a timestamptz, if in its range.
 pub fn timestamptz(unix_ms: i64) -> Option<TimestampWithTimeZone> {
     TimestampWithTimeZone::try_from((unix_ms - PG_EPOCH_UNIX_MS) * 1000).ok()

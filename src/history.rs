@@ -114,7 +114,7 @@ const EVENT_ID_ATTEMPTS: usize = 8;
 /// Whether refusal `event` is to be recorded whatever becomes of the caller's transaction (an
 /// error is on its way): only when none of its kind was recorded for its service within the
 /// interval, and no other session is recording one at the moment. The caller then hands it to
-/// a background worker (`registry::autonomous::record_refusal`). A refusal is thus recorded
+/// a background worker (`registry::writer::record_refusal`). A refusal is thus recorded
 /// once a minute per service and kind, at most one worker runs for refusals at a time, and a
 /// refused call never waits for one.
 pub fn refusal_due(client: &mut SpiClient, event: &Event) -> bool {

@@ -4,7 +4,9 @@
 //! that binds them to Postgres: settings, SQL functions, SPI and alerts.
 //!
 //! - `registry`: `system_nodes`, `idgen_claim` / `idgen_heartbeat` / `idgen_release`, the
-//!   registry writes that commit on their own, and the triggers that keep what is removed by hand.
+//!   registry writes that commit on their own, the leases handed from a backend to the next, and
+//!   the triggers that keep what is removed by hand.
+//! - `shared`: idgen's shared memory (the writers, the slots' mailboxes and parked leases).
 //! - `ids`: `idgen_next_id` and the functions that read IDs back.
 //! - `backend`: each backend's own leases (hot path, slow path, the record it leaves at exit).
 //! - `privilege`: the switch to the extension owner's rights, with the search_path pinned.
@@ -26,6 +28,7 @@ mod privilege;
 mod registry;
 mod server;
 mod settings;
+mod shared;
 mod spi;
 mod statements;
 
@@ -71,15 +74,21 @@ pub extern "C-unwind" fn _PG_init() {
     // with: pgrx would append one to the DETAIL of every error raised through Rust. (Set before
     // anything can capture one; a backend is single-threaded.)
     std::env::set_var("RUST_LIB_BACKTRACE", "0");
-    // idgen's registry writer runs by the settings its caller took (`registry::autonomous`):
-    // defining them would cost its start more than its work.
-    if registry::autonomous::is_registry_writer() {
+    // Every process, a registry writer too, learns what invalidates what it remembers.
+    registry::access::register_invalidation_callbacks();
+    registry::incarnation::register_invalidation_callback();
+    // idgen's registry writers run by the settings their callers took (`registry::writer`):
+    // defining them would cost a writer's start more than its work.
+    if registry::writer::is_registry_writer() {
         return;
     }
     settings::register();
+    // SAFETY: set by the postmaster while it loads shared_preload_libraries.
+    if unsafe { pgrx::pg_sys::process_shared_preload_libraries_in_progress } {
+        shared::request_at_server_start();
+        registry::writer::register_at_server_start();
+    }
     registry::prepare_guard::register_transaction_callback();
-    registry::access::register_invalidation_callbacks();
-    registry::incarnation::register_invalidation_callback();
 }
 
 #[cfg(any(test, feature = "pg_test"))]

@@ -27,7 +27,7 @@ pub const LIBRARY_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Against the objects before 0.6.0 it serves their `idgen_heartbeat` and `idgen_policy` under
 /// their own symbols and shapes, stores no heartbeat reports and records no restarts.
 /// Any other version is refused.
-pub const SQL_VERSIONS: [&str; 5] = [LIBRARY_VERSION, "0.6.0", "0.5.1", "0.5.0", "0.4.0"];
+pub const SQL_VERSIONS: [&str; 6] = [LIBRARY_VERSION, "0.7.0", "0.6.0", "0.5.1", "0.5.0", "0.4.0"];
 
 /// The SQL versions before per-service layouts (0.7.0): no `idgen_layouts`, every service the default.
 const WITHOUT_LAYOUTS: [&str; 4] = ["0.6.0", "0.5.1", "0.5.0", "0.4.0"];
@@ -40,6 +40,7 @@ const WITHOUT_FLEET_REPORTS: [&str; 3] = ["0.5.1", "0.5.0", "0.4.0"];
 const WITHOUT_WATERMARK_BEHIND: &str = "0.4.0";
 
 /// The installed extension, as `pg_extension` has it.
+#[derive(Clone)]
 pub struct Installed {
     pub owner: pg_sys::Oid,
     /// The schema it is installed in (`public` by default).
@@ -158,8 +159,30 @@ pub fn installed_history_records_watermark_behind() -> bool {
 }
 
 /// The extension's owner, schema and version. Read from `pg_extension` through its name index rather
-/// than with SQL: a new backend's first claim would otherwise parse and plan a catalog query, cold.
+/// than with SQL (a new backend's first claim would otherwise parse and plan a catalog query, cold),
+/// once per statement: within one command nothing creates or drops it.
 pub fn installed() -> Option<Installed> {
+    type Cached = ((pg_sys::TimestampTz, pg_sys::TimestampTz, pg_sys::CommandId), Option<Installed>);
+    static CACHE: parking_lot::Mutex<Option<Cached>> = parking_lot::Mutex::new(None);
+    // SAFETY: reads backend-local transaction state.
+    let statement = unsafe {
+        (
+            pg_sys::GetCurrentTransactionStartTimestamp(),
+            pg_sys::GetCurrentStatementStartTimestamp(),
+            pg_sys::GetCurrentCommandId(false),
+        )
+    };
+    if let Some((at, installed)) = CACHE.lock().as_ref() {
+        if *at == statement {
+            return installed.clone();
+        }
+    }
+    let found = read_installed();
+    *CACHE.lock() = Some((statement, found.clone()));
+    found
+}
+
+fn read_installed() -> Option<Installed> {
     // SAFETY: a catalog scan by index inside the caller's transaction, as get_extension_oid
     // does; the tuple is read before the scan ends.
     unsafe {

@@ -297,7 +297,7 @@ pub fn claim_policy() -> Result<ClaimPolicy, IdgenError> {
 }
 
 /// Everything a claim reads of the settings, taken once by the session that claims: a
-/// backend's claim runs in a background worker of its own (`registry::autonomous`), which
+/// backend's claim runs in a background worker of its own (`registry::writer`), which
 /// runs by the settings the backend saw.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ClaimSettings {

@@ -2,13 +2,26 @@
 //! Every call's arguments are checked against the statement's parameter list (their number and
 //! the type each is bound as), so a statement and its callers cannot drift apart unnoticed: a
 //! mismatch is a bug in idgen, reported as one before anything runs.
+//!
+//! Each statement is planned once per process and its plan kept ([`plan`]): Postgres' plan cache
+//! revalidates a kept plan when anything it uses changes (an `ALTER EXTENSION idgen UPDATE`, a DROP
+//! and CREATE, any DDL on its tables), parsing the text again. Every name in the text is qualified
+//! and the search_path is pinned around it (`crate::privilege`), so a new parse resolves the same
+//! objects, never one planted since.
 
 use crate::statements::Statement;
 use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::pg_sys;
-use pgrx::spi::{SpiClient, SpiHeapTupleData, SpiResult, SpiTupleTable};
+use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiHeapTupleData, SpiResult, SpiTupleTable};
+use std::collections::HashMap;
 
-/// Runs `statement` with `args`, at most `limit` rows (SPI's read-write execution).
+/// Runs `statement` with `args`, at most `limit` rows (SPI's read-write execution: it sees the
+/// transaction's own writes).
+///
+/// Not `SpiClient::update`, which assigns the transaction an id before anything runs: a statement
+/// that only reads (or writes no row) must leave none, or a read of the registry would wait at
+/// commit for a synchronous standby, and fail on a hot standby. Postgres assigns one at the first
+/// row a statement writes or locks; the kept plan was prepared read-write, so SPI runs it so.
 pub fn run<'conn>(
     client: &mut SpiClient<'conn>,
     statement: &Statement,
@@ -16,7 +29,8 @@ pub fn run<'conn>(
     args: &[DatumWithOid],
 ) -> SpiResult<SpiTupleTable<'conn>> {
     check_arguments(statement, args);
-    client.update(statement.text, limit, args)
+    let plan = plan(client, statement, true)?;
+    client.select(plan, limit, args)
 }
 
 /// Runs read-only `statement` as its caller sees the database (SPI's read-only execution).
@@ -27,7 +41,34 @@ pub fn read<'conn>(
     args: &[DatumWithOid],
 ) -> SpiResult<SpiTupleTable<'conn>> {
     check_arguments(statement, args);
-    client.select(statement.text, limit, args)
+    let plan = plan(client, statement, false)?;
+    client.select(plan, limit, args)
+}
+
+/// A kept plan: it lives as long as the process.
+struct Kept(&'static OwnedPreparedStatement);
+// SAFETY: a backend runs one thread; the plan is only ever used by it.
+unsafe impl Send for Kept {}
+
+/// This process's kept plans, by statement and whether it runs read-write.
+static PLANS: parking_lot::Mutex<Option<HashMap<(&'static str, bool), Kept>>> = parking_lot::Mutex::new(None);
+
+/// The kept plan of `statement`, prepared on first use. The lock is not held while a statement
+/// runs: a statement's triggers run statements of their own.
+fn plan(client: &SpiClient, statement: &Statement, read_write: bool) -> SpiResult<&'static OwnedPreparedStatement> {
+    let key = (statement.name, read_write);
+    if let Some(Kept(plan)) = PLANS.lock().as_ref().and_then(|plans| plans.get(&key)) {
+        return Ok(plan);
+    }
+    let types: Vec<pgrx::PgOid> = statement.params.iter().map(|p| pgrx::PgOid::from(type_oid(p.sql_type))).collect();
+    let prepared = if read_write {
+        client.prepare_mut(statement.text, &types)?
+    } else {
+        client.prepare(statement.text, &types)?
+    };
+    let plan: &'static OwnedPreparedStatement = Box::leak(Box::new(prepared.keep()));
+    PLANS.lock().get_or_insert_with(HashMap::new).insert(key, Kept(plan));
+    Ok(plan)
 }
 
 /// Runs `statement` in a connection of its own (for callers that hold no SPI client).
@@ -44,17 +85,14 @@ pub fn first_row_with_latest_snapshot<R>(
     read: impl FnOnce(*mut pg_sys::HeapTupleData, pg_sys::TupleDesc) -> R,
 ) -> Option<R> {
     check_arguments(statement, args);
-    let text = std::ffi::CString::new(statement.text).expect("statements have no NUL");
-    let mut types: Vec<pg_sys::Oid> = args.iter().map(DatumWithOid::oid).collect();
+    let plan = raw_plan(statement);
     let mut values: Vec<pg_sys::Datum> =
         args.iter().map(|arg| arg.datum().map_or(pg_sys::Datum::from(0), |d| d.sans_lifetime())).collect();
     let nulls: Vec<std::ffi::c_char> =
         args.iter().map(|arg| if arg.datum().is_some() { b' ' } else { b'n' } as std::ffi::c_char).collect();
-    // SAFETY: SPI is connected (the caller holds its client); the plan and the row are used
-    // before the plan is freed, in the SPI procedure's memory context.
+    // SAFETY: SPI is connected (the caller holds its client); the row is read in the SPI
+    // procedure's memory context.
     unsafe {
-        let plan = pg_sys::SPI_prepare(text.as_ptr(), types.len() as i32, types.as_mut_ptr());
-        assert!(!plan.is_null(), "idgen: could not plan {}", statement.name);
         let status = pg_sys::SPI_execute_snapshot(
             plan,
             values.as_mut_ptr(),
@@ -66,13 +104,32 @@ pub fn first_row_with_latest_snapshot<R>(
             1,
         );
         assert_eq!(status, pg_sys::SPI_OK_SELECT as i32, "idgen: {} failed", statement.name);
-        let row = (pg_sys::SPI_processed > 0).then(|| {
+        (pg_sys::SPI_processed > 0).then(|| {
             let table = pg_sys::SPI_tuptable;
             read(*(*table).vals, (*table).tupdesc)
-        });
-        pg_sys::SPI_freeplan(plan);
-        row
+        })
     }
+}
+
+/// Kept plans run by hand (a snapshot of their own), by statement.
+static RAW_PLANS: parking_lot::Mutex<Option<HashMap<&'static str, usize>>> = parking_lot::Mutex::new(None);
+
+/// The kept plan of read-only `statement` for `SPI_execute_snapshot`. SPI must be connected.
+fn raw_plan(statement: &Statement) -> pg_sys::SPIPlanPtr {
+    if let Some(plan) = RAW_PLANS.lock().as_ref().and_then(|plans| plans.get(statement.name)) {
+        return *plan as pg_sys::SPIPlanPtr;
+    }
+    let text = std::ffi::CString::new(statement.text).expect("statements have no NUL");
+    let mut types: Vec<pg_sys::Oid> = statement.params.iter().map(|p| type_oid(p.sql_type)).collect();
+    // SAFETY: SPI is connected; the plan is kept for the life of the process.
+    let plan = unsafe {
+        let plan = pg_sys::SPI_prepare(text.as_ptr(), types.len() as i32, types.as_mut_ptr());
+        assert!(!plan.is_null(), "idgen: could not plan {}", statement.name);
+        pg_sys::SPI_keepplan(plan);
+        plan
+    };
+    RAW_PLANS.lock().get_or_insert_with(HashMap::new).insert(statement.name, plan as usize);
+    plan
 }
 
 /// A duration of `n` seconds, as the statements take durations (`interval`).

@@ -225,6 +225,37 @@ statements! {
         WHERE l.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
     "#;
 
+    /// Every other service's layout and pool (`idgen_define_layout` compares them with the one defined).
+    OTHER_LAYOUTS(service: text) = r#"
+        SELECT l.service::pg_catalog.text,
+            pg_catalog.floor(EXTRACT(epoch FROM l.epoch) OPERATOR(pg_catalog.*) 1000::numeric)::bigint,
+            l.time_unit_ms,
+            l.time_bits,
+            l.machine_bits,
+            l.sequence_bits,
+            l.field_order,
+            l.pool_first,
+            l.pool_last
+        FROM idgen_private.idgen_layouts l
+        WHERE l.service::pg_catalog.text OPERATOR(pg_catalog.<>) $1
+        ORDER BY l.service
+    "#;
+
+    /// The layouts and pools the caller may read (`idgen_health()`, as the caller), as [`OTHER_LAYOUTS`].
+    VISIBLE_LAYOUTS() = r#"
+        SELECT l.service::pg_catalog.text,
+            pg_catalog.floor(EXTRACT(epoch FROM l.epoch) OPERATOR(pg_catalog.*) 1000::numeric)::bigint,
+            l.time_unit_ms,
+            l.time_bits,
+            l.machine_bits,
+            l.sequence_bits,
+            l.field_order,
+            l.pool_first,
+            l.pool_last
+        FROM idgen_private.visible_layouts l
+        ORDER BY l.service
+    "#;
+
     /// Records a layout for a service that has none: the default, at its first claim (in a transaction of
     /// its own).
     RECORD_LAYOUT(
@@ -582,6 +613,17 @@ statements! {
           AND n.machine_id OPERATOR(pg_catalog.=) $2
     "#;
 
+    /// What the holders of a machine id may have stamped (its row's bound), in Unix ms, and the server
+    /// clock: why a claim of it by number must wait.
+    ROW_BOUND(service: text, machine_id: integer, lease: interval, takeback_age: interval) = r#"
+        SELECT pg_catalog.floor(EXTRACT(epoch FROM idgen_private.holder_bound(n, $3, $4)) OPERATOR(pg_catalog.*) 1000::numeric)::bigint,
+            pg_catalog.floor(EXTRACT(epoch FROM pg_catalog.clock_timestamp()) OPERATOR(pg_catalog.*) 1000::numeric)::bigint
+        FROM idgen_private.nodes n
+        WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
+          AND n.machine_id OPERATOR(pg_catalog.=) $2
+          AND pg_catalog.isfinite(idgen_private.holder_bound(n, $3, $4))
+    "#;
+
     /// How many machine ids of the range are registered.
     COUNT_HELD(service: text, first_machine_id: integer, last_machine_id: integer) = r#"
         SELECT pg_catalog.count(*)
@@ -610,24 +652,19 @@ statements! {
     "#;
 
     /// A version-checked heartbeat: a new grant, and the watermark raised to the report (or the server's
-    /// clock). Returns the grant and the watermark held before the statement (a node's watermark never
-    /// goes back: a report behind it is recorded). The grant never goes back either: the answer may
-    /// never reach the node (lost after the commit), which then holds the grant before, so a lease
-    /// shortened by a reload starts once that one has ended.
+    /// clock). Returns the grant and the watermark the row holds now (a node's watermark never goes
+    /// back: a report behind the one held before leaves that one, and is recorded). The grant never goes
+    /// back either: the answer may never reach the node (lost after the commit), which then holds the
+    /// grant before, so a lease shortened by a reload starts once that one has ended.
     HEARTBEAT(
         service: text, machine_id: integer, host: inet, port: integer, backend_slot: integer,
-        version: bigint, lease: interval, reported: timestamptz, takeback_age: interval,
+        version: bigint, lease: interval, reported: timestamptz, takeback_age: interval, now: timestamptz,
     ) = r#"
         UPDATE idgen_private.nodes
-        SET last_seen = t.now,
-            lease_until = GREATEST(lease_until, t.now OPERATOR(pg_catalog.+) $7),
-            takeover_at = GREATEST(takeover_at, t.now OPERATOR(pg_catalog.+) $9),
-            issued_until = GREATEST(issued_until, COALESCE($8, t.now))
-        FROM (SELECT pg_catalog.clock_timestamp() AS now) t, (
-            SELECT o.issued_until AS held
-            FROM idgen_private.nodes o
-            WHERE o.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
-              AND o.machine_id OPERATOR(pg_catalog.=) $2) held_before
+        SET last_seen = $10,
+            lease_until = GREATEST(lease_until, $10 OPERATOR(pg_catalog.+) $7),
+            takeover_at = GREATEST(takeover_at, $10 OPERATOR(pg_catalog.+) $9),
+            issued_until = GREATEST(issued_until, COALESCE($8, $10))
         WHERE service::pg_catalog.text OPERATOR(pg_catalog.=) $1
           AND machine_id OPERATOR(pg_catalog.=) $2
           AND host OPERATOR(pg_catalog.=) $3
@@ -635,7 +672,7 @@ statements! {
           AND COALESCE(backend_slot, -1) OPERATOR(pg_catalog.=) COALESCE($5, -1)
           AND version OPERATOR(pg_catalog.=) $6
           AND released_at IS NULL
-        RETURNING lease_until, held_before.held
+        RETURNING lease_until, issued_until
     "#;
 
     /// [`HEARTBEAT`], keeping what the node reports at its version (objects of 0.6.0 on): its clock's
@@ -646,22 +683,18 @@ statements! {
         service: text, machine_id: integer, host: inet, port: integer, backend_slot: integer,
         version: bigint, lease: interval, reported: timestamptz, takeback_age: interval,
         clock_backward_waits: bigint, clock_backward_refusals: bigint, sequence_exhaustions: bigint,
+        now: timestamptz,
     ) = r#"
         UPDATE idgen_private.nodes
-        SET last_seen = t.now,
-            lease_until = GREATEST(lease_until, t.now OPERATOR(pg_catalog.+) $7),
-            takeover_at = GREATEST(takeover_at, t.now OPERATOR(pg_catalog.+) $9),
-            issued_until = GREATEST(issued_until, COALESCE($8, t.now)),
+        SET last_seen = $13,
+            lease_until = GREATEST(lease_until, $13 OPERATOR(pg_catalog.+) $7),
+            takeover_at = GREATEST(takeover_at, $13 OPERATOR(pg_catalog.+) $9),
+            issued_until = GREATEST(issued_until, COALESCE($8, $13)),
             reports_version = $6,
-            clock_offset = $8 OPERATOR(pg_catalog.-) t.now,
+            clock_offset = $8 OPERATOR(pg_catalog.-) $13,
             clock_backward_waits = $10,
             clock_backward_refusals = $11,
             sequence_exhaustions = $12
-        FROM (SELECT pg_catalog.clock_timestamp() AS now) t, (
-            SELECT o.issued_until AS held
-            FROM idgen_private.nodes o
-            WHERE o.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
-              AND o.machine_id OPERATOR(pg_catalog.=) $2) held_before
         WHERE service::pg_catalog.text OPERATOR(pg_catalog.=) $1
           AND machine_id OPERATOR(pg_catalog.=) $2
           AND host OPERATOR(pg_catalog.=) $3
@@ -669,32 +702,35 @@ statements! {
           AND COALESCE(backend_slot, -1) OPERATOR(pg_catalog.=) COALESCE($5, -1)
           AND version OPERATOR(pg_catalog.=) $6
           AND released_at IS NULL
-        RETURNING lease_until, held_before.held
+        RETURNING lease_until, issued_until
     "#;
 
-    /// A version-checked release: a new version, the cooldown starts, the watermark rises to the report
-    /// (or the clock plus `margin`). Returns the new version and watermark, and the watermark held before.
+    /// A version-checked release: a new version, the cooldown starts, the watermark rises to the report,
+    /// which the holder makes after it stopped stamping. Without one (a release by hand, while the holder
+    /// may go on until it learns of it) it rises to what the holder may still stamp as it holds the row
+    /// ([`idgen_private.holder_bound`]: a node's last report plus its lease, and its take-back time; a
+    /// backend's window), and at least to the clock plus `margin`. Returns the new version and watermark.
     RELEASE(
         service: text, machine_id: integer, host: inet, port: integer, backend_slot: integer,
-        version: bigint, margin: interval, reported: timestamptz,
+        version: bigint, margin: interval, reported: timestamptz, lease: interval, takeback_age: interval,
     ) = r#"
-        UPDATE idgen_private.nodes
-        SET version = version OPERATOR(pg_catalog.+) 1,
+        UPDATE idgen_private.nodes n
+        SET version = n.version OPERATOR(pg_catalog.+) 1,
             released_at = t.now,
-            issued_until = GREATEST(issued_until, COALESCE($8, (t.now OPERATOR(pg_catalog.+) $7)))
+            issued_until = GREATEST(n.issued_until, COALESCE($8, GREATEST(held.bound, t.now OPERATOR(pg_catalog.+) $7)))
         FROM (SELECT pg_catalog.clock_timestamp() AS now) t, (
-            SELECT o.issued_until AS held
+            SELECT idgen_private.holder_bound(o, $9, $10) AS bound
             FROM idgen_private.nodes o
             WHERE o.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
-              AND o.machine_id OPERATOR(pg_catalog.=) $2) held_before
-        WHERE service::pg_catalog.text OPERATOR(pg_catalog.=) $1
-          AND machine_id OPERATOR(pg_catalog.=) $2
-          AND host OPERATOR(pg_catalog.=) $3
-          AND port OPERATOR(pg_catalog.=) $4
-          AND COALESCE(backend_slot, -1) OPERATOR(pg_catalog.=) COALESCE($5, -1)
-          AND version OPERATOR(pg_catalog.=) $6
-          AND released_at IS NULL
-        RETURNING version, issued_until, held_before.held
+              AND o.machine_id OPERATOR(pg_catalog.=) $2) held
+        WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
+          AND n.machine_id OPERATOR(pg_catalog.=) $2
+          AND n.host OPERATOR(pg_catalog.=) $3
+          AND n.port OPERATOR(pg_catalog.=) $4
+          AND COALESCE(n.backend_slot, -1) OPERATOR(pg_catalog.=) COALESCE($5, -1)
+          AND n.version OPERATOR(pg_catalog.=) $6
+          AND n.released_at IS NULL
+        RETURNING n.version, n.issued_until
     "#;
 
     /// A backend's version- and epoch-checked renewal that writes its next window.
@@ -747,14 +783,18 @@ statements! {
             WHERE r.epoch OPERATOR(pg_catalog.=) $8)
     "#;
 
-    /// A backend that stops records its last stamp (at or after its lease's not_before) in place of the
-    /// window it wrote, if the row is still its own.
+    /// A backend's lease ends (the backend stopped, or its parked lease was closed): its last stamp (at or
+    /// after its lease's not_before) in place of the window it wrote, and the row released at a new
+    /// version, if it is still the lease's, so that an ended session holds no id of its service's pool:
+    /// the slot's next backend takes it back, any claim after the cooldown.
     CLOSE_BACKEND_LEASE(
         service: text, machine_id: integer, host: inet, port: integer, backend_slot: integer,
         version: bigint, epoch: bigint, last_stamp: timestamptz,
     ) = r#"
         UPDATE idgen_private.nodes
-        SET issued_until = $8
+        SET issued_until = LEAST(issued_until, $8),
+            released_at = pg_catalog.clock_timestamp(),
+            version = version OPERATOR(pg_catalog.+) 1
         WHERE service::pg_catalog.text OPERATOR(pg_catalog.=) $1
           AND machine_id OPERATOR(pg_catalog.=) $2
           AND host OPERATOR(pg_catalog.=) $3
@@ -762,7 +802,6 @@ statements! {
           AND COALESCE(backend_slot, -1) OPERATOR(pg_catalog.=) COALESCE($5, -1)
           AND version OPERATOR(pg_catalog.=) $6
           AND released_at IS NULL
-          AND issued_until OPERATOR(pg_catalog.>) $8
           AND EXISTS (
             SELECT
             FROM idgen_private.idgen_registry r
@@ -1010,6 +1049,34 @@ statements! {
             idgen_private.idgen_service_members,
             idgen_private.idgen_history,
             idgen_private.idgen_history_purged IN ACCESS EXCLUSIVE MODE NOWAIT
+    "#;
+
+    /// The other sessions holding a lock on the registry's tables (what a DROP of it does not wait for):
+    /// pid, role, application, state and the start of their transaction. Names resolved when it runs.
+    REGISTRY_LOCK_HOLDERS() = r#"
+        SELECT a.pid,
+            COALESCE(a.usename::pg_catalog.text, ''),
+            COALESCE(a.application_name, ''),
+            COALESCE(a.state, ''),
+            pg_catalog.to_char(a.xact_start AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+        FROM pg_catalog.pg_stat_activity a
+        WHERE a.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()
+          AND EXISTS (
+            SELECT
+            FROM pg_catalog.pg_locks l
+            WHERE l.pid OPERATOR(pg_catalog.=) a.pid
+              AND l.granted
+              AND l.locktype OPERATOR(pg_catalog.=) 'relation'
+              AND l.relation OPERATOR(pg_catalog.=) ANY (ARRAY[
+                pg_catalog.to_regclass('idgen_private.nodes'),
+                pg_catalog.to_regclass('idgen_private.idgen_tombstones'),
+                pg_catalog.to_regclass('idgen_private.idgen_registry'),
+                pg_catalog.to_regclass('idgen_private.idgen_claim_guards'),
+                pg_catalog.to_regclass('idgen_private.idgen_service_members'),
+                pg_catalog.to_regclass('idgen_private.idgen_history'),
+                pg_catalog.to_regclass('idgen_private.idgen_history_purged'),
+                pg_catalog.to_regclass('idgen_private.idgen_layouts')]::pg_catalog.oid[]))
+        ORDER BY a.xact_start, a.pid
     "#;
 
     /// [`LOCK_REGISTRY_FOR_DROP`] for the layouts (objects of 0.7.0 on): a claim reads them.

@@ -197,7 +197,23 @@ fn idgen_slot_holder_pid(
     last_seen: Option<TimestampWithTimeZone>,
 ) -> Option<i32> {
     let pid = slot_pid_of(&host?.0, port?, backend_slot)?;
-    let last_seen: pg_sys::TimestampTz = last_seen?.into();
+    let last_seen = last_seen?;
+    // A backend that took up the lease its slot's last backend left started after the row's last
+    // write: it marks the leases it holds in its slot (`backend::mark_held`).
+    let marked = crate::shared::area().and_then(|area| area.slot(backend_slot?)).is_some_and(|slot| {
+        // SAFETY: set at backend start.
+        let database = u32::from(unsafe { pg_sys::MyDatabaseId });
+        let last_seen_ms = crate::clock::unix_ms(last_seen);
+        slot.held.iter().any(|mark| {
+            mark.pid.load(std::sync::atomic::Ordering::Acquire) == pid
+                && mark.database.load(std::sync::atomic::Ordering::Relaxed) == database
+                && mark.last_seen_ms.load(std::sync::atomic::Ordering::Relaxed) == last_seen_ms
+        })
+    });
+    if marked {
+        return Some(pid);
+    }
+    let last_seen: pg_sys::TimestampTz = last_seen.into();
     server::process_start(pid).filter(|started| *started <= last_seen).map(|_| pid)
 }
 

@@ -6,8 +6,9 @@
 //! The role checked is the one acting at the call: `GetUserId()`, after
 //! `SET ROLE` and inside another role's SECURITY DEFINER function (idgen's own
 //! functions are not SECURITY DEFINER, so they see it). The registry functions
-//! check on every call; a backend caches the answer per service for the role it
-//! checked and the grants' generation ([`grants_generation`]), which moves
+//! check on every call, and remember an allowed role per service; a backend's
+//! leases cache the answer per service for the role it checked. Both hold for the
+//! grants' generation ([`grants_generation`]), which moves
 //! whenever `idgen_service_members` or role memberships change anywhere (a
 //! relcache or syscache invalidation, which every session processes before its
 //! next statement), so that a revocation takes effect at once, in open sessions
@@ -36,12 +37,49 @@ pub fn grants_generation() -> u64 {
 }
 
 /// Refuses (42501) a `role` that may not act for `service`. Runs with the extension owner's
-/// rights (it reads `idgen_service_members`).
+/// rights (it reads `idgen_service_members`). A role allowed is remembered for the service until
+/// the grants' generation moves (invalidations are processed first: a revocation committed
+/// before this call is seen) or the extension changes owner.
 pub fn authorize(client: &mut SpiClient, function: &str, kind: HolderKind, role: pg_sys::Oid, service: &str) {
-    let database = crate::server::database_name();
+    // SAFETY: what every lock acquisition of the backend does; the callbacks only move counters.
+    unsafe { pg_sys::AcceptInvalidationMessages() };
+    let key = Allowed {
+        role: u32::from(role),
+        owner: u32::from(crate::privilege::checked_installation().owner),
+        generation: grants_generation(),
+        backend: kind == HolderKind::Backend,
+        service: service.to_owned(),
+    };
+    let mut allowed = ALLOWED.lock();
+    allowed.retain(|a| a.generation == key.generation);
+    if allowed.contains(&key) {
+        return;
+    }
+    drop(allowed);
+    let own = super::own::service();
     watch_service_members(client);
-    or_raise(access::may_act_for(function, kind, service, database, || standing(client, function, role, service)));
+    or_raise(access::may_act_for(function, kind, service, &own, || standing(client, function, role, service)));
+    let mut allowed = ALLOWED.lock();
+    if allowed.len() >= ALLOWED_KEPT {
+        allowed.clear();
+    }
+    allowed.push(key);
 }
+
+/// A role found allowed to act for a service, and what the answer depends on.
+#[derive(PartialEq, Eq)]
+struct Allowed {
+    role: u32,
+    owner: u32,
+    generation: u64,
+    backend: bool,
+    service: String,
+}
+
+/// This backend's remembered answers (a service node's heartbeats ask every few minutes).
+static ALLOWED: parking_lot::Mutex<Vec<Allowed>> = parking_lot::Mutex::new(Vec::new());
+/// How many answers a backend keeps.
+const ALLOWED_KEPT: usize = 256;
 
 /// What the registry knows of `role` for `service`, read with the latest snapshot: in a
 /// REPEATABLE READ transaction (or one that imported an old snapshot) the transaction's own

@@ -11,11 +11,11 @@
 //! transaction keeps a node's row, a guard or a lock on the registry.
 
 use super::access;
-use super::autonomous;
 use super::claim::{claim, Refused};
 use super::layouts;
 use super::prepare_guard;
 use super::store;
+use super::writer;
 use crate::clock::{timestamptz, unix_ms, SystemClock};
 use crate::diagnostics::alerts;
 use crate::durability;
@@ -119,7 +119,7 @@ fn claim_for_node(
                 let Refused { error, event, notices } = refused;
                 alerts::deliver(&notices, false);
                 if let Some(event) = event {
-                    autonomous::record_refusal(client, event);
+                    writer::record_refusal(client, event);
                 }
                 error
             })
@@ -141,7 +141,7 @@ fn ready_service(client: &mut SpiClient, function: &str, service: &str) -> layou
     if let Some(recorded) = layouts::ready(client, service) {
         return recorded;
     }
-    super::autonomous::prepare_service(function, service);
+    super::writer::prepare_service(function, service);
     layouts::ready(client, service).unwrap_or_else(|| raise(messages::first_claim_must_retry(function, service)))
 }
 
@@ -174,18 +174,20 @@ const YEAR_1_UNIX_MS: i64 = -62_135_596_800_000;
 
 /// Warns when a report is behind the watermark the registry held (see
 /// `watermark::reported_behind`), and records it in the history (once a minute per service).
+/// `held_now` is the watermark after the report: the greater of the report and the one held before,
+/// so a report behind that one by more than the allowance is behind this one by as much.
 fn report_behind(
     client: &mut SpiClient,
     function: &str,
     held: &input::Holding,
     who: &Who,
     reported: Option<TimestampWithTimeZone>,
-    held_before: TimestampWithTimeZone,
+    held_now: TimestampWithTimeZone,
 ) {
     let Some(reported) = reported else { return };
     let now = SystemClock.now_unix_ms();
     let Some(warning) =
-        watermark::reported_behind(function, held.machine_id, unix_ms(reported), unix_ms(held_before), now)
+        watermark::reported_behind(function, held.machine_id, unix_ms(reported), unix_ms(held_now), now)
     else {
         return;
     };
@@ -265,13 +267,13 @@ fn heartbeat(
             let counts = counts.filter(|_| crate::privilege::installed_keeps_fleet_reports());
             match store::heartbeat(client, &held, lease_secs, policy.takeover_idle_1h_secs, reported, counts) {
                 Some(renewed) => {
-                    report_behind(client, F, &held, &who, reported, renewed.watermark_before);
+                    report_behind(client, F, &held, &who, reported, renewed.watermark);
                     Ok(renewed.lease_until)
                 }
                 None => {
                     let now = store::current_row(client, &held.node.service, held.machine_id);
                     let error = messages::ownership_lost(F, &held, now.as_ref());
-                    autonomous::record_refusal(client, history::lost_event(&held, &error, &who));
+                    writer::record_refusal(client, history::lost_event(&held, &error, &who));
                     Err(error)
                 }
             }
@@ -306,8 +308,10 @@ fn node_release(
             // the refusal): no prepared transaction may keep that.
             prepare_guard::wrote_in_transaction(F);
             durability::make_commit_durable();
-            if let Some(released) = store::release(client, &held, policy.lease_safety_margin_secs, reported) {
-                report_behind(client, F, &held, &who, reported, released.watermark_before);
+            let (margin, lease, takeover) =
+                (policy.lease_safety_margin_secs, policy.lease_secs(), policy.takeover_idle_1h_secs);
+            if let Some(released) = store::release(client, &held, margin, reported, lease, takeover) {
+                report_behind(client, F, &held, &who, reported, released.issued_until);
                 let mut event = history::event(EventKind::Release, &held.node, &who);
                 event.machine_id = Some(held.machine_id);
                 event.version = Some(released.version);

@@ -1,6 +1,6 @@
 //! Executes the core's claim policy against the registry, step by step. This
 //! is the only claim path: `idgen_claim` calls it for service nodes in the
-//! caller's transaction, and `autonomous` for each database backend's own
+//! caller's transaction, and `writer` for each database backend's own
 //! lease, in a background worker's transaction of its own.
 //!
 //! A claim reads the settings its caller took (`ClaimSettings`), and tells its
@@ -124,18 +124,30 @@ pub fn claim(
         let error = messages::no_synchronous_standby(function);
         return Err(refused(&cx, EventKind::RefusedNoStandby, None, error, notices));
     }
-    let epoch = store::read_epoch(client);
+    // A backend's lease is tied to its registry's epoch; a service node's is not.
+    let epoch = if kind == HolderKind::Backend { store::read_epoch(client) } else { 0 };
     let now = SystemClock.now_unix_ms();
-    // Most claims are a new connection in a backend slot whose row the slot still holds. No set-aside
-    // can precede the reuse of a held row (the identity holds at most one, system_nodes_node_identity,
-    // and it is reused only in the range and not too far ahead), so that is tried first, alone: such
-    // a claim is then this statement and the epoch's read above. Anything else takes the steps below.
-    let reused = store::reuse_own_held_row(client, node, &times).map(|row| ClaimedId {
-        row,
-        outcome: Outcome::Reused,
-        previous: None,
-        was_released: false,
-    });
+    // Most claims reuse the claimant's own row: a backend slot whose row the slot still holds, a node
+    // restarting. No set-aside can precede that reuse (the identity holds at most one row,
+    // system_nodes_node_identity, and it is reused only in the range and not too far ahead; with no
+    // held row both set-asides find nothing), so it is tried first, alone. A backend reuses its held
+    // row only (the statement a new backend plans the least); a node, its released row too.
+    let reused = match kind {
+        HolderKind::Backend => store::reuse_own_held_row(client, node, &times).map(|row| ClaimedId {
+            row,
+            outcome: Outcome::Reused,
+            previous: None,
+            was_released: false,
+        }),
+        HolderKind::Service => match store::reuse_own_row(client, node, &times) {
+            OwnRow::Claimed { row, was_released } => {
+                Some(ClaimedId { row, outcome: Outcome::Reused, previous: None, was_released })
+            }
+            // A held row it cannot reuse (its holder may be a live twin, or its bound is ahead), or
+            // one another transaction writes: the steps below set it aside, or say it is busy.
+            OwnRow::Busy(_) | OwnRow::Absent => None,
+        },
+    };
     let (outside, moved) = match reused {
         Some(_) => (None, None),
         None => (
@@ -246,7 +258,17 @@ pub fn claim(
         // The one id asked for is someone else's (or its row is being written by another claim).
         let error = match store::current_row(client, &node.service, i32::from(id)) {
             Some(holder) => {
-                messages::machine_id_taken(function, node, i32::from(id), &holder, policy.release_cooldown_secs)
+                let waiting_for = store::row_bound(client, &node.service, i32::from(id), &times).map(|(bound, now)| {
+                    messages::WatermarkWait { bound_unix_ms: bound, now_unix_ms: now, tolerance_ms: times.tolerance_ms }
+                });
+                messages::machine_id_taken(
+                    function,
+                    node,
+                    i32::from(id),
+                    &holder,
+                    policy.release_cooldown_secs,
+                    waiting_for,
+                )
             }
             None => messages::identity_busy(function, node, Some(i32::from(id))),
         };
@@ -280,8 +302,12 @@ fn record_set_aside(client: &mut SpiClient, cx: &Context, machine_id: i32, water
 /// (a backend's reuse of its slot's row is neither; see `idgen_core::history`).
 fn record_gain(client: &mut SpiClient, cx: &Context, claimed_id: &ClaimedId, not_before_unix_ms: i64) {
     let row = &claimed_id.row;
+    // A backend slot's own row, held or released by its last backend's end: no change of holder.
+    if claimed_id.outcome == Outcome::Reused && cx.node.backend_slot.is_some() {
+        return;
+    }
     if claimed_id.outcome == Outcome::Reused && !claimed_id.was_released {
-        if cx.node.backend_slot.is_some() || !crate::privilege::installed_keeps_fleet_reports() {
+        if !crate::privilege::installed_keeps_fleet_reports() {
             return;
         }
         let mut event = history::event(EventKind::Restart, cx.node, cx.who);
@@ -398,7 +424,8 @@ const UNREGISTERED_BATCH: i32 = 64;
 /// (the statement checks that every id below it has a row).
 fn never_registered(client: &mut SpiClient, cx: &Context) -> Option<ClaimedRow> {
     let (first, last) = (cx.times.first_machine_id, cx.times.last_machine_id);
-    let hint = cx.recorded.unregistered_from;
+    let hint =
+        cx.recorded.unregistered_from.unwrap_or_else(|| super::layouts::unregistered_from(client, &cx.node.service));
     let pool_first = i32::from(cx.recorded.service_layout.pool.first);
     // The hint speaks of the ids from the pool's first; a range that starts past it searches alone.
     let contiguous = first <= hint.max(pool_first);

@@ -10,7 +10,13 @@
 //! a reset of every relation cache, and a lease confirmed in an earlier generation is checked
 //! against the registry before its next ID (`idgen_core::lease::BackendLease::next_id`). The check
 //! finds another epoch in a registry created again, and the backend claims anew there.
+//!
+//! Another process knows nothing of this process's invalidations: a lease handed over in shared
+//! memory (`registry::handover`) carries the registry's identity instead ([`confirming`]): the
+//! relation's oid and the transaction that created its catalog row, which a DROP and CREATE, and any
+//! rewrite of the relation, change.
 
+use idgen_core::lease::Confirmation;
 use pgrx::pg_sys;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -18,6 +24,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 /// The oid of `idgen_private.idgen_registry`, once known (0 before, and again after its invalidation).
 static REGISTRY: AtomicU32 = AtomicU32::new(0);
+/// Its identity ([`identity`]), read with the oid.
+static IDENTITY: AtomicU64 = AtomicU64::new(0);
 
 #[inline]
 pub fn generation() -> u64 {
@@ -36,26 +44,43 @@ pub fn current() -> u64 {
     generation()
 }
 
-/// The generation a lease asked for now is confirmed in. Read before the registry is: an
-/// invalidation that arrives meanwhile moves the generation past it, and the lease is checked
-/// again at its next ID. Learns, first, which relation to watch (a DROP and CREATE gives the
-/// registry a new oid, learnt at the next check after the old one's invalidation).
-pub fn confirming() -> u64 {
+/// What a lease asked for now is confirmed in: the generation, read before the registry is (an
+/// invalidation that arrives meanwhile moves the generation past it, and the lease is checked again
+/// at its next ID), and the registry's identity. Learns, first, which relation to watch (a DROP and
+/// CREATE gives the registry a new oid, learnt at the next check after the old one's invalidation).
+pub fn confirming() -> Confirmation {
     let generation = generation();
     if REGISTRY.load(Ordering::Relaxed) == 0 {
-        // SAFETY: catalog lookups by name in a transaction (the caller's, before it reads the
-        // registry); InvalidOid when idgen is not installed, and the claim then fails anyway.
-        let oid = unsafe {
-            let schema = pg_sys::get_namespace_oid(c"idgen_private".as_ptr(), true);
-            if schema == pg_sys::InvalidOid {
-                pg_sys::InvalidOid
-            } else {
-                pg_sys::get_relname_relid(c"idgen_registry".as_ptr(), schema)
-            }
-        };
-        REGISTRY.store(u32::from(oid), Ordering::Relaxed);
+        let (oid, identity) = look_up().unwrap_or((0, 0));
+        IDENTITY.store(identity, Ordering::Relaxed);
+        REGISTRY.store(oid, Ordering::Relaxed);
     }
-    generation
+    Confirmation { generation, registry: IDENTITY.load(Ordering::Relaxed) }
+}
+
+/// The oid of `idgen_private.idgen_registry` and its identity: the oid, and the raw xmin of its
+/// `pg_class` row (kept when the row is frozen), which only a new row has otherwise.
+fn look_up() -> Option<(u32, u64)> {
+    // SAFETY: catalog lookups by name in a transaction (the caller's, before it reads the registry).
+    unsafe {
+        let schema = pg_sys::get_namespace_oid(c"idgen_private".as_ptr(), true);
+        if schema == pg_sys::InvalidOid {
+            return None;
+        }
+        let tuple = pg_sys::SearchSysCache2(
+            pg_sys::SysCacheIdentifier::RELNAMENSP as i32,
+            pg_sys::Datum::from(c"idgen_registry".as_ptr()),
+            pg_sys::Datum::from(schema),
+        );
+        if tuple.is_null() {
+            return None;
+        }
+        let class = pg_sys::heap_tuple_get_struct::<pg_sys::FormData_pg_class>(tuple);
+        let oid = u32::from((*class).oid);
+        let xmin = u32::from((*(*tuple).t_data).t_choice.t_heap.t_xmin);
+        pg_sys::ReleaseSysCache(tuple);
+        Some((oid, u64::from(oid) << 32 | u64::from(xmin)))
+    }
 }
 
 /// Hooks the generation to the registry's invalidations; called from `_PG_init`.

@@ -17,7 +17,7 @@ use crate::spi::{first_row, ok as spi, run};
 use crate::statements as sql;
 use idgen_core::generator::Clock;
 use idgen_core::input::{self, LayoutArguments};
-use idgen_core::layout::{FieldOrder, Layout, Pool, ServiceLayout};
+use idgen_core::layout::{FieldOrder, IdSpaces, Layout, Pool, ServiceLayout};
 use idgen_core::messages;
 use pgrx::datum::{DatumWithOid, TimestampWithTimeZone};
 use pgrx::pg_sys;
@@ -34,8 +34,9 @@ pub const EARLIER_VERSION: &str = "update to 0.7.0";
 pub struct Recorded {
     pub service_layout: ServiceLayout,
     /// Every machine id of the pool below it has a row or a tombstone: where the search for a
-    /// never-registered id may start (a hint, never past the truth).
-    pub unregistered_from: i32,
+    /// never-registered id may start (a hint, never past the truth). `None`: not read (the layout
+    /// came from this process's memory); [`unregistered_from`] reads it when a claim needs it.
+    pub unregistered_from: Option<i32>,
     /// The layout is fixed and the service's guard rows exist: claims may start.
     pub ready: bool,
 }
@@ -47,11 +48,21 @@ pub fn ready(client: &mut SpiClient, service: &str) -> Option<Recorded> {
         let ready = store::guards_exist(client, service);
         return ready.then_some(Recorded {
             service_layout: ServiceLayout::DEFAULT,
-            unregistered_from: i32::from(ServiceLayout::DEFAULT.pool.first),
+            unregistered_from: Some(i32::from(ServiceLayout::DEFAULT.pool.first)),
             ready,
         });
     }
-    read(client, service).filter(|recorded| recorded.ready)
+    if let Some(service_layout) = remembered(service) {
+        return Some(Recorded { service_layout, unregistered_from: None, ready: true });
+    }
+    let recorded = read(client, service).filter(|recorded| recorded.ready)?;
+    remember(service, recorded.service_layout);
+    Some(recorded)
+}
+
+/// The never-registered hint of `service` (see [`Recorded::unregistered_from`]), read now.
+pub fn unregistered_from(client: &mut SpiClient, service: &str) -> i32 {
+    read(client, service).and_then(|r| r.unregistered_from).unwrap_or(0)
 }
 
 /// Readies `service` for claims: its guard rows, and its layout recorded (the default if it was
@@ -64,6 +75,14 @@ pub fn prepare(client: &mut SpiClient, service: &str) {
         return;
     }
     record_default_fixed(client, service, FIRST_CLAIM);
+}
+
+/// Fixes the layout recorded for `service`, if it is not yet: a row of the service is in the
+/// registry (the INSERT trigger: a restore, a row written by hand).
+pub fn fix(client: &mut SpiClient, service: &str) {
+    if installed_has_layouts() {
+        spi(run(client, &sql::FIX_LAYOUT, None, &[service.into()]));
+    }
 }
 
 /// Records the default layout of `service` (unless one is recorded) and fixes it, as `defined_by`.
@@ -90,7 +109,7 @@ fn read(client: &mut SpiClient, service: &str) -> Option<Recorded> {
     let pool = Pool::new(&layout, i64::from(int(7)), i64::from(int(8))).unwrap_or_else(|e| invalid(e.to_string()));
     Some(Recorded {
         service_layout: ServiceLayout { layout, pool },
-        unregistered_from: int(9),
+        unregistered_from: Some(int(9)),
         ready: row.get::<bool>(10).ok().flatten().unwrap_or(false),
     })
 }
@@ -98,8 +117,36 @@ fn read(client: &mut SpiClient, service: &str) -> Option<Recorded> {
 /// The layout IDs of `service` are cut by: the recorded one, or the default (a service never claimed
 /// nor defined, or objects before 0.7.0).
 pub fn recorded_layout(client: &mut SpiClient, service: &str) -> Layout {
+    if let Some(remembered) = remembered(service) {
+        return remembered.layout;
+    }
     let recorded = if installed_has_layouts() { read(client, service) } else { None };
+    if let Some(r) = recorded.as_ref().filter(|r| r.ready) {
+        remember(service, r.service_layout);
+    }
     recorded.map_or(Layout::DEFAULT, |r| r.service_layout.layout)
+}
+
+/// Layouts (and pools) fixed for claims that this process read, with the registry generation it
+/// read them in. A layout fixed for claims never changes (see the module's doc) while its registry
+/// stands: it is remembered per service for the registry's generation (invalidations processed
+/// first, so a DROP and CREATE is seen).
+static FIXED: parking_lot::Mutex<Vec<(u64, String, ServiceLayout)>> = parking_lot::Mutex::new(Vec::new());
+/// How many services' layouts a process keeps.
+const FIXED_KEPT: usize = 256;
+
+fn remembered(service: &str) -> Option<ServiceLayout> {
+    let generation = super::incarnation::current();
+    FIXED.lock().iter().find(|f| f.0 == generation && f.1 == service).map(|f| f.2)
+}
+
+fn remember(service: &str, service_layout: ServiceLayout) {
+    let generation = super::incarnation::current();
+    let mut fixed = FIXED.lock();
+    fixed.retain(|f| f.0 == generation);
+    if fixed.len() < FIXED_KEPT {
+        fixed.push((generation, service.to_owned(), service_layout));
+    }
 }
 
 /// Moves the never-registered hint of `service` up to `from`, unless another transaction holds the
@@ -231,17 +278,21 @@ fn idgen_define_layout(
     crate::durability::make_commit_durable();
     let row = as_extension_owner(|| {
         Spi::connect_mut(|client| {
-            // A service the registry knows with no layout recorded (restored from a dump of an earlier
-            // version) has IDs cut by the default: that is its layout, fixed.
-            if read(client, &service).is_none()
-                && first_row(run(client, &sql::SERVICE_HAS_IDS, Some(1), &[service.clone().into()]))
-                    .and_then(|row| row.get::<bool>(1).ok().flatten())
-                    .unwrap_or(false)
-            {
-                if defined != ServiceLayout::DEFAULT {
-                    raise(messages::layout_fixed_by_earlier_ids(F, &service, &ServiceLayout::DEFAULT));
+            // A service the registry holds rows, tombstones or history of has IDs out there, cut by the
+            // layout it has: that is fixed, whichever way the rows came (claims, a restore, a hand
+            // INSERT). With no layout recorded (restored from a dump of an earlier version) its IDs were
+            // cut by the default.
+            let has_ids = first_row(run(client, &sql::SERVICE_HAS_IDS, Some(1), &[service.clone().into()]))
+                .and_then(|row| row.get::<bool>(1).ok().flatten())
+                .unwrap_or(false);
+            if has_ids {
+                if read(client, &service).is_none() {
+                    if defined != ServiceLayout::DEFAULT {
+                        raise(messages::layout_fixed_by_earlier_ids(F, &service, &ServiceLayout::DEFAULT));
+                    }
+                    record_default_fixed(client, &service, EARLIER_VERSION);
                 }
-                record_default_fixed(client, &service, EARLIER_VERSION);
+                fix(client, &service);
             }
             let mut args = layout_args(&service, &defined);
             args.push(definer.into());
@@ -254,10 +305,76 @@ fn idgen_define_layout(
                 let now = recorded.unwrap_or(ServiceLayout::DEFAULT);
                 raise(messages::layout_fixed(F, &service, &idgen_core::format::iso_utc(fixed_at), &now));
             }
+            for (other, other_layout) in layouts(client, &sql::OTHER_LAYOUTS, &[service.clone().into()]) {
+                if defined.id_spaces(&other_layout) == IdSpaces::OtherBits {
+                    crate::errors::report(
+                        messages::pools_apart_at_other_bits(F, &service, &defined, &other, &other_layout),
+                        pgrx::PgLogLevel::WARNING,
+                    );
+                }
+            }
             layout_row(&service, &row, &defined)
         })
     });
     TableIterator::once(row)
+}
+
+/// The services' layouts and pools a statement lists (see `sql::OTHER_LAYOUTS`); a row that is no
+/// valid layout (written by hand) is left out: the claim refuses it with its reason.
+fn layouts(
+    client: &mut SpiClient,
+    statement: &crate::statements::Statement,
+    args: &[DatumWithOid],
+) -> Vec<(String, ServiceLayout)> {
+    spi(run(client, statement, None, args))
+        .filter_map(|row| {
+            let int = |ordinal: usize| row.get::<i32>(ordinal).ok().flatten();
+            let order = FieldOrder::from_label(&row.get::<String>(7).ok().flatten()?)?;
+            let width = |ordinal: usize| int(ordinal).and_then(|v| u32::try_from(v).ok());
+            let layout = Layout::new(
+                row.get::<i64>(2).ok().flatten()?,
+                i64::from(int(3)?),
+                width(4)?,
+                width(5)?,
+                width(6)?,
+                order,
+            )
+            .ok()?;
+            let pool = Pool::new(&layout, i64::from(int(8)?), i64::from(int(9)?)).ok()?;
+            Some((row.get::<String>(1).ok().flatten()?, ServiceLayout { layout, pool }))
+        })
+        .collect()
+}
+
+/// `idgen_health()`'s findings on the layouts the caller may read: pairs of services whose pools
+/// share no machine id at other bits (`pools_apart_at_other_bits`). Read as the caller.
+#[pg_extern(stable, parallel_restricted, sql = false)]
+#[allow(clippy::type_complexity)]
+fn layout_findings() -> TableIterator<
+    'static,
+    (
+        name!(severity, String),
+        name!(finding, String),
+        name!(subject, String),
+        name!(detail, String),
+        name!(action, String),
+    ),
+> {
+    let all = crate::privilege::with_pinned_search_path(|| {
+        Spi::connect_mut(
+            |client| if installed_has_layouts() { layouts(client, &sql::VISIBLE_LAYOUTS, &[]) } else { Vec::new() },
+        )
+    });
+    let mut found = Vec::new();
+    for (i, (service, layout)) in all.iter().enumerate() {
+        for (other, other_layout) in &all[i + 1..] {
+            if layout.id_spaces(other_layout) == IdSpaces::OtherBits {
+                let f = messages::pools_apart_at_other_bits_finding(service, layout, other, other_layout);
+                found.push((f.severity.to_owned(), f.finding.to_owned(), f.subject, f.detail, f.action));
+            }
+        }
+    }
+    TableIterator::new(found)
 }
 
 /// The answer of `idgen_define_layout`: the row of [`sql::LAYOUT_OF`], with what the layout means.

@@ -6,21 +6,25 @@
 //!   leases before issuing under a registry that is gone.
 //! - `claim`: runs the core's claim policy (the tier order lives in `idgen_core::policy`).
 //! - `layouts`: each service's layout and pool, idgen_define_layout.
+//! - `own`: the database's own service, recorded when idgen was created in it.
 //! - `store`: runs the registry's statements (`crate::statements`) with their parameters.
 //! - `api`: the SQL functions `idgen_claim`, `idgen_heartbeat`, `idgen_release`.
 //! - `prepare_guard`: refuses a PREPARE TRANSACTION after a registry write (0A000).
-//! - `autonomous`: registry writes that commit on their own, in a background worker.
+//! - `writer`: registry writes that commit on their own, in the registry writers (background workers).
+//! - `handover`: leases a backend leaves in its slot for the next one, through shared memory.
 //! - `triggers`: tombstones of rows removed by hand, restored rows, grants changed, the drop guard.
 
 pub mod access;
 pub mod api;
-pub mod autonomous;
 pub mod claim;
+pub mod handover;
 pub mod incarnation;
 pub mod layouts;
+pub mod own;
 pub mod prepare_guard;
 pub mod store;
 pub mod triggers;
+pub mod writer;
 
 use crate::errors::raise;
 use idgen_core::IdgenError;

@@ -306,6 +306,12 @@ pub fn current_row(client: &mut SpiClient, service: &str, machine_id: i32) -> Op
         .map(|row| row_facts(&row, 1))
 }
 
+/// The bound of a machine id's row and the server clock, Unix ms (see `sql::ROW_BOUND`).
+pub fn row_bound(client: &mut SpiClient, service: &str, machine_id: i32, times: &ClaimTerms) -> Option<(i64, i64)> {
+    let args = [text(service), machine_id.into(), secs(times.lease_secs), secs(times.takeover_idle_secs)];
+    first_row(run(client, &sql::ROW_BOUND, Some(1), &args)).map(|row| (column(&row, 1), column(&row, 2)))
+}
+
 /// How many ids of the range the service holds and its least recently seen holder there.
 pub fn least_recently_seen(client: &mut SpiClient, service: &str, times: &ClaimTerms) -> (i64, Option<RowFacts>) {
     let [first, last] = range_args(times);
@@ -346,42 +352,43 @@ pub fn heartbeat(
         }
         None => &sql::HEARTBEAT,
     };
+    // The server's clock, read once for the row's times (as clock_timestamp() would be).
+    args.push(crate::clock::server_now().into());
     first_row(run(client, statement, None, &args))
-        .map(|row| Renewed { lease_until: column(&row, 1), watermark_before: column(&row, 2) })
+        .map(|row| Renewed { lease_until: column(&row, 1), watermark: column(&row, 2) })
 }
 
-/// What a heartbeat granted, and the watermark it found.
+/// What a heartbeat granted, and the watermark the row holds after it.
 pub struct Renewed {
     /// The lease granted.
     pub lease_until: TimestampWithTimeZone,
-    /// The watermark the registry held before the report.
-    pub watermark_before: TimestampWithTimeZone,
+    /// The watermark the registry holds now: the report, or the one held before if that was later.
+    pub watermark: TimestampWithTimeZone,
 }
 
-/// A version-checked release: bumps the version and starts the cooldown. The
-/// watermark rises to the node's report, or, when it reports none, to the
-/// server clock plus the clock skew the lease margin allows between hosts.
-/// Nothing when not held.
+/// A version-checked release: bumps the version and starts the cooldown. The watermark rises to
+/// the node's report; when it reports none (a release by hand), to what its holder may still stamp
+/// until it learns of the release (`lease_secs` and `takeover_secs` stand in for rows that record no
+/// terms), and at least to the server clock plus the clock skew the lease margin allows between
+/// hosts. Nothing when not held.
 pub fn release(
     client: &mut SpiClient,
     held: &Holding,
     margin_secs: i64,
     reported: Option<TimestampWithTimeZone>,
+    lease_secs: i64,
+    takeover_secs: i64,
 ) -> Option<Released> {
     let mut args = holding_args(held);
-    args.extend([secs(margin_secs), reported.into()]);
-    first_row(run(client, &sql::RELEASE, None, &args)).map(|row| Released {
-        version: column(&row, 1),
-        issued_until: column(&row, 2),
-        watermark_before: column(&row, 3),
-    })
+    args.extend([secs(margin_secs), reported.into(), secs(lease_secs), secs(takeover_secs)]);
+    first_row(run(client, &sql::RELEASE, None, &args))
+        .map(|row| Released { version: column(&row, 1), issued_until: column(&row, 2) })
 }
 
-/// What a release left: the new version and watermark, and the watermark held before.
+/// What a release left: the new version and watermark.
 pub struct Released {
     pub version: i64,
     pub issued_until: TimestampWithTimeZone,
-    pub watermark_before: TimestampWithTimeZone,
 }
 
 /// How many machine ids of `service` in the range a claim cannot get without a take-back (held or cooling down).
@@ -474,6 +481,19 @@ pub struct Stamping {
 
 /// Holds off every write to the registry until this transaction ends (a DROP being checked);
 /// false, at once, when a write is in flight.
+/// The sessions that hold a lock on the registry's tables now (see `sql::REGISTRY_LOCK_HOLDERS`).
+pub fn registry_lock_holders(client: &mut SpiClient) -> Vec<idgen_core::messages::LockHolder> {
+    spi(run(client, &sql::REGISTRY_LOCK_HOLDERS, None, &[]))
+        .map(|row| idgen_core::messages::LockHolder {
+            pid: column(&row, 1),
+            role: column(&row, 2),
+            application: column(&row, 3),
+            state: column(&row, 4),
+            since: row.get::<String>(5).ok().flatten(),
+        })
+        .collect()
+}
+
 pub fn lock_against_writes(client: &mut SpiClient) -> bool {
     pgrx::PgTryBuilder::new(std::panic::AssertUnwindSafe(|| {
         spi(run(client, &sql::LOCK_REGISTRY_FOR_DROP, None, &[]));

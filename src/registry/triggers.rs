@@ -99,7 +99,13 @@ fn rows_inserted<'a>(
     // deleted since: the insert no longer conflicts with it).
     refuse_a_transaction_snapshot(messages::insert_needs_read_committed);
     let (service, machine_id) = row_key(&new);
-    as_extension_owner(|| Spi::connect_mut(|client| store::merge_tombstone(client, &service, machine_id)));
+    as_extension_owner(|| {
+        Spi::connect_mut(|client| {
+            store::merge_tombstone(client, &service, machine_id);
+            // Its holder minted by the layout recorded now: no definition may change it any more.
+            super::layouts::fix(client, &service);
+        })
+    });
     Ok(Some(new))
 }
 
@@ -147,9 +153,11 @@ fn drop_guard(fcinfo: pg_sys::FunctionCallInfo) {
     let stamping = as_extension_owner(|| {
         Spi::connect_mut(|client| {
             // No window or report may commit between this check and the DROP; a registry write in
-            // flight makes the DROP fail at once rather than queue every claim behind it.
+            // flight makes the DROP fail at once rather than queue every claim behind it. Who holds
+            // the tables is read first: a failed lock ends the transaction's reads.
+            let holders = store::registry_lock_holders(client);
             if !store::lock_against_writes(client) {
-                raise(messages::drop_registry_busy(&command));
+                raise(messages::drop_registry_busy(&command, &holders));
             }
             // This session's own leases count as what they stamped, not as their windows.
             crate::backend::close_leases(client);
