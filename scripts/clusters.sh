@@ -47,6 +47,9 @@ max_connections = 400
 max_prepared_transactions = 10
 # The DROP EXTENSION tests hold a lease in a logical-replication apply worker (a background worker).
 wal_level = logical
+# Without idgen preloaded, a background worker slot stays free for its registry writer by the
+# server's settings (docs/install.md); the tests that starve it raise their own.
+max_parallel_workers = 6
 shared_buffers = 256MB
 fsync = off
 # One log file that tests read through pg_current_logfile().
@@ -107,6 +110,14 @@ scratch_preload() {
     start_cluster "$SCRATCH_DIR" "$SCRATCH_PORT" ""
 }
 
+# Restarts the clock-step cluster with idgen in shared_preload_libraries (`on`) or without (`off`).
+clock_preload() {
+    local dsn="host=127.0.0.1 port=$CLOCK_PORT user=postgres dbname=postgres"
+    if [ "$1" = on ]; then psql "$dsn" -X -q -c "ALTER SYSTEM SET shared_preload_libraries = 'idgen'"
+    else psql "$dsn" -X -q -c "ALTER SYSTEM RESET shared_preload_libraries"; fi
+    bash "$CLOCK_RESTART"
+}
+
 # psql into database $1 (default postgres) of the scratch cluster; the other arguments are psql's.
 scratch_psql() { psql "$SCRATCH_DSN dbname=${1:-postgres}" -X -v ON_ERROR_STOP=1 -q "${@:2}"; }
 
@@ -126,7 +137,8 @@ start_clock_cluster() {
     # Tests set idgen's cluster-wide thresholds (and synchronous_standby_names) here with ALTER SYSTEM
     # and reset them when done; a run killed in between must not leave them to the next one.
     if [ -f "$CLOCK_DIR/data/postgresql.auto.conf" ]; then
-        as_pg sed -i '/^idgen\./d; /^synchronous_standby_names/d' "$CLOCK_DIR/data/postgresql.auto.conf"
+        as_pg sed -i '/^idgen\./d; /^synchronous_standby_names/d; /^shared_preload_libraries/d' \
+            "$CLOCK_DIR/data/postgresql.auto.conf"
     fi
     start_cluster "$CLOCK_DIR" "$CLOCK_PORT" "$environment"
     write_clock_restart "$environment"

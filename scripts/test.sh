@@ -14,7 +14,8 @@
 #             shared_preload_libraries)
 #   cluster   every client-driven suite (tests/cluster and client/tests) against the scratch
 #             cluster, the clock-step cluster, pgbouncer in front of the scratch cluster and, on
-#             15 only, a pg_auto_failover formation (the failover suite is skipped on 18)
+#             15 only, a pg_auto_failover formation (the failover suite is skipped on 18); then
+#             again with idgen in shared_preload_libraries (not the failover suite)
 #   SUITE     one of those suites: a test target of tests/cluster/tests (clock_steps, pooler,
 #             failover, ...), or `client` for the idgen-client crate's tests
 # PG is 15, 18 or both (`both`, or "15 18"). Default: both for the full run, 15 for one stage.
@@ -254,6 +255,7 @@ run_suites() {
     local vars=(PATH="$PG_BIN:$PATH" IDGEN_TEST_DSN="$SCRATCH_DSN")
     if [[ $needs == *clock* ]]; then
         start_clock_cluster
+        [ "${PRELOAD_CLOCK:-}" != on ] || clock_preload on
         vars+=(IDGEN_CLOCK_DSN="$CLOCK_DSN" IDGEN_CLOCK_FILE="$CLOCK_FILE" IDGEN_CLOCK_RESTART="$CLOCK_RESTART")
     fi
     if [[ $needs == *formation* ]]; then
@@ -271,12 +273,19 @@ run_suites() {
     stop_pooler
 }
 
-# Every client-driven suite. The failover test needs pg_auto_failover, which Debian ships for 15 only.
+# Every client-driven suite, against a plain cluster and again with idgen in
+# shared_preload_libraries (the scratch and clock-step clusters; the failover formation runs plain).
+# The failover test needs pg_auto_failover, which Debian ships for 15 only.
 stage_cluster() {
     local needs="clock pooler formation" skip=()
     if [ "$PG_MAJOR" != 15 ]; then needs="clock pooler" skip=(-- --skip no_id_twice_across); fi
     provision_suites "$needs"
     run_suites cluster "$needs" -p idgen-cluster-tests -p idgen-client "${skip[@]}"
+    say "the client-driven suites again, with idgen in shared_preload_libraries"
+    scratch_preload on
+    PRELOAD_CLOCK=on run_suites preloaded "clock pooler" -p idgen-cluster-tests -p idgen-client -- --skip no_id_twice_across
+    scratch_preload off
+    clock_preload off
 }
 
 # The source files of suite $1: `client`'s, or a test target's of tests/cluster/tests.

@@ -241,7 +241,27 @@ pub fn heartbeat(
     call_with_holding(client, "idgen_heartbeat", service, machine_id, host, port, version).map(|_| ())
 }
 
+/// A node's release on its way out: with its watermark (it has stopped minting: the server's clock
+/// stands for its last stamp), so that its id may be claimed again at once.
 pub fn release(
+    client: &mut Client,
+    service: &str,
+    machine_id: i32,
+    host: &str,
+    port: i32,
+    version: i64,
+) -> Result<bool, postgres::Error> {
+    client
+        .query_one(
+            "SELECT idgen_release($1, $2, $3::text::inet, $4, $5, clock_timestamp())",
+            &[&service as &(dyn postgres::types::ToSql + Sync), &machine_id, &host, &port, &version],
+        )
+        .map(|row| row.get(0))
+}
+
+/// A release by hand, as docs/operations.md frees an id: no watermark, so the registry keeps what
+/// the holder may still stamp until it learns of the release.
+pub fn release_by_hand(
     client: &mut Client,
     service: &str,
     machine_id: i32,
@@ -610,6 +630,8 @@ pub struct TestNode {
     pub outcome: String,
     /// The lease as the server computed it, in Unix ms (a real client measures it on a monotonic clock).
     pub lease_until_ms: i64,
+    /// The first time it may stamp, in Unix ms (the claim's `not_before`).
+    pub not_before_ms: i64,
     generator: idgen_core::generator::Generator,
 }
 
@@ -632,6 +654,7 @@ impl TestNode {
             version: row.get(1),
             outcome: row.get(2),
             lease_until_ms: row.get::<_, f64>(3).floor() as i64,
+            not_before_ms,
             generator: idgen_core::generator::Generator::new(layout, machine_id as u16, not_before_ms, 0),
         })
     }

@@ -284,13 +284,15 @@ fn a_session_s_own_settings_break_neither_its_exit_record_nor_its_claims() {
     session.batch_execute("SET default_transaction_read_only = off").unwrap();
     let id = next_id(&mut session).unwrap();
     let lease = backend_lease(&mut session, &db.name).unwrap();
-    // The session turns read-only again, and leaves: its exit still records its last stamp.
+    // The session turns read-only again, and is ended (a terminated backend records its last stamp
+    // rather than leave its lease in its slot): its exit still records it.
     session.batch_execute("SET default_transaction_read_only = on").unwrap();
     let pid: i32 = session.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
     let stamped_ms: i64 = session
         .query_one("SELECT floor(extract(epoch FROM (idgen_decode($1)).ts) * 1000)::bigint", &[&id])
         .unwrap()
         .get(0);
+    admin.execute("SELECT pg_terminate_backend($1)", &[&pid]).unwrap();
     drop(session);
     wait_for_exit(&mut admin, pid);
     assert_eq!(
@@ -304,4 +306,46 @@ fn a_session_s_own_settings_break_neither_its_exit_record_nor_its_claims() {
             db.name, db.name
         ))
         .unwrap();
+}
+
+/// A backend terminated while its generator waits for the clock (here: the next 10 ms tick of a
+/// `sonyflake` service, 256 IDs each) exits, and its exit records its lease, releasing the row.
+/// (It once hung in its exit for good, holding its locks, its connection and the server's
+/// shutdown: the exit hook waited for the lock the abandoned wait held.)
+#[test]
+fn a_backend_terminated_while_its_generator_waits_for_the_clock_exits_and_releases_its_id() {
+    let db = TestDb::create("terminated_in_wait");
+    let mut admin = db.connect();
+    admin.batch_execute("SELECT idgen_define_layout('tick', 'sonyflake')").unwrap();
+    for round in 0..3 {
+        let mut minter = db.connect();
+        let pid: i32 = minter.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+        minter.query_one("SELECT idgen_next_id('tick')", &[]).unwrap();
+        let minting = std::thread::spawn(move || {
+            minter.batch_execute("SELECT count(idgen_next_id('tick')) FROM generate_series(1, 2000000)")
+        });
+        // Minting at far more than 25,600 IDs a second, it spends nearly all its time waiting for
+        // the next tick (once generate_series has made its rows: a second is plenty).
+        wait_for("the minting backend's query", PATIENCE, || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            admin
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND query LIKE 'SELECT count(%'",
+                    &[&pid],
+                )
+                .unwrap()
+                .get::<_, i64>(0)
+                == 1
+        });
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        admin.query_one("SELECT pg_terminate_backend($1)", &[&pid]).unwrap();
+        wait_for_exit(&mut admin, pid);
+        let ended = join_within(minting, PATIENCE, "the terminated backend's client");
+        assert!(ended.is_err(), "round {round}: the query was not ended by the termination");
+        let held: i64 = admin
+            .query_one("SELECT count(*) FROM system_nodes WHERE service = 'tick' AND released_at IS NULL", &[])
+            .unwrap()
+            .get(0);
+        assert_eq!(held, 0, "round {round}: the terminated backend's exit left its id held");
+    }
 }

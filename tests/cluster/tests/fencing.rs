@@ -109,28 +109,22 @@ fn a_released_id_cools_down_for_others_but_not_for_its_holder() {
     let back = claim(&mut a, "svc", "10.0.0.1", 1).unwrap();
     assert_eq!((back.machine_id, back.version, back.outcome.as_str()), (5, v1 + 2, "reused"));
     assert!(release(&mut a, "svc", 5, "10.0.0.1", 1, v1 + 2).unwrap());
-    let margin: String = admin
-        .query_one("SELECT (issued_until - released_at)::text FROM system_nodes WHERE machine_id = 5", &[])
-        .unwrap()
-        .get(0);
-    assert_eq!(margin, "00:05:00", "released without a watermark: the release plus the lease margin");
 
     // Past the cooldown another node may take it, but may stamp only after the released holder's
-    // watermark: released without one, that is the release plus the lease margin (5 minutes of clock
-    // skew), not the cooldown alone.
+    // watermark, not the cooldown alone.
     admin
         .batch_execute("UPDATE system_nodes SET released_at = now() - interval '61 seconds' WHERE machine_id = 5")
         .unwrap();
     let row = b
         .query_one(
-            "SELECT c.machine_id, c.version, c.outcome, c.not_before = date_trunc('milliseconds', n.issued_until) \
+            "SELECT c.machine_id, c.version, c.outcome, c.not_before >= date_trunc('milliseconds', n.issued_until) \
              FROM system_nodes n, LATERAL (SELECT * FROM idgen_claim('svc', '10.0.0.2', 2)) c WHERE n.machine_id = 5",
             &[],
         )
         .unwrap();
     let taken = (row.get::<_, i32>(0), row.get::<_, i64>(1), row.get::<_, String>(2));
     assert_eq!(taken, (5, v1 + 4, "released".to_owned()));
-    assert!(row.get::<_, bool>(3), "not_before is the released holder's watermark");
+    assert!(row.get::<_, bool>(3), "not_before is before the released holder's watermark");
     // Releasing what you no longer hold changes nothing and warns.
     let (mut a2, notices) = db.connect_recording();
     let before = registry_snapshot(&mut admin);
@@ -144,4 +138,113 @@ fn a_released_id_cools_down_for_others_but_not_for_its_holder() {
         "{}",
         warnings[0].message()
     );
+
+    // Released by hand, without a watermark: its holder may stamp on until it learns of it, so the
+    // release keeps its bound as the watermark (its lease, and its take-back time an hour after its
+    // claim), not the release plus the 5-minute margin; past the cooldown, nobody takes it before.
+    assert!(release_by_hand(&mut admin, "svc", 5, "10.0.0.2", 2, v1 + 4).unwrap());
+    let (kept, ahead): (bool, String) = admin
+        .query_one(
+            "SELECT issued_until >= GREATEST(lease_until, takeover_at), \
+                    justify_interval(date_trunc('minute', issued_until - released_at))::text \
+             FROM system_nodes WHERE machine_id = 5",
+            &[],
+        )
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert!(kept, "a release without a watermark kept less than the holder's bound");
+    assert_eq!(ahead, "00:59:00", "released without a watermark: the holder's take-back time");
+    admin
+        .batch_execute("UPDATE system_nodes SET released_at = now() - interval '61 seconds' WHERE machine_id = 5")
+        .unwrap();
+    assert_eq!(sqlstate(&claim(&mut b, "svc", "10.0.0.3", 3).unwrap_err()), "53000");
+}
+
+/// docs/operations.md's freeing of an id by hand, with its holder still minting: a node cut off from
+/// the database goes on until its lease ends, by its own clock; the DBA releases its id as the docs
+/// say (no watermark: only the node knows its last stamp); another node claims the id as soon as the
+/// registry lets it, and mints. The release keeps what the holder may still stamp (its last report
+/// plus its lease), so the next holder starts after every ID of the first: none repeats. (Before
+/// 0.8.0 the release kept only its own time plus the margin, and the next holder minted the same
+/// IDs as the cut-off node.)
+#[test]
+fn a_node_cut_off_and_freed_by_hand_shares_no_id_with_the_next_holder() {
+    let (cluster, _turn) = clock_cluster_turn();
+    let _settings = SystemSettings::set(
+        &cluster.dsn,
+        &[
+            ("idgen.takeover_idle_7d", "240s"),
+            ("idgen.takeover_idle_1d", "120s"),
+            ("idgen.takeover_idle_1h", "20s"),
+            ("idgen.lease_safety_margin", "5s"),
+            ("idgen.heartbeat_interval", "5s"),
+            ("idgen.release_cooldown", "1s"),
+        ],
+    );
+    let db = TestDb::create_on(&cluster.dsn, "fencing_hand_release");
+    let mut admin = db.connect();
+    // One machine id: the next holder gets exactly the first one's.
+    admin.batch_execute("SELECT idgen_define_layout('svc', 'snowflake', pool_first => 7, pool_last => 7)").unwrap();
+    let mut first = TestNode::claim(&mut admin, "svc", "10.0.5.1", 1).unwrap();
+    first.heartbeat(&mut admin).unwrap();
+    let first_lease_until_ms = first.lease_until_ms;
+    // Cut off: it heartbeats no more, and mints in its lease (15 s) on its own.
+    let minting = std::thread::spawn(move || {
+        let mut ids = Vec::new();
+        loop {
+            let batch = first.mint(50);
+            if batch.is_empty() {
+                return ids;
+            }
+            ids.extend(batch);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    });
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Freed by hand, as the docs say.
+    let freed: bool = admin
+        .query_one(
+            "SELECT idgen_release(service, machine_id, host, port, version) FROM system_nodes WHERE service = 'svc'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(freed);
+    // The next node claims it as soon as it can: refused (53000: nothing free, or 55006) until then.
+    let mut second = None;
+    wait_for("the next holder's claim", PATIENCE, || {
+        match TestNode::claim(&mut admin, "svc", "10.0.5.2", 1) {
+            Ok(node) => second = Some(node),
+            Err(e) => {
+                assert!(["53000", "55006"].contains(&sqlstate(&e)), "{e:?}");
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        }
+        second.is_some()
+    });
+    let mut second = second.unwrap();
+    assert_eq!(second.machine_id, 7);
+    assert!(
+        second.not_before_ms >= first_lease_until_ms,
+        "the next holder may stamp from {}, before the cut-off node's lease ends at {first_lease_until_ms}",
+        second.not_before_ms
+    );
+    // It mints once its clock passes not_before, until its lease ends or it has plenty.
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let mut later = Vec::new();
+    while later.len() < 200_000 && std::time::Instant::now() < deadline {
+        let batch = second.mint(1_000);
+        if batch.is_empty() && !later.is_empty() {
+            break;
+        }
+        if batch.is_empty() {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        later.extend(batch);
+    }
+    let earlier: std::collections::HashSet<i64> =
+        join_within(minting, WORK_PATIENCE, "the cut-off node's minting").into_iter().collect();
+    assert!(earlier.len() > 1_000 && later.len() > 1_000, "both minted: {} and {}", earlier.len(), later.len());
+    let repeated = later.iter().filter(|id| earlier.contains(id)).count();
+    assert_eq!(repeated, 0, "{repeated} IDs of the next holder were the cut-off node's");
 }

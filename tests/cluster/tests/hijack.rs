@@ -23,10 +23,11 @@ mod statements;
 
 /// SQL words written like function calls that are grammar, not functions looked up on the path,
 /// and the extension's own relations (an INSERT's column list) and functions (`idgen_*`).
-const NOT_LOOKED_UP: [&str; 22] = [
+const NOT_LOOKED_UP: [&str; 23] = [
     "EXISTS",
     "COALESCE",
     "GREATEST",
+    "LEAST",
     "EXTRACT",
     "AS",
     "IN",

@@ -497,3 +497,92 @@ fn a_backend_whose_ticks_sequence_is_used_up_sleeps_until_the_next_tick() {
     // only lowers the share; a spinning generator's is the whole wait.)
     assert!(cpu < 0.25 * wall, "the backend used {cpu:.2} s of CPU in {wall:.2} s of waiting");
 }
+
+/// docs/concepts.md and docs/ha.md: disjoint pools keep two services' IDs apart when their
+/// machine ids sit at the same bits. Two services of one database, one table: backends of each
+/// mint into it from sessions that come and go, and no key repeats; nothing is reported.
+#[test]
+fn two_services_in_disjoint_pools_of_one_layout_mint_into_one_table_without_a_repeat() {
+    let db = TestDb::create("layouts_apart");
+    let mut admin = db.connect();
+    let (_, notices) = {
+        let (mut client, notices) = db.connect_recording();
+        client
+            .batch_execute(
+                "SELECT idgen_define_layout('shard_a', 'snowflake', pool_first => 0, pool_last => 511);
+                 SELECT idgen_define_layout('shard_b', 'snowflake', pool_first => 512, pool_last => 1023);",
+            )
+            .unwrap();
+        (client, notices)
+    };
+    assert!(notices.take().is_empty(), "apart: nothing to warn of");
+    admin.batch_execute("CREATE TABLE merged (id bigint PRIMARY KEY, side text)").unwrap();
+    let dsn = db.dsn();
+    let sides: Vec<_> = ["shard_a", "shard_b"]
+        .into_iter()
+        .map(|service| {
+            let dsn = dsn.clone();
+            std::thread::spawn(move || {
+                for _ in 0..20 {
+                    let mut client = Client::connect(&dsn, postgres::NoTls).unwrap();
+                    client
+                        .execute(
+                            "INSERT INTO merged SELECT idgen_next_id($1), $1 FROM generate_series(1, 2000)",
+                            &[&service],
+                        )
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for side in sides {
+        join_within(side, WORK_PATIENCE, "a service's inserts");
+    }
+    let count: i64 = admin.query_one("SELECT count(*) FROM merged", &[]).unwrap().get(0);
+    assert_eq!(count, 2 * 20 * 2000);
+    let findings: i64 = admin
+        .query_one("SELECT count(*) FROM idgen_health() WHERE finding = 'pools_apart_at_other_bits'", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(findings, 0);
+}
+
+/// The outside review's configuration: pools that share no machine id, at other bits (snowflake's
+/// machine ids 512-1023 against an 11-bit machine, 11-bit sequence layout's 1024-2047). Their IDs
+/// can be equal: the definition warns, naming both, and idgen_health() reports the pair.
+#[test]
+fn disjoint_pools_at_other_bits_are_warned_of_and_reported() {
+    let db = TestDb::create("layouts_other_bits");
+    let (mut admin, notices) = db.connect_recording();
+    admin
+        .batch_execute("SELECT idgen_define_layout('shard_a', 'snowflake', pool_first => 512, pool_last => 1023)")
+        .unwrap();
+    assert!(notices.take().is_empty());
+    admin
+        .batch_execute(
+            "SELECT idgen_define_layout('shard_b', 'snowflake', machine_bits => 11, sequence_bits => 11,
+                                        pool_first => 1024, pool_last => 2047)",
+        )
+        .unwrap();
+    let warned = notices.take();
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert_eq!(warned[0].code().code(), "01000");
+    assert!(warned[0].message().contains("share no machine id, yet their IDs can be equal"), "{}", warned[0].message());
+    let detail = warned[0].detail().unwrap_or_default();
+    assert!(
+        detail.contains("pool 1024-2047 at bits 11-21") && detail.contains("pool 512-1023 at bits 12-21"),
+        "{detail}"
+    );
+    // The same ID decodes as machine id 512 of one and 1024 of the other.
+    let id = 254_336_768_514_457_600i64;
+    let row = admin
+        .query_one("SELECT (idgen_decode($1, 'shard_a')).machine_id, (idgen_decode($1, 'shard_b')).machine_id", &[&id])
+        .unwrap();
+    let machines: (i32, i32) = (row.get(0), row.get(1));
+    assert_eq!(machines, (512, 1024));
+    let finding: (String, String) = admin
+        .query_one("SELECT severity, subject FROM idgen_health() WHERE finding = 'pools_apart_at_other_bits'", &[])
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!(finding, ("warning".to_owned(), "shard_a, shard_b".to_owned()));
+}

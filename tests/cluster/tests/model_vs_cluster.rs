@@ -228,6 +228,9 @@ impl Both {
                                 let parts = idgen_core::Layout::DEFAULT.decompose(id).unwrap();
                                 let stamp = idgen_core::Layout::DEFAULT.unix_ms_of(parts.ticks);
                                 let held = Holding { node: me, machine_id: g.row.machine_id, version: g.row.version };
+                                // Ended by a termination, its exit records its last stamp (a client's
+                                // disconnect leaves its lease in the slot for the next one, unwritten).
+                                self.admin.execute("SELECT pg_terminate_backend($1)", &[&pid]).unwrap();
                                 drop(backend);
                                 wait_for_exit(&mut self.admin, pid);
                                 self.mirror.close_backend(&held, stamp);

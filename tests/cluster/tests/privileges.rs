@@ -377,3 +377,110 @@ fn a_session_whose_role_was_dropped_acts_for_no_service() {
         assert!(e.message().contains("no longer exists"), "{call}: {e:?}");
     }
 }
+
+#[test]
+fn a_database_renamed_by_its_owner_keeps_its_own_service_and_hands_its_roles_no_other() {
+    let db = TestDb::create("rename_shop");
+    let renamed = format!("{}_orders", db.name);
+    let owner = "idgen_t_rename_owner";
+    let app = "idgen_t_rename_app";
+    let mut admin = connect_to(&base_dsn(), "postgres");
+    admin.batch_execute(&format!("DROP DATABASE IF EXISTS {renamed} WITH (FORCE)")).unwrap();
+    ensure_login_role(&mut admin, owner);
+    ensure_login_role(&mut admin, app);
+    admin.batch_execute(&format!("ALTER ROLE {owner} CREATEDB; ALTER DATABASE {} OWNER TO {owner}", db.name)).unwrap();
+    let mut setup = db.connect();
+    setup
+        .batch_execute(&format!(
+            "CREATE TABLE items (id bigint PRIMARY KEY DEFAULT idgen_next_id(), v int); GRANT SELECT, INSERT ON items TO {app}"
+        ))
+        .unwrap();
+    // The service named like the database's new name has a node of its own, with its pool nearly
+    // full: its roles' backends must never take from it.
+    fill_registry_except(&mut setup, &renamed, &[1023]);
+    drop(setup);
+    let inserted_by_app = |dbname: &str| -> Result<(i64, String), postgres::Error> {
+        let mut session =
+            postgres::Client::connect(&format!("{} user={app}", session_dsn(&base_dsn(), dbname)), postgres::NoTls)
+                .unwrap();
+        let id: i64 = session.query_one("INSERT INTO items (v) VALUES (1) RETURNING id", &[])?.get(0);
+        let service: String = session.query_one("SELECT service FROM idgen_backend_leases()", &[]).unwrap().get(0);
+        Ok((id, service))
+    };
+    let (_, before) = inserted_by_app(&db.name).unwrap();
+    assert_eq!(before, db.name);
+    // The owner, granted nothing, renames the database.
+    let mut owner_session = connect_to(&format!("{} user={owner}", base_dsn()), "postgres");
+    owner_session.batch_execute(&format!("ALTER DATABASE {} RENAME TO {renamed}", db.name)).unwrap();
+    let after = inserted_by_app(&renamed);
+    let mut superuser = connect_to(&base_dsn(), &renamed);
+    let renamed_service_rows: i64 = superuser
+        .query_one("SELECT count(*) FROM system_nodes WHERE service = $1 AND released_at IS NULL", &[&renamed])
+        .unwrap()
+        .get(0);
+    let node_claim = claim(&mut superuser, &renamed, "10.0.0.9", 9);
+    // Naming the database's own service explicitly (as before 0.8.0's recipe) needs no grant either.
+    admin.batch_execute(&format!("ALTER DATABASE {renamed} SET idgen.service = '{}'", db.name)).unwrap();
+    let with_recipe = inserted_by_app(&renamed);
+    // Asking for the service of the new name by hand is refused: the role was granted nothing.
+    let mut app_session =
+        postgres::Client::connect(&format!("{} user={app}", session_dsn(&base_dsn(), &renamed)), postgres::NoTls)
+            .unwrap();
+    let asked = app_session.query_one("SELECT idgen_next_id($1)", &[&renamed]);
+    drop((app_session, superuser));
+    admin.batch_execute(&format!("ALTER DATABASE {renamed} RESET idgen.service")).unwrap();
+    owner_session.batch_execute(&format!("ALTER DATABASE {renamed} RENAME TO {}", db.name)).unwrap();
+    assert_eq!(after.unwrap().1, db.name, "after the rename, the backends acted for another service");
+    assert_eq!(renamed_service_rows, 1023, "a backend took a machine id of the service of the new name");
+    assert!(node_claim.is_ok(), "the node of the service of the new name found its pool taken: {node_claim:?}");
+    assert_eq!(with_recipe.unwrap().1, db.name);
+    let err = asked.unwrap_err();
+    assert_eq!(sqlstate(&err), "42501", "{err:?}");
+}
+
+/// docs/ha.md's two databases with disjoint pools, the second made as a copy of the first
+/// (`CREATE DATABASE … TEMPLATE`, which the first's owner may run): the copy's backends mint for
+/// the copy's own name, in its pool, not for the service recorded in the database it was copied
+/// from. (They once minted for the original's service, in the original's pool: the same IDs.)
+#[test]
+fn a_database_copied_from_another_mints_for_its_own_name_and_repeats_none_of_its_ids() {
+    let db = TestDb::create("copied_from");
+    let copy = format!("{}_copy", db.name);
+    let mut admin = connect_to(&base_dsn(), "postgres");
+    admin.batch_execute(&format!("DROP DATABASE IF EXISTS {copy} WITH (FORCE)")).unwrap();
+    let mut original = db.connect();
+    original
+        .batch_execute(&format!(
+            "SELECT idgen_define_layout('{}', 'snowflake', pool_first => 0, pool_last => 511)",
+            db.name
+        ))
+        .unwrap();
+    drop(original);
+    admin.batch_execute(&format!("CREATE DATABASE {copy} TEMPLATE {}", db.name)).unwrap();
+    let mut copied = connect_to(&base_dsn(), &copy);
+    copied
+        .batch_execute(&format!(
+            "SELECT idgen_define_layout('{copy}', 'snowflake', pool_first => 512, pool_last => 1023)"
+        ))
+        .unwrap();
+    let mut original = db.connect();
+    let mint = |client: &mut postgres::Client| -> (String, i32, Vec<i64>) {
+        let ids: Vec<i64> = client
+            .query("SELECT idgen_next_id() FROM generate_series(1, 20000)", &[])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let lease = client.query_one("SELECT service, machine_id::int FROM idgen_backend_leases()", &[]).unwrap();
+        (lease.get(0), lease.get(1), ids)
+    };
+    let (original_service, original_machine, original_ids) = mint(&mut original);
+    let (copy_service, copy_machine, copy_ids) = mint(&mut copied);
+    drop((original, copied));
+    admin.batch_execute(&format!("DROP DATABASE {copy} WITH (FORCE)")).unwrap();
+    assert_eq!(original_service, db.name);
+    assert_eq!(copy_service, copy, "the copy minted for the service of the database it was copied from");
+    assert!((0..=511).contains(&original_machine) && (512..=1023).contains(&copy_machine));
+    let seen: std::collections::HashSet<i64> = original_ids.into_iter().collect();
+    assert_eq!(copy_ids.iter().filter(|id| seen.contains(id)).count(), 0, "the copy repeated the original's IDs");
+}

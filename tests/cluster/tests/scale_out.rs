@@ -179,17 +179,18 @@ fn a_range_changed_under_live_holders_strands_nothing_and_hands_out_nothing_twic
     assert_eq!(capacity, 100);
 }
 
-/// Whether `statement`, run by a new session at `synchronous_commit = off`, waits for a synchronous
+/// Whether `statement`, run by a new session at `synchronous_commit = $synchronous_commit`, waits for a synchronous
 /// standby at its commit (seen as wait event SyncRep, in the session or in the registry writer that
 /// commits a backend's claim for it; the wait is then cancelled, which leaves the commit local).
 /// Decided by what happens, never by how long it takes; [`PATIENCE`] without either fails.
-fn waits_for_the_standby(db: &TestDb, observer: &mut Client, statement: &str) -> bool {
+fn waits_for_the_standby(db: &TestDb, observer: &mut Client, synchronous_commit: &str, statement: &str) -> bool {
     let (pid_tx, pid_rx) = std::sync::mpsc::channel();
-    let waiter = spawn_named("the session at synchronous_commit = off", {
-        let (dsn, statement) = (db.dsn(), statement.to_owned());
+    let waiter = spawn_named(format!("the session at synchronous_commit = {synchronous_commit}"), {
+        let (dsn, statement, setting) =
+            (db.dsn(), statement.to_owned(), format!("SET synchronous_commit = {synchronous_commit}"));
         move || {
             let mut session = Client::connect(&dsn, postgres::NoTls).unwrap();
-            session.batch_execute("SET synchronous_commit = off").unwrap();
+            session.batch_execute(&setting).unwrap();
             let pid: i32 = session.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
             pid_tx.send(pid).unwrap();
             session.batch_execute(&statement)
@@ -234,6 +235,14 @@ fn registry_writes_wait_for_the_synchronous_standby_even_at_synchronous_commit_o
     // A standby that never comes: a commit that waits for it waits until cancelled.
     let _standby = SystemSettings::set(&clock.dsn, &[("synchronous_standby_names", "idgen_missing_standby")]);
     let mut observer = db.connect();
+    // Reading the registry writes nothing and waits for nothing (a new session's first read of a
+    // layout included; a transaction id would make its commit wait).
+    let reads = "SELECT * FROM idgen_nodes; SELECT * FROM idgen_health(); \
+                 SELECT * FROM idgen_decode(idgen_min_id(now(), 'svc'), 'svc'); SELECT * FROM idgen_explain(1::bigint, 'svc')";
+    assert!(
+        !waits_for_the_standby(&db, &mut observer, "on", reads),
+        "a read of the registry took a transaction id and waited for the standby at commit"
+    );
     let health: Vec<String> = observer
         .query("SELECT severity || ' ' || finding FROM idgen_health() WHERE subject = 'replication'", &[])
         .unwrap()
@@ -242,16 +251,19 @@ fn registry_writes_wait_for_the_synchronous_standby_even_at_synchronous_commit_o
         .collect();
     assert_eq!(health, ["critical synchronous_standby_missing"]);
     // The session's own writes do not wait: that is what synchronous_commit = off means.
-    assert!(!waits_for_the_standby(&db, &mut observer, "INSERT INTO plain VALUES (1)"));
+    assert!(!waits_for_the_standby(&db, &mut observer, "off", "INSERT INTO plain VALUES (1)"));
     // A claim, a heartbeat, a release and a backend's first ID (its claim) each wait for the standby.
-    assert!(waits_for_the_standby(&db, &mut observer, "SELECT * FROM idgen_claim('svc', '10.0.0.2', 1)"));
+    assert!(waits_for_the_standby(&db, &mut observer, "off", "SELECT * FROM idgen_claim('svc', '10.0.0.2', 1)"));
     let heartbeat = format!("SELECT idgen_heartbeat('svc', {}::smallint, '10.0.0.1', 1, {})", c.machine_id, c.version);
-    assert!(waits_for_the_standby(&db, &mut observer, &heartbeat));
-    assert!(waits_for_the_standby(&db, &mut observer, "SELECT idgen_next_id('svc')"));
+    assert!(waits_for_the_standby(&db, &mut observer, "off", &heartbeat));
+    assert!(waits_for_the_standby(&db, &mut observer, "off", "SELECT idgen_next_id('svc')"));
     let release = format!("SELECT idgen_release('svc', {}::smallint, '10.0.0.1', 1, {})", c.machine_id, c.version);
-    assert!(waits_for_the_standby(&db, &mut observer, &release));
-    // Reading the registry writes nothing and waits for nothing.
-    assert!(!waits_for_the_standby(&db, &mut observer, "SELECT * FROM idgen_nodes; SELECT * FROM idgen_health()"));
+    assert!(waits_for_the_standby(&db, &mut observer, "off", &release));
+    // Nor after them.
+    assert!(
+        !waits_for_the_standby(&db, &mut observer, "on", reads),
+        "after the writes, a read of the registry took a transaction id and waited for the standby"
+    );
 }
 
 #[test]

@@ -8,7 +8,7 @@ use idgen_cluster_tests::*;
 use postgres::Client;
 
 /// The version `ALTER EXTENSION idgen UPDATE` reaches: the library's (Cargo.toml).
-const LATEST: &str = "0.7.0";
+const LATEST: &str = "0.8.0";
 
 #[test]
 fn the_latest_version_here_is_the_librarys() {

@@ -15,8 +15,8 @@ SELECT :machine_id AS machine_id, :version AS version, :'outcome' AS outcome,
        :'lease_until'::timestamptz - last_seen AS lease, :'not_before'::timestamptz = date_trunc('milliseconds', last_seen) AS not_before_is_the_claim
   FROM system_nodes WHERE machine_id = :machine_id;
 SELECT machine_id, version, outcome FROM idgen_claim('orders', '2001:db8::6', 8080);
--- The first restarts gracefully: it releases, and gets its id back.
-SELECT idgen_release('orders', 0::smallint, '10.0.0.5', 8080, 1);
+-- The first restarts gracefully: it releases with its last stamp, and gets its id back.
+SELECT idgen_release('orders', 0::smallint, '10.0.0.5', 8080, 1, now());
 SELECT machine_id, version, outcome FROM idgen_claim('orders', '10.0.0.5', 8080);
 -- A second process with that address, while the first holds the id: it may be stamping, so the
 -- newcomer gets another id (with a WARNING naming times, tests/cluster/tests/fencing.rs), and
