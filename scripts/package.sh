@@ -88,8 +88,11 @@ Description: Snowflake IDs and a machine-id registry for PostgreSQL 15
  idgen mints 64-bit, time-ordered Snowflake IDs inside PostgreSQL
  (id bigint PRIMARY KEY DEFAULT idgen_next_id()) and keeps the registry of
  machine ids that services claim, so that IDs minted by the database and by
- services never collide. After installing: CREATE EXTENSION idgen; in each
- database, as a superuser (over an older version: ALTER EXTENSION idgen UPDATE;).
+ services never collide. After installing, preload it (recommended: its
+ registry writers then start with the server, and no other role's parallel
+ queries can starve its writes): shared_preload_libraries = 'idgen' in
+ postgresql.conf, then restart. Then CREATE EXTENSION idgen; in each database,
+ as a superuser (over an older version: ALTER EXTENSION idgen UPDATE;).
 EOF
     find "$root" -type d -exec chmod 755 {} +
     find "$root" -type f -exec chmod 644 {} +
