@@ -31,3 +31,23 @@ pub fn make_commit_durable() {
         );
     }
 }
+
+/// Lowers `synchronous_commit` to `local` for the current transaction: the commit flushes the WAL
+/// here and does not wait for a standby. Only for writes that narrow nothing a standby must know
+/// (a registry writer closing parked leases as it is ended: a standby without the close keeps the
+/// wider windows).
+pub fn commit_without_standby() {
+    // SAFETY: sets a backend-local setting the way SET LOCAL does.
+    unsafe {
+        pg_sys::set_config_option(
+            c"synchronous_commit".as_ptr(),
+            c"local".as_ptr(),
+            pg_sys::GucContext::PGC_USERSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_LOCAL,
+            true,
+            0,
+            false,
+        );
+    }
+}

@@ -184,7 +184,9 @@ fn release(leases: &[(&'static ParkedEntry, Option<Parked>)]) {
 /// In a registry writer connected to `database` (no transaction open): closes the leases parked
 /// in it for which `which(parked_at_ms)` holds, in a durable transaction of its own. Whatever
 /// fails leaves the rows' windows as they were, which fences the ids until they end.
-pub fn close_parked(database: u32, which: impl Fn(i64) -> bool) {
+/// `wait_for_standby`: false only for a writer being ended, whose standby may be gone (a standby
+/// that misses the close keeps the leases' whole windows: they fence more, never less).
+pub fn close_parked(database: u32, which: impl Fn(i64) -> bool, wait_for_standby: bool) {
     let leases = take_all(database, which);
     if leases.is_empty() {
         return;
@@ -192,7 +194,11 @@ pub fn close_parked(database: u32, which: impl Fn(i64) -> bool) {
     let closed = in_own_transaction(|| {
         as_extension_owner(|| {
             Spi::connect_mut(|client| {
-                durability::make_commit_durable();
+                if wait_for_standby {
+                    durability::make_commit_durable();
+                } else {
+                    durability::commit_without_standby();
+                }
                 close(client, &leases);
             })
         });

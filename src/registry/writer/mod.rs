@@ -24,8 +24,9 @@
 //! posted in its slot's mailbox; the writer runs it (`serve`) as the extension owner by the
 //! settings the caller took, in transactions of its own (`transaction`), and answers in the same
 //! segment. The caller's wait is interruptible; a request it left running is waited for before its
-//! next one.
+//! next one. A writer ended while it serves a request answers nothing (`ending`).
 
+mod ending;
 mod process;
 mod segment;
 mod serve;

@@ -2,6 +2,7 @@
 //! writer's life: take a place, connect to a database, serve its requests, close the leases parked
 //! in it that nobody took up, and leave.
 
+use super::ending::{install_sigterm_handler, last_writes_first, terminating};
 use super::segment::respond;
 use super::transaction::settle_for_registry_writes;
 use crate::registry::handover;
@@ -146,7 +147,9 @@ fn start_for_database(index: usize, database: u32) -> bool {
 #[pg_guard]
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn idgen_registry_writer(argument: pg_sys::Datum) {
-    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP);
+    // SAFETY: installs this process's SIGTERM handler before its signals are unblocked.
+    unsafe { install_sigterm_handler() };
     let argument = argument.value() as u64;
     let permanent = argument & PERMANENT != 0;
     let Some(area) = shared::area() else { return };
@@ -164,19 +167,22 @@ pub extern "C-unwind" fn idgen_registry_writer(argument: pg_sys::Datum) {
     }
     let (mut last_request, mut last_probe, mut last_parked) = (shared::now_ms(), 0, shared::now_ms());
     loop {
+        if terminating() {
+            // The server stops (or a superuser ended this writer): the leases parked in its
+            // database are closed now, while it can still write (unless the database is going),
+            // without waiting for a standby that may be gone. The end that SIGTERM asked for waits
+            // for this write.
+            last_writes_first();
+            if database != 0 && !wanted_alone(database) {
+                handover::close_parked(database, |_| true, false);
+            }
+            leave(permanent);
+        }
         // Barriers (DROP DATABASE waits for every process to absorb one), and what else a backend
         // answers between statements.
         pg_sys::check_for_interrupts!();
         if permanent {
             area.permanent_seen_ms.store(shared::now_ms(), Ordering::Release);
-        }
-        if BackgroundWorker::sigterm_received() {
-            // The server stops (or a superuser ended this writer): the leases parked in its
-            // database are closed now, while it can still write (unless the database is going).
-            if database != 0 && !wanted_alone(database) {
-                handover::close_parked(database, |_| true);
-            }
-            leave(permanent);
         }
         if BackgroundWorker::sighup_received() {
             // SAFETY: what every process does with a reload.
@@ -184,7 +190,7 @@ pub extern "C-unwind" fn idgen_registry_writer(argument: pg_sys::Datum) {
         }
         if me.leave.load(Ordering::Acquire) {
             if database != 0 {
-                handover::close_parked(database, parked_long_enough);
+                handover::close_parked(database, parked_long_enough, true);
             }
             leave(permanent);
         }
@@ -212,7 +218,7 @@ pub extern "C-unwind" fn idgen_registry_writer(argument: pg_sys::Datum) {
             }
             if now - last_parked >= 1_000 {
                 last_parked = now;
-                handover::close_parked(database, parked_long_enough);
+                handover::close_parked(database, parked_long_enough, true);
             }
             // A writer started for its database leaves once idle, and once nothing parked in its
             // database waits to be closed (it closes what was parked long enough, above).
@@ -267,7 +273,7 @@ fn take_place(area: &Area, permanent: bool, index: usize) -> Option<usize> {
         if let Some(i) = (0..WRITERS).find(|i| take(*i)) {
             return Some(i);
         }
-        if BackgroundWorker::sigterm_received() {
+        if terminating() {
             return None;
         }
         shared::sleep_on_latch(1_000);

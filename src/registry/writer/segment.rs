@@ -87,6 +87,10 @@ pub(super) unsafe fn respond(base: *mut u8) {
             Ok(request) => serve(request),
             Err(e) => Answer { result: Err(unreadable(e)), warnings: Vec::new() },
         };
+        if super::ending::terminating() {
+            // Ended while serving: its commit may not have reached the synchronous standby.
+            return;
+        }
         let mut bytes = serde_json::to_vec(&answer).expect("answers serialise");
         if bytes.len() > ANSWER_CAPACITY {
             let too_big = Answer { result: answer.result, warnings: Vec::new() };

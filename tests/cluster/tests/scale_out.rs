@@ -267,6 +267,39 @@ fn registry_writes_wait_for_the_synchronous_standby_even_at_synchronous_commit_o
 }
 
 #[test]
+fn a_registry_writer_waiting_for_a_standby_that_is_gone_ends_at_sigterm_and_hands_out_nothing() {
+    let (clock, _turn) = clock_cluster_turn();
+    let db = TestDb::create_on(&clock.dsn, "writer_sigterm");
+    let _standby = SystemSettings::set(&clock.dsn, &[("synchronous_standby_names", "idgen_missing_standby")]);
+    // A backend's first ID: its claim commits in a registry writer, which waits for the standby.
+    let minting = spawn_named("a backend's first ID", {
+        let dsn = db.dsn();
+        move || Client::connect(&dsn, postgres::NoTls).unwrap().query_one("SELECT idgen_next_id()", &[]).map(|_| ())
+    });
+    let mut observer = db.connect();
+    let mut writer = None;
+    wait_for("a registry writer waiting for the standby", PATIENCE, || {
+        writer = observer
+            .query_one(
+                "SELECT min(pid) FROM pg_stat_activity \
+                 WHERE backend_type = 'idgen registry writer' AND wait_event = 'SyncRep'",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        writer.is_some()
+    });
+    // As a fast shutdown or a switchover's demotion ends it: SIGTERM.
+    let writer: i32 = writer.unwrap();
+    observer.query_one("SELECT pg_terminate_backend($1)", &[&writer]).unwrap();
+    wait_for_exit(&mut observer, writer);
+    // Its commit stopped waiting for the standby: no answer, so no ID under that claim.
+    let outcome = join_within(minting, PATIENCE, "the backend's first ID");
+    let error = outcome.expect_err("an ID was minted under a claim that may not have reached the standby");
+    assert_eq!(sqlstate(&error), "58000", "{error:?}");
+}
+
+#[test]
 fn claims_can_be_refused_while_no_synchronous_standby_streams() {
     let (clock, _turn) = clock_cluster_turn();
     let db = TestDb::create_on(&clock.dsn, "require_standby");
