@@ -789,6 +789,20 @@ fn shown(text: &str) -> String {
     format!("{}...", text.chars().take(SHOWN).collect::<String>())
 }
 
+/// Whether an `Accept` header names `application/json` exactly, with a weight above 0
+/// (`application/json;q=0` refuses it; `application/jsonx` is another type).
+fn accepts_json(accept: &str) -> bool {
+    accept.split(',').any(|range| {
+        let mut parts = range.split(';');
+        let media = parts.next().unwrap_or("").trim();
+        let weight = parts
+            .filter_map(|p| p.trim().strip_prefix("q=").or_else(|| p.trim().strip_prefix("Q=")))
+            .find_map(|q| q.trim().parse::<f32>().ok())
+            .unwrap_or(1.0);
+        media.eq_ignore_ascii_case("application/json") && weight > 0.0
+    })
+}
+
 /// Reads a request; `Err` is the answer to a bad one. `path` and `query` are as sent (hyper does
 /// not decode them), and must be exactly what the API names.
 fn parse(method: &Method, path: &str, query: Option<&str>, accept: Option<&str>) -> Result<Asked, Reply> {
@@ -797,7 +811,7 @@ fn parse(method: &Method, path: &str, query: Option<&str>, accept: Option<&str>)
         Some(query) => query.split('&').collect(),
     };
     // The format first, so that a bad request hears why in the format it asked for.
-    let mut json = accept.is_some_and(|a| a.split(',').any(|t| t.trim().starts_with("application/json")));
+    let mut json = accept.is_some_and(accepts_json);
     match pairs.iter().find_map(|p| p.strip_prefix("format=")) {
         Some("json") => json = true,
         Some("text") => json = false,
@@ -966,14 +980,18 @@ impl Shared {
                 let layout = node.layout();
                 match blocking(&self.probe_slots, true, move || node.metrics()).await {
                     Ok(m) => {
+                        let status = as_of_now(m.status, m.time_to_deadline);
+                        // A node stopped for good has no deadline left to count down.
+                        let time_to_deadline =
+                            if matches!(status, Status::Live) { m.time_to_deadline } else { None };
                         let body = json!({
                             "machine_id": m.machine_id,
                             "version": m.version,
-                            "status": status_word(&as_of_now(m.status, m.time_to_deadline)),
+                            "status": status_word(&status),
                             "ids_issued": m.ids_issued,
                             "heartbeats_ok": m.heartbeats_ok,
                             "heartbeats_failed": m.heartbeats_failed,
-                            "time_to_deadline_ms": m.time_to_deadline.map(|d| d.as_millis() as u64),
+                            "time_to_deadline_ms": time_to_deadline.map(|d| d.as_millis() as u64),
                             "draining": draining,
                             "layout": layout_json(&layout),
                         });
@@ -1137,6 +1155,9 @@ mod tests {
         assert_eq!(asked("/ids?count=10000&format=json", None), Ok(Asked { route: Route::Many(10_000), json: true }));
         assert_eq!(asked("/ids?format=json&count=1", None), Ok(Asked { route: Route::Many(1), json: true }));
         assert_eq!(asked("/id", Some("text/html, application/json;q=0.9")).map(|a| a.json), Ok(true));
+        assert_eq!(asked("/id", Some("application/json; q=0")).map(|a| a.json), Ok(false));
+        assert_eq!(asked("/id", Some("application/jsonx")).map(|a| a.json), Ok(false));
+        assert_eq!(asked("/id", Some("Application/JSON")).map(|a| a.json), Ok(true));
         assert_eq!(asked("/id?format=text", Some("application/json")).map(|a| a.json), Ok(false));
         assert_eq!(asked("/readyz", None).map(|a| a.route), Ok(Route::Ready));
         assert_eq!(asked("/status?format=json", None).map(|a| a.route), Ok(Route::Status));

@@ -272,6 +272,10 @@ fn a_partitioned_sidecar_answers_503_expired_then_503_lost_once_its_id_is_taken_
     assert!(json(&lost)["reason"].as_str().unwrap().contains("10.0.0.2:1"), "{lost:?}");
     assert_refused(&http_get(&address, "/readyz"), 503, "lost");
     assert_refused(&http_get(&address, "/livez"), 503, "lost");
+    // Lost for good: no deadline left to count down.
+    let status = json(&http_get(&address, "/status"));
+    assert_eq!(status["status"], "lost", "{status}");
+    assert!(status["time_to_deadline_ms"].is_null(), "{status}");
     // Nothing to release: it exits 0 all the same.
     node.signal("TERM");
     assert!(node.exit_status().success());
