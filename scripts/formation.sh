@@ -36,6 +36,18 @@ start_member() { # member, then pg_autoctl create arguments
     # shellcheck disable=SC2046
     "${runas[@]}" env $(xdg "$m") setsid nohup pg_autoctl create "$@" --pgctl "$pg_bin/pg_ctl" --pgdata "$dir/$m" \
         --hostname 127.0.0.1 --auth trust --no-ssl --run >> "$dir/$m.log" 2>&1 < /dev/null &
+    # Its launcher (runuser, as root): not found by pids_of (its environment is not the member's).
+    echo $! > "$dir/$m.launcher.pid"
+}
+# Ends the launcher of member $1: runuser stops itself when its child is stopped, and a stopped
+# runuser whose child was then killed stays stopped for good.
+end_launcher() {
+    [ -f "$dir/$1.launcher.pid" ] || return 0
+    local pid
+    pid=$(cat "$dir/$1.launcher.pid")
+    # Only if that process is still a runuser (not a number used again).
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" != runuser ] || kill -9 "$pid" 2>/dev/null || true
+    rm -f "$dir/$1.launcher.pid"
 }
 primary_port() {
     local p
@@ -87,6 +99,7 @@ crash-primary)
     pids_of "$node" | xargs -r kill -9 2>/dev/null || true
     gone() { [ -z "$(pids_of "$node")" ]; }
     wait_for "every process of $node to be gone" gone
+    end_launcher "$node"
     other=$((2 * port + 3 - old))
     promoted() { [ "$(psql_at "$other" 'SELECT pg_is_in_recovery()')" = f ]; }
     wait_for "node$((other - port)) to be promoted" promoted
@@ -109,7 +122,10 @@ stop)
     done
     for i in $(seq 1 50); do
         left=$(for m in "${members[@]}"; do pids_of "$m"; done)
-        [ -z "$left" ] && exit 0
+        if [ -z "$left" ]; then
+            for m in "${members[@]}"; do end_launcher "$m"; done
+            exit 0
+        fi
         # What did not stop by itself within 4 s is killed.
         if [ "$i" -gt 20 ]; then echo "$left" | xargs -r kill -9 2>/dev/null || true; fi
         sleep 0.2

@@ -15,7 +15,9 @@
 #   cluster   every client-driven suite (tests/cluster and client/tests) against the scratch
 #             cluster, the clock-step cluster, pgbouncer in front of the scratch cluster and, on
 #             15 only, a pg_auto_failover formation (the failover suite is skipped on 18); then
-#             again with idgen in shared_preload_libraries (not the failover suite)
+#             the preloaded stage
+#   preloaded every client-driven suite again, with idgen in shared_preload_libraries (not the
+#             failover suite)
 #   SUITE     one of those suites: a test target of tests/cluster/tests (clock_steps, pooler,
 #             failover, ...), or `client` for the idgen-client crate's tests
 # PG is 15, 18 or both (`both`, or "15 18"). Default: both for the full run, 15 for one stage.
@@ -47,7 +49,7 @@ parse_args() {
     STAGE=${1:-all}
     case $STAGE in
     -h | --help | help) usage; exit 0 ;;
-    all | core | sim | pg_test | regress | cluster) ;;
+    all | core | sim | pg_test | regress | cluster | preloaded) ;;
     *) [[ " ${SUITES[*]} " == *" $STAGE "* ]] || usage_error "unknown stage or suite: $STAGE" ;;
     esac
     [ $# -le 2 ] || usage_error "too many arguments"
@@ -268,7 +270,7 @@ run_suites() {
         vars+=(IDGEN_POOLER_DSN="$POOLER_DSN")
     fi
     say "client-driven suites ($stage) against PostgreSQL $PG_MAJOR"
-    cargo_stage "$stage" "$PG_MAJOR" env "${vars[@]}" cargo test "$@"
+    cargo_stage "$stage" "$PG_MAJOR" env "${vars[@]}" cargo test --no-fail-fast "$@"
     stop_formation
     stop_pooler
 }
@@ -281,7 +283,15 @@ stage_cluster() {
     if [ "$PG_MAJOR" != 15 ]; then needs="clock pooler" skip=(-- --skip no_id_twice_across); fi
     provision_suites "$needs"
     run_suites cluster "$needs" -p idgen-cluster-tests -p idgen-client "${skip[@]}"
-    say "the client-driven suites again, with idgen in shared_preload_libraries"
+    stage_preloaded
+}
+
+# The client-driven suites with idgen in shared_preload_libraries (the scratch and clock-step
+# clusters; the failover formation runs plain, and is left out).
+stage_preloaded() {
+    provision_suites "clock pooler"
+    say "the client-driven suites with idgen in shared_preload_libraries"
+    ensure_scratch_cluster
     scratch_preload on
     PRELOAD_CLOCK=on run_suites preloaded "clock pooler" -p idgen-cluster-tests -p idgen-client -- --skip no_id_twice_across
     scratch_preload off
@@ -331,6 +341,7 @@ main() {
             pg_test) stage_pg_test ;;
             regress) stage_regress ;;
             cluster) stage_cluster ;;
+            preloaded) stage_preloaded ;;
             *) stage_suite "$STAGE" ;;
             esac
         done
