@@ -19,7 +19,8 @@
 #   preloaded every client-driven suite again, with idgen in shared_preload_libraries (not the
 #             failover suite)
 #   SUITE     one of those suites: a test target of tests/cluster/tests (clock_steps, pooler,
-#             failover, ...), or `client` for the idgen-client crate's tests
+#             failover, ...), or `client` for the idgen-client crate's tests; with
+#             IDGEN_TEST_PRELOADED=1, with idgen in shared_preload_libraries
 # PG is 15, 18 or both (`both`, or "15 18"). Default: both for the full run, 15 for one stage.
 #
 # Each stage installs and starts only what it needs (scripts/provision.sh, scripts/clusters.sh)
@@ -291,6 +292,8 @@ stage_cluster() {
 stage_preloaded() {
     provision_suites "clock pooler"
     say "the client-driven suites with idgen in shared_preload_libraries"
+    # Installing a build restarts the scratch cluster plain: first.
+    ensure_release_installed
     ensure_scratch_cluster
     scratch_preload on
     PRELOAD_CLOCK=on run_suites preloaded "clock pooler" -p idgen-cluster-tests -p idgen-client -- --skip no_id_twice_across
@@ -301,14 +304,23 @@ stage_preloaded() {
 # The source files of suite $1: `client`'s, or a test target's of tests/cluster/tests.
 suite_files() { if [ "$1" = client ]; then echo client/tests/*.rs; else echo "tests/cluster/tests/$1.rs"; fi; }
 
-# One suite, $1.
+# One suite, $1; with IDGEN_TEST_PRELOADED=1, as the preloaded stage runs it.
 stage_suite() {
     local target=(-p idgen-cluster-tests --test "$1") needs
     if [ "$1" = client ]; then target=(-p idgen-client); fi
     # shellcheck disable=SC2046 # a list of file names without spaces
     needs=$(suite_needs $(suite_files "$1"))
     provision_suites "$needs"
-    run_suites "$1" "$needs" "${target[@]}"
+    if [ "${IDGEN_TEST_PRELOADED:-}" != 1 ]; then
+        run_suites "$1" "$needs" "${target[@]}"
+        return
+    fi
+    ensure_release_installed
+    ensure_scratch_cluster
+    scratch_preload on
+    PRELOAD_CLOCK=on run_suites "$1" "$needs" "${target[@]}"
+    scratch_preload off
+    if [[ $needs == *clock* ]]; then clock_preload off; fi
 }
 
 # ---- the run

@@ -51,3 +51,24 @@ pub fn commit_without_standby() {
         );
     }
 }
+
+/// Whether this process's last commit reached the synchronous standbys, when any are named. A
+/// commit waits for them, but the wait can end early with the commit only local: a cancel
+/// (`pg_cancel_backend`), a termination, the postmaster's death. A registry writer answers no
+/// success from such a commit: the caller would mint under a claim a failover can lose.
+pub fn last_commit_confirmed() -> bool {
+    // SAFETY: reads of this process's last commit position and of the walsenders' shared state; a
+    // stale read of the standbys' position is an older, smaller one (not confirmed: the safe side).
+    unsafe {
+        let control = pg_sys::WalSndCtl;
+        if pg_sys::max_wal_senders == 0 || control.is_null() {
+            return true;
+        }
+        let status = std::ptr::read_volatile(&raw const (*control).sync_standbys_status);
+        if u32::from(status) & pg_sys::SYNC_STANDBY_DEFINED == 0 {
+            return true;
+        }
+        let flushed = std::ptr::read_volatile(&raw const (*control).lsn[pg_sys::SYNC_REP_WAIT_FLUSH as usize]);
+        pg_sys::XactLastCommitEnd <= flushed
+    }
+}

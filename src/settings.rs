@@ -54,9 +54,17 @@ pub fn register() {
     // "cannot be changed now"), and then keeps the compiled-in default, not the file's value.
     let configured: Vec<(&'static str, Option<String>)> =
         GUARDED_SETTINGS.iter().map(|(name, _)| (*name, placeholder_value(name))).collect();
+    // Which of them the configuration files set, as their placeholders show it: Postgres does not
+    // carry its mark over to the setting that replaces a placeholder (and the first reading of
+    // the files, at the server's start, marks no placeholder: it makes them after marking), and
+    // a file's refusal stands by that mark.
+    let in_files = placeholders_set_by_the_files();
     REGISTERING.store(true, Ordering::Relaxed);
     define_settings();
     REGISTERING.store(false, Ordering::Relaxed);
+    for name in &in_files {
+        mark_set_by_the_files(name);
+    }
     for ((name, same), (_, value)) in GUARDED_SETTINGS.iter().zip(configured) {
         // An empty placeholder was configured once and reset since (a removed line, ALTER SYSTEM RESET).
         let Some(value) = value.filter(|v| !v.is_empty()) else { continue };
@@ -412,7 +420,96 @@ const NOT_APPLIED: pgrx::pg_sys::GucSource::Type = pgrx::pg_sys::GucSource::PGC_
 
 /// The refusal of the first configured value a check hook refused, if any (see [`REFUSED`]).
 pub fn configured_value_refused() -> Option<IdgenError> {
-    REFUSED.lock().first().map(|r| messages::configured_value_refused(r.setting, &r.value, &r.why))
+    let refused = REFUSED.lock();
+    // A file's value stands refused while the files set the setting. Once its line is removed and
+    // the files reloaded, the server runs by what they say now (the default, or the value it kept,
+    // configured before), and no check hook sees that: a value that was refused never became the
+    // setting's, so nothing is reset. With idgen preloaded, every new backend inherits the
+    // refusals of the postmaster's reloads: without this, until a restart. (Kept, not dropped:
+    // the line put back, the refusal stands again.)
+    let file = pgrx::pg_sys::GucSource::PGC_S_FILE;
+    refused
+        .iter()
+        .find(|r| r.source != file || set_by_the_files(r.setting) != Some(false))
+        .map(|r| messages::configured_value_refused(r.setting, &r.value, &r.why))
+}
+
+/// Whether the configuration files set `name`, as this process last read them (a reload marks
+/// each setting they name, whether its value was taken or refused); `None` for no such setting.
+fn set_by_the_files(name: &str) -> Option<bool> {
+    // SAFETY: a setting of this process's own table, read.
+    guc_record(name).map(|setting| unsafe { (*setting).status } & pgrx::pg_sys::GUC_IS_IN_FILE as i32 != 0)
+}
+
+/// The names of idgen's settings that the configuration files set, as placeholders (before idgen
+/// defines them): marked by a reload, or holding a file's value.
+fn placeholders_set_by_the_files() -> Vec<String> {
+    use pgrx::pg_sys::GucSource::PGC_S_FILE;
+    let mut names = Vec::new();
+    for_each_guc_record(|setting| {
+        // SAFETY: a record of this process's own table, read.
+        let (name, marked, from_file) = unsafe {
+            let s = &*setting;
+            (
+                std::ffi::CStr::from_ptr(s.name),
+                s.status & pgrx::pg_sys::GUC_IS_IN_FILE as i32 != 0,
+                s.source == PGC_S_FILE || s.reset_source == PGC_S_FILE,
+            )
+        };
+        let name = name.to_string_lossy();
+        if name.to_ascii_lowercase().starts_with("idgen.") && (marked || from_file) {
+            names.push(name.into_owned());
+        }
+        false
+    });
+    names
+}
+
+/// Marks setting `name` as set by the configuration files.
+fn mark_set_by_the_files(name: &str) {
+    if let Some(setting) = guc_record(name) {
+        // SAFETY: a setting of this process's own table; only the reading of the files uses the mark.
+        unsafe { (*setting).status |= pgrx::pg_sys::GUC_IS_IN_FILE as i32 };
+    }
+}
+
+/// The record of setting (or placeholder) `name` in this process's table of settings.
+fn guc_record(name: &str) -> Option<*mut pgrx::pg_sys::config_generic> {
+    let mut found = None;
+    for_each_guc_record(|setting| {
+        // SAFETY: a record of this process's own table, read.
+        let this = unsafe { std::ffi::CStr::from_ptr((*setting).name) };
+        let matches = this.to_bytes().eq_ignore_ascii_case(name.as_bytes());
+        if matches {
+            found = Some(setting);
+        }
+        matches
+    });
+    found
+}
+
+/// Calls `visit` with each named record of this process's table of settings, until it says stop.
+fn for_each_guc_record(mut visit: impl FnMut(*mut pgrx::pg_sys::config_generic) -> bool) {
+    use pgrx::pg_sys;
+    // SAFETY: the server's table of settings, read in the process that owns it.
+    unsafe {
+        #[cfg(not(feature = "pg18"))]
+        let (settings, count) = (pg_sys::get_guc_variables(), pg_sys::GetNumConfigOptions());
+        #[cfg(feature = "pg18")]
+        let (settings, count) = {
+            let mut count = 0;
+            (pg_sys::get_guc_variables(&mut count), count)
+        };
+        if settings.is_null() {
+            return;
+        }
+        for i in 0..usize::try_from(count).unwrap_or(0) {
+            let setting = *settings.add(i);
+            if !setting.is_null() && !(*setting).name.is_null() && visit(setting) {
+                return;
+            }
+        }
+    }
 }
 
 /// A string check hook's answer: the value's text passed to `check`; a refusal's DETAIL and

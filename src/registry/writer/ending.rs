@@ -15,7 +15,9 @@ pub(super) fn terminating() -> bool {
     TERMINATING.load(Ordering::SeqCst)
 }
 
-/// SAFETY: once, at the writer's start.
+/// SAFETY: once, at the writer's start, before its signals are unblocked. (The writer of one
+/// request needs it too: PostgreSQL's bgworker_die raises FATAL from the handler itself, which
+/// during a commit's wait for the standby aborts a committed transaction: a PANIC.)
 pub(super) unsafe fn install_sigterm_handler() {
     // SAFETY: a handler that only sets flags and the latch.
     unsafe {
@@ -30,12 +32,14 @@ pub(super) unsafe fn install_sigterm_handler() {
 /// next interrupt check. (pgrx's handler only sets a flag: a commit waiting for a standby that had
 /// gone never ended, and the server's fast shutdown, or a switchover's demotion, waited for it.)
 unsafe extern "C-unwind" fn on_sigterm(_signal: std::ffi::c_int) {
-    TERMINATING.store(true, Ordering::SeqCst);
-    // SAFETY: what die() sets, from a signal handler.
+    // SAFETY: what die() does, from a signal handler: errno kept for the code it interrupted.
     unsafe {
+        let errno = *libc::__errno_location();
+        TERMINATING.store(true, Ordering::SeqCst);
         (&raw mut pg_sys::ProcDiePending).write_volatile(1);
         (&raw mut pg_sys::InterruptPending).write_volatile(1);
         pg_sys::SetLatch(pg_sys::MyLatch);
+        *libc::__errno_location() = errno;
     }
 }
 

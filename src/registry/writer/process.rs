@@ -147,9 +147,9 @@ fn start_for_database(index: usize, database: u32) -> bool {
 #[pg_guard]
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn idgen_registry_writer(argument: pg_sys::Datum) {
-    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP);
-    // SAFETY: installs this process's SIGTERM handler before its signals are unblocked.
+    // SAFETY: this process's SIGTERM handler, before pgrx unblocks the signals.
     unsafe { install_sigterm_handler() };
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP);
     let argument = argument.value() as u64;
     let permanent = argument & PERMANENT != 0;
     let Some(area) = shared::area() else { return };
@@ -428,6 +428,7 @@ pub(super) fn wait_for_pending() {
 pub extern "C-unwind" fn idgen_registry_writer_once(argument: pg_sys::Datum) {
     // SAFETY: the standard start of a background worker; the segment stays until the caller detaches.
     unsafe {
+        install_sigterm_handler();
         pg_sys::BackgroundWorkerUnblockSignals();
         let database: u32 = BackgroundWorker::get_extra().parse().expect("the writer is given a database oid");
         pg_sys::BackgroundWorkerInitializeConnectionByOid(pg_sys::Oid::from(database), pg_sys::InvalidOid, 0);

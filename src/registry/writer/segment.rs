@@ -87,8 +87,9 @@ pub(super) unsafe fn respond(base: *mut u8) {
             Ok(request) => serve(request),
             Err(e) => Answer { result: Err(unreadable(e)), warnings: Vec::new() },
         };
-        if super::ending::terminating() {
-            // Ended while serving: its commit may not have reached the synchronous standby.
+        if super::ending::terminating() || (answer.result.is_ok() && !crate::durability::last_commit_confirmed()) {
+            // Ended while serving, or the wait for the synchronous standby ended early: the commit
+            // may be only local. No answer: the caller is told the writer ended without one.
             return;
         }
         let mut bytes = serde_json::to_vec(&answer).expect("answers serialise");

@@ -756,3 +756,12 @@ pub fn rust_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     found.sort();
     found
 }
+
+/// Whether the server `client` is connected to preloads idgen (`shared_preload_libraries`): its
+/// settings are then defined in every session from the start, and checked when set.
+pub fn idgen_preloaded(client: &mut Client) -> bool {
+    client
+        .query_one("SELECT 'idgen' = ANY (string_to_array(replace(current_setting('shared_preload_libraries'), ' ', ''), ','))", &[])
+        .unwrap()
+        .get(0)
+}

@@ -110,6 +110,12 @@ fn a_callers_search_path_cannot_redirect_the_registry_functions() {
 /// a non-superuser's SET is refused.
 fn settings_are_for_superusers_only(db: &TestDb) {
     let mut fresh = db.connect();
+    if idgen_preloaded(&mut fresh) {
+        // Loaded from the start: no placeholder, the SET is refused at once.
+        fresh.batch_execute(&format!("SET ROLE {SERVICE_ROLE}")).unwrap();
+        refused_once_loaded(&mut fresh);
+        return;
+    }
     fresh.batch_execute(&format!("SET ROLE {SERVICE_ROLE}; SET idgen.takeover_idle_1h = '20min'")).unwrap();
     let lease_until: String =
         fresh.query_one("SELECT lease_until::text FROM idgen_claim('svc', '10.0.0.2', 2)", &[]).unwrap().get(0);
@@ -125,11 +131,15 @@ fn settings_are_for_superusers_only(db: &TestDb) {
     assert_eq!(lease, "00:55:00", "the placeholder did not shorten the lease");
     let shown: String = fresh.query_one("SHOW idgen.takeover_idle_1h", &[]).unwrap().get(0);
     assert_eq!(shown, "1h");
-    // Once idgen is loaded: thresholds cannot be set per session by anyone (55P02), the
-    // superuser-only settings not by this role (42501).
-    let err = fresh.batch_execute("SET idgen.takeover_idle_1h = '20min'").unwrap_err();
+    refused_once_loaded(&mut fresh);
+}
+
+/// Once idgen is loaded: thresholds cannot be set per session by anyone (55P02), the
+/// superuser-only settings not by the service role (42501).
+fn refused_once_loaded(session: &mut postgres::Client) {
+    let err = session.batch_execute("SET idgen.takeover_idle_1h = '20min'").unwrap_err();
     assert_eq!(sqlstate(&err), "55P02", "{err:?}");
-    let err = fresh.batch_execute("SET idgen.max_clock_backward = '10s'").unwrap_err();
+    let err = session.batch_execute("SET idgen.max_clock_backward = '10s'").unwrap_err();
     assert_eq!(sqlstate(&err), "42501", "{err:?}");
 }
 

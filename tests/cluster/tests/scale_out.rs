@@ -181,7 +181,8 @@ fn a_range_changed_under_live_holders_strands_nothing_and_hands_out_nothing_twic
 
 /// Whether `statement`, run by a new session at `synchronous_commit = $synchronous_commit`, waits for a synchronous
 /// standby at its commit (seen as wait event SyncRep, in the session or in the registry writer that
-/// commits a backend's claim for it; the wait is then cancelled, which leaves the commit local).
+/// commits a backend's claim for it; the wait is then cancelled, which leaves the commit local: the
+/// session's statement succeeds, a writer's caller fails with 58000).
 /// Decided by what happens, never by how long it takes; [`PATIENCE`] without either fails.
 fn waits_for_the_standby(db: &TestDb, observer: &mut Client, synchronous_commit: &str, statement: &str) -> bool {
     let (pid_tx, pid_rx) = std::sync::mpsc::channel();
@@ -216,9 +217,18 @@ fn waits_for_the_standby(db: &TestDb, observer: &mut Client, synchronous_commit:
             .unwrap()
             .get(0);
         if let Some(waiting) = waiting {
+            let writer = waiting != pid;
             observer.query_one("SELECT pg_cancel_backend($1)", &[&waiting]).unwrap();
-            // The statement itself succeeded: only the wait was cancelled.
-            join_within(waiter, PATIENCE, statement).unwrap();
+            let outcome = join_within(waiter, PATIENCE, statement);
+            if writer {
+                // A registry writer whose wait was cancelled answers nothing: its commit is only
+                // local, and the backend must not mint under it.
+                let err = outcome.expect_err("a backend minted under a claim the standby did not confirm");
+                assert_eq!(sqlstate(&err), "58000", "{statement}: {err:?}");
+            } else {
+                // The statement itself succeeded: only the wait was cancelled (the session is told so).
+                outcome.unwrap();
+            }
             return true;
         }
         std::thread::sleep(std::time::Duration::from_millis(5));

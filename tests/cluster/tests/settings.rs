@@ -293,6 +293,17 @@ fn a_configured_value_the_server_refused_stops_claims_rather_than_falling_back_t
     // default, here the database's name as the service: another id space than configured.
     let db = TestDb::create("settings_configured_refused");
     let mut admin = db.connect();
+    if idgen_preloaded(&mut admin) {
+        // Loaded everywhere: the bad value is refused where it is set, and nothing is stored.
+        let err = admin.batch_execute(&format!("ALTER DATABASE {} SET idgen.service = ' orders'", db.name)).unwrap_err();
+        assert_eq!(sqlstate(&err), "22023", "{err:?}");
+        let stored: i64 = admin
+            .query_one("SELECT count(*) FROM pg_db_role_setting s JOIN pg_database d ON d.oid = s.setdatabase WHERE d.datname = $1", &[&db.name])
+            .unwrap()
+            .get(0);
+        assert_eq!(stored, 0);
+        return;
+    }
     admin.batch_execute(&format!("ALTER DATABASE {} SET idgen.service = ' orders'", db.name)).unwrap();
     let (mut session, notices) = db.connect_recording();
     let err = session.query_one("SELECT idgen_next_id()", &[]).unwrap_err();
@@ -317,19 +328,20 @@ fn a_configured_value_the_server_refused_stops_claims_rather_than_falling_back_t
 fn a_range_refused_in_the_configuration_file_stops_claims_rather_than_handing_out_every_id() {
     // A DBA's typo in the configuration file: nothing checks it until the backends read it, at
     // the reload or when they load idgen, and refuse it; they would keep the default range, every
-    // id of every pool, and a shard would collide with the others. (The test writes the file as an
-    // editor would: ALTER SYSTEM checks the value once idgen is loaded, and before PostgreSQL 17
-    // refuses idgen's settings before.)
+    // id of every pool, and a shard would collide with the others. (The test appends to the file as
+    // an editor would: ALTER SYSTEM checks the value once idgen is loaded, and before PostgreSQL 17
+    // refuses idgen's settings before; the file's other lines, shared_preload_libraries among
+    // them, stay.)
     let (cluster, _turn) = clock_cluster_turn();
     let db = TestDb::create_on(&cluster.dsn, "settings_file_refused");
     let names = ["idgen.machine_id_range".to_owned()];
-    let _reset = SystemSettings::adopt(&cluster.dsn, &names);
+    let reset = SystemSettings::adopt(&cluster.dsn, &names);
     let mut admin = connect_to(&cluster.dsn, "postgres");
     admin
         .batch_execute(
             "DO $$ BEGIN
-                 EXECUTE format('COPY (SELECT %L) TO %L', 'idgen.machine_id_range = ''512-65536''',
-                                current_setting('data_directory') || '/postgresql.auto.conf');
+                 EXECUTE format('COPY (SELECT %L) TO PROGRAM %L', 'idgen.machine_id_range = ''512-65536''',
+                                'cat >> ' || current_setting('data_directory') || '/postgresql.auto.conf');
              END $$",
         )
         .unwrap();
@@ -340,6 +352,39 @@ fn a_range_refused_in_the_configuration_file_stops_claims_rather_than_handing_ou
     });
     let held: i64 = db.connect().query_one("SELECT count(*) FROM system_nodes", &[]).unwrap().get(0);
     assert_eq!(held, 0, "no id was claimed under the default range");
+    // The line removed and the files reloaded, new sessions claim again (with idgen preloaded they
+    // inherit the postmaster's refusal of the line, which no check hook sees removed).
+    drop(reset);
+    let mut after = db.connect();
+    let err = after.query_one("SELECT idgen_next_id()", &[]).err();
+    assert!(err.is_none(), "a new session still refuses after the line was removed: {err:?}");
+}
+
+#[test]
+fn a_range_refused_in_the_configuration_file_at_the_servers_start_stops_claims_too() {
+    // The files are read at the server's start before a preloaded idgen defines its settings:
+    // then its refusal of the file's value must stand as a reload's does, until the line goes.
+    let (cluster, _turn) = clock_cluster_turn();
+    let db = TestDb::create_on(&cluster.dsn, "settings_file_refused_at_start");
+    let names = ["idgen.machine_id_range".to_owned()];
+    let reset = SystemSettings::adopt(&cluster.dsn, &names);
+    connect_to(&cluster.dsn, "postgres")
+        .batch_execute(
+            "DO $$ BEGIN
+                 EXECUTE format('COPY (SELECT %L) TO PROGRAM %L', 'idgen.machine_id_range = ''512-1023x''',
+                                'cat >> ' || current_setting('data_directory') || '/postgresql.auto.conf');
+             END $$",
+        )
+        .unwrap();
+    cluster.restart();
+    let err = db.connect().query_one("SELECT idgen_next_id()", &[]).err();
+    let err = err.unwrap_or_else(|| panic!("a new session claimed under the default range after a start"));
+    assert!(db_error(&err).message().contains("\"idgen.machine_id_range\" was refused"), "{err:?}");
+    let held: i64 = db.connect().query_one("SELECT count(*) FROM system_nodes", &[]).unwrap().get(0);
+    assert_eq!(held, 0, "no id was claimed under the default range");
+    drop(reset);
+    let err = db.connect().query_one("SELECT idgen_next_id()", &[]).err();
+    assert!(err.is_none(), "a new session still refuses after the line was removed: {err:?}");
 }
 
 #[test]
@@ -351,11 +396,19 @@ fn a_cluster_wide_value_in_the_connections_options_stops_claims_rather_than_bein
     let db = TestDb::create("settings_options");
     let role = "idgen_t_options_app";
     ensure_login_role(&mut db.connect(), role);
+    let preloaded = idgen_preloaded(&mut db.connect());
     for option in ["idgen.machine_id_range=0-9", "idgen.require_synchronous_standby=on", "idgen.node_host=10.9.9.9"] {
         let dsn = format!(
             "{} user={role} options='-c statement_timeout=300s -c {option}'",
             session_dsn(&base_dsn(), &db.name)
         );
+        if preloaded {
+            // Loaded from the start: Postgres refuses the connection itself.
+            let err = postgres::Client::connect(&dsn, postgres::NoTls).err();
+            let err = err.unwrap_or_else(|| panic!("{option}: the connection was accepted"));
+            assert!(["55P02", "42501"].contains(&sqlstate(&err)), "{option}: {err:?}");
+            continue;
+        }
         let mut session = postgres::Client::connect(&dsn, postgres::NoTls).unwrap();
         let err = session.query_one("SELECT idgen_next_id()", &[]).unwrap_err();
         let e = db_error(&err);
@@ -376,7 +429,13 @@ fn a_refused_role_value_stays_refused_across_a_reload_of_the_files_own_value() {
     let role = "idgen_t_role_over_file";
     let mut admin = connect_to(&cluster.dsn, "postgres");
     ensure_login_role(&mut admin, role);
-    admin.batch_execute(&format!("ALTER ROLE {role} IN DATABASE {} SET idgen.service = 'orders '", db.name)).unwrap();
+    let set = format!("ALTER ROLE {role} IN DATABASE {} SET idgen.service = 'orders '", db.name);
+    if idgen_preloaded(&mut admin) {
+        // Loaded everywhere: the bad value is refused where it is set.
+        assert_eq!(sqlstate(&admin.batch_execute(&set).unwrap_err()), "22023");
+        return;
+    }
+    admin.batch_execute(&set).unwrap();
     let mut session = postgres::Client::connect(&format!("{} user={role}", db.dsn()), postgres::NoTls).unwrap();
     let refused = |session: &mut postgres::Client| {
         let err = session.query_one("SELECT idgen_next_id()", &[]).unwrap_err();
@@ -408,8 +467,8 @@ fn a_reload_read_inside_an_open_transaction_refuses_a_bad_file_value_too() {
     admin
         .batch_execute(
             "DO $$ BEGIN
-                 EXECUTE format('COPY (SELECT %L) TO %L', 'idgen.node_host = ''10.0.0.5/24''',
-                                current_setting('data_directory') || '/postgresql.auto.conf');
+                 EXECUTE format('COPY (SELECT %L) TO PROGRAM %L', 'idgen.node_host = ''10.0.0.5/24''',
+                                'cat >> ' || current_setting('data_directory') || '/postgresql.auto.conf');
              END $$",
         )
         .unwrap();
