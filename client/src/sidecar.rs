@@ -982,8 +982,7 @@ impl Shared {
                     Ok(m) => {
                         let status = as_of_now(m.status, m.time_to_deadline);
                         // A node stopped for good has no deadline left to count down.
-                        let time_to_deadline =
-                            if matches!(status, Status::Live) { m.time_to_deadline } else { None };
+                        let time_to_deadline = if matches!(status, Status::Live) { m.time_to_deadline } else { None };
                         let body = json!({
                             "machine_id": m.machine_id,
                             "version": m.version,

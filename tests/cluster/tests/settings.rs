@@ -295,7 +295,8 @@ fn a_configured_value_the_server_refused_stops_claims_rather_than_falling_back_t
     let mut admin = db.connect();
     if idgen_preloaded(&mut admin) {
         // Loaded everywhere: the bad value is refused where it is set, and nothing is stored.
-        let err = admin.batch_execute(&format!("ALTER DATABASE {} SET idgen.service = ' orders'", db.name)).unwrap_err();
+        let err =
+            admin.batch_execute(&format!("ALTER DATABASE {} SET idgen.service = ' orders'", db.name)).unwrap_err();
         assert_eq!(sqlstate(&err), "22023", "{err:?}");
         let stored: i64 = admin
             .query_one("SELECT count(*) FROM pg_db_role_setting s JOIN pg_database d ON d.oid = s.setdatabase WHERE d.datname = $1", &[&db.name])
