@@ -14,22 +14,11 @@ use pgrx::pg_sys;
 
 /// Raises `synchronous_commit` to at least `on` for the current transaction.
 pub fn make_commit_durable() {
-    // SAFETY: reads and sets a backend-local setting the way SET LOCAL does.
-    unsafe {
-        if pg_sys::synchronous_commit >= pg_sys::SyncCommitLevel::SYNCHRONOUS_COMMIT_REMOTE_FLUSH as i32 {
-            return;
-        }
-        pg_sys::set_config_option(
-            c"synchronous_commit".as_ptr(),
-            c"on".as_ptr(),
-            pg_sys::GucContext::PGC_USERSET,
-            pg_sys::GucSource::PGC_S_SESSION,
-            pg_sys::GucAction::GUC_ACTION_LOCAL,
-            true,
-            0,
-            false,
-        );
+    // SAFETY: reads a backend-local setting.
+    if unsafe { pg_sys::synchronous_commit } >= pg_sys::SyncCommitLevel::SYNCHRONOUS_COMMIT_REMOTE_FLUSH as i32 {
+        return;
     }
+    set_synchronous_commit_locally(c"on");
 }
 
 /// Lowers `synchronous_commit` to `local` for the current transaction: the commit flushes the WAL
@@ -37,11 +26,16 @@ pub fn make_commit_durable() {
 /// (a registry writer closing parked leases as it is ended: a standby without the close keeps the
 /// wider windows).
 pub fn commit_without_standby() {
+    set_synchronous_commit_locally(c"local");
+}
+
+/// `SET LOCAL synchronous_commit = value`.
+fn set_synchronous_commit_locally(value: &std::ffi::CStr) {
     // SAFETY: sets a backend-local setting the way SET LOCAL does.
     unsafe {
         pg_sys::set_config_option(
             c"synchronous_commit".as_ptr(),
-            c"local".as_ptr(),
+            value.as_ptr(),
             pg_sys::GucContext::PGC_USERSET,
             pg_sys::GucSource::PGC_S_SESSION,
             pg_sys::GucAction::GUC_ACTION_LOCAL,

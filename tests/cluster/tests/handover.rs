@@ -99,10 +99,16 @@ fn a_reconnect_in_its_slot_takes_up_the_lease_with_no_registry_write() {
     let mut admin = db.connect();
     let mut first = db.connect();
     let slot = my_slot(&mut first);
-    let earlier = insert(&mut first, 500);
+    let mut earlier = insert(&mut first, 500);
     let lease = backend_lease(&mut first, &db.name).unwrap();
     let claimed_at: String =
         first.query_one("SELECT claimed_at::text FROM idgen_backend_leases()", &[]).unwrap().get(0);
+    // A backend's window is as long as its lease is old (src/backend.rs): renewed once the lease is
+    // 20 s old, it outlasts the reconnect below, and the next session's IDs need no renewal.
+    let old_enough: String =
+        first.query_one("SELECT ($1::text::timestamptz + interval '20 s')::text", &[&claimed_at]).unwrap().get(0);
+    wait_until_server_clock_passes(&mut first, &old_enough);
+    earlier.extend(insert(&mut first, 1));
     let parked = std::time::Instant::now();
     disconnect(&mut admin, first);
     let before = row(&mut admin, &db.name, slot);

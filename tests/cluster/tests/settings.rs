@@ -286,6 +286,20 @@ fn every_alter_system_example_in_the_docs_works_as_written_in_a_fresh_session() 
     }
 }
 
+/// Appends `line` to the server's postgresql.auto.conf as an editor would (ALTER SYSTEM would check
+/// it once idgen is loaded); its other lines, shared_preload_libraries among them, stay.
+fn append_to_the_files(admin: &mut postgres::Client, line: &str) {
+    admin.execute("SELECT set_config('idgen_test.line', $1, false)", &[&line]).unwrap();
+    admin
+        .batch_execute(
+            "DO $$ BEGIN
+                 EXECUTE format('COPY (SELECT %L) TO PROGRAM %L', current_setting('idgen_test.line'),
+                                'cat >> ' || current_setting('data_directory') || '/postgresql.auto.conf');
+             END $$",
+        )
+        .unwrap();
+}
+
 #[test]
 fn a_configured_value_the_server_refused_stops_claims_rather_than_falling_back_to_the_default() {
     // Set where idgen is not loaded (postgresql.conf, ALTER DATABASE/ROLE ... SET before LOAD),
@@ -329,23 +343,14 @@ fn a_configured_value_the_server_refused_stops_claims_rather_than_falling_back_t
 fn a_range_refused_in_the_configuration_file_stops_claims_rather_than_handing_out_every_id() {
     // A DBA's typo in the configuration file: nothing checks it until the backends read it, at
     // the reload or when they load idgen, and refuse it; they would keep the default range, every
-    // id of every pool, and a shard would collide with the others. (The test appends to the file as
-    // an editor would: ALTER SYSTEM checks the value once idgen is loaded, and before PostgreSQL 17
-    // refuses idgen's settings before; the file's other lines, shared_preload_libraries among
-    // them, stay.)
+    // id of every pool, and a shard would collide with the others. (ALTER SYSTEM checks the value
+    // once idgen is loaded, and before PostgreSQL 17 refuses idgen's settings before.)
     let (cluster, _turn) = clock_cluster_turn();
     let db = TestDb::create_on(&cluster.dsn, "settings_file_refused");
     let names = ["idgen.machine_id_range".to_owned()];
     let reset = SystemSettings::adopt(&cluster.dsn, &names);
     let mut admin = connect_to(&cluster.dsn, "postgres");
-    admin
-        .batch_execute(
-            "DO $$ BEGIN
-                 EXECUTE format('COPY (SELECT %L) TO PROGRAM %L', 'idgen.machine_id_range = ''512-65536''',
-                                'cat >> ' || current_setting('data_directory') || '/postgresql.auto.conf');
-             END $$",
-        )
-        .unwrap();
+    append_to_the_files(&mut admin, "idgen.machine_id_range = '512-65536'");
     admin.batch_execute("SELECT pg_reload_conf()").unwrap();
     wait_for("a new session to refuse the range", PATIENCE, || {
         let err = db.connect().query_one("SELECT idgen_next_id()", &[]).err();
@@ -369,14 +374,7 @@ fn a_range_refused_in_the_configuration_file_at_the_servers_start_stops_claims_t
     let db = TestDb::create_on(&cluster.dsn, "settings_file_refused_at_start");
     let names = ["idgen.machine_id_range".to_owned()];
     let reset = SystemSettings::adopt(&cluster.dsn, &names);
-    connect_to(&cluster.dsn, "postgres")
-        .batch_execute(
-            "DO $$ BEGIN
-                 EXECUTE format('COPY (SELECT %L) TO PROGRAM %L', 'idgen.machine_id_range = ''512-1023x''',
-                                'cat >> ' || current_setting('data_directory') || '/postgresql.auto.conf');
-             END $$",
-        )
-        .unwrap();
+    append_to_the_files(&mut connect_to(&cluster.dsn, "postgres"), "idgen.machine_id_range = '512-1023x'");
     cluster.restart();
     let err = db.connect().query_one("SELECT idgen_next_id()", &[]).err();
     let err = err.unwrap_or_else(|| panic!("a new session claimed under the default range after a start"));
@@ -465,14 +463,7 @@ fn a_reload_read_inside_an_open_transaction_refuses_a_bad_file_value_too() {
     session.batch_execute("BEGIN").unwrap();
     let loaded: String = session.query_one("SELECT pg_conf_load_time()::text", &[]).unwrap().get(0);
     let mut admin = connect_to(&cluster.dsn, "postgres");
-    admin
-        .batch_execute(
-            "DO $$ BEGIN
-                 EXECUTE format('COPY (SELECT %L) TO PROGRAM %L', 'idgen.node_host = ''10.0.0.5/24''',
-                                'cat >> ' || current_setting('data_directory') || '/postgresql.auto.conf');
-             END $$",
-        )
-        .unwrap();
+    append_to_the_files(&mut admin, "idgen.node_host = '10.0.0.5/24'");
     admin.batch_execute("SELECT pg_reload_conf()").unwrap();
     wait_for("the session to reload its configuration", PATIENCE, || {
         session.query_one("SELECT pg_conf_load_time() > $1::text::timestamptz", &[&loaded]).unwrap().get(0)
