@@ -84,8 +84,8 @@ pub enum Status {
     Expired,
     /// A heartbeat was refused: the id moved (`55000`), the watermark was refused (`22023`) or
     /// the role may no longer act for the service (`42501`). Stopped for good: the server's
-    /// message and DETAIL.
-    Lost { detail: String },
+    /// message and DETAIL, and its SQLSTATE.
+    Lost { sqlstate: String, detail: String },
     /// `shutdown` was called.
     Stopped,
     /// The heartbeat thread died: stopped for good.
@@ -104,8 +104,8 @@ pub enum Error {
     /// when that report is answered.
     ClockAhead { bound_unix_ms: i64 },
     /// The lease ended for good: the id moved to another node (`55000`), or the server refused
-    /// a heartbeat (see [`Status::Lost`]). Stop issuing and exit.
-    OwnershipLost(String),
+    /// a heartbeat (see [`Status::Lost`]; `sqlstate` is the server's). Stop issuing and exit.
+    OwnershipLost { sqlstate: String, detail: String },
     /// The node was shut down.
     Stopped,
     /// The heartbeat thread died; the node stopped issuing.
@@ -148,7 +148,7 @@ impl fmt::Display for Error {
                  lease): it jumped ahead; no ID was issued, and the node reports its clock now",
                 idgen_core::format::iso_utc(*bound_unix_ms)
             ),
-            Error::OwnershipLost(detail) => write!(f, "idgen: the lease ended for good: {detail}"),
+            Error::OwnershipLost { detail, .. } => write!(f, "idgen: the lease ended for good: {detail}"),
             Error::Stopped => write!(f, "idgen: the node was shut down"),
             Error::HeartbeatDied => write!(f, "idgen: the heartbeat thread died; the node stopped issuing"),
             Error::Clock { stop: Stop::ClockBehind { behind_ms, allowed_ms }, .. } => write!(
@@ -694,7 +694,9 @@ impl IdgenNode {
             let state = self.shared.state();
             match &state.status {
                 Status::Live | Status::Expired => state.deadline,
-                Status::Lost { detail } => return Err(Error::OwnershipLost(detail.clone())),
+                Status::Lost { sqlstate, detail } => {
+                    return Err(Error::OwnershipLost { sqlstate: sqlstate.clone(), detail: detail.clone() })
+                }
                 Status::Stopped => return Err(Error::Stopped),
                 Status::HeartbeatDied => return Err(Error::HeartbeatDied),
             }
@@ -870,7 +872,9 @@ fn first_report(shared: &Shared, mut client: Option<Session>, give_up: Instant) 
                 backoff = (backoff * 2).min(Duration::from_secs(2));
                 continue;
             }
-            Err(CallError::Failed(e)) if lease_ended(&e) => Error::OwnershipLost(refusal(&e)),
+            Err(CallError::Failed(e)) if lease_ended(&e) => {
+                Error::OwnershipLost { sqlstate: code(&e), detail: refusal(&e) }
+            }
             Err(CallError::NotConnected(e) | CallError::Failed(e)) => Error::Start(e),
             Err(CallError::Unanswered { .. }) => {
                 Error::NoAnswer { call: "first heartbeat", within: shared.config.call_timeout }
@@ -918,7 +922,7 @@ fn heartbeat_loop(shared: Arc<Shared>, mut client: Option<Session>) -> Option<Se
                 next = sent + shared.interval;
             }
             Err(CallError::Failed(e)) if lease_ended(&e) => {
-                shared.set_status(Status::Lost { detail: refusal(&e) });
+                shared.set_status(Status::Lost { sqlstate: code(&e), detail: refusal(&e) });
                 return client;
             }
             Err(e) => {
@@ -945,6 +949,11 @@ fn lease_ended(e: &postgres::Error) -> bool {
         let code = code.code();
         code == "55000" || code == "42501" || code.starts_with("22")
     })
+}
+
+/// The SQLSTATE of a refusal (`lease_ended`'s errors all have one).
+fn code(e: &postgres::Error) -> String {
+    e.code().map(|c| c.code().to_owned()).unwrap_or_default()
 }
 
 /// What the server said when it refused a heartbeat: its DETAIL when the id moved (it names the new

@@ -884,7 +884,7 @@ fn batch_size(count: &str) -> Option<usize> {
 fn refusal(error: &Error) -> (&'static str, String) {
     let code = match error {
         Error::LeaseExpired => "expired",
-        Error::OwnershipLost(_) => "lost",
+        Error::OwnershipLost { .. } => "lost",
         Error::Stopped => return ("shutting_down", SHUTTING_DOWN.to_owned()),
         Error::HeartbeatDied => "heartbeat_died",
         Error::Clock { .. } | Error::ClockAhead { .. } => "clock",
@@ -967,8 +967,8 @@ impl Shared {
         match (&asked.route, node) {
             // The node's status alone (a lock held only for moments): answered here, at once.
             (Route::Live, node) => match node.map(|n| n.status()) {
-                Some(Status::Lost { detail }) => {
-                    Reply::error(503, json, "lost", &Error::OwnershipLost(detail).to_string())
+                Some(Status::Lost { sqlstate, detail }) => {
+                    Reply::error(503, json, "lost", &Error::OwnershipLost { sqlstate, detail }.to_string())
                 }
                 Some(Status::HeartbeatDied) => {
                     Reply::error(503, json, "heartbeat_died", &Error::HeartbeatDied.to_string())
@@ -1052,7 +1052,9 @@ fn readiness(metrics: Metrics, json: bool) -> Reply {
             Reply::error(503, json, "expired", &reason)
         }
         Status::Expired => Reply::error(503, json, "expired", &Error::LeaseExpired.to_string()),
-        Status::Lost { detail } => Reply::error(503, json, "lost", &Error::OwnershipLost(detail).to_string()),
+        Status::Lost { sqlstate, detail } => {
+            Reply::error(503, json, "lost", &Error::OwnershipLost { sqlstate, detail }.to_string())
+        }
         Status::Stopped => Reply::error(503, json, "shutting_down", SHUTTING_DOWN),
         Status::HeartbeatDied => Reply::error(503, json, "heartbeat_died", &Error::HeartbeatDied.to_string()),
     }

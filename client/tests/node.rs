@@ -201,7 +201,7 @@ fn a_node_partitioned_past_a_take_over_stops_before_the_new_holders_epoch_and_fo
     heal(&mut admin, &db, role);
     wait_until("the heartbeat to learn the id moved", || matches!(node.status(), Status::Lost { .. }));
     match node.next_id() {
-        Err(Error::OwnershipLost(detail)) => assert!(detail.contains("10.0.0.2:1"), "{detail}"),
+        Err(Error::OwnershipLost { detail, .. }) => assert!(detail.contains("10.0.0.2:1"), "{detail}"),
         other => panic!("{other:?}"),
     }
 }
@@ -560,7 +560,7 @@ fn a_refused_watermark_ends_the_lease_for_good() {
     jump.store(true, Ordering::Relaxed);
     wait_until("the heartbeat to be refused", || matches!(node.status(), Status::Lost { .. }));
     match node.next_id() {
-        Err(Error::OwnershipLost(detail)) => {
+        Err(Error::OwnershipLost { detail, .. }) => {
             assert!(detail.contains("after the last time an ID can carry") && detail.contains("22023"), "{detail}")
         }
         other => panic!("{other:?}"),

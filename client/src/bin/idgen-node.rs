@@ -149,7 +149,7 @@ fn print_ids(node: &IdgenNode, signal: &ShutdownSignal, rate: f64, count: Option
             }
             Err(Error::LeaseExpired) => eprintln!("idgen-node: lease expired, waiting for a heartbeat"),
             Err(e @ Error::ClockAhead { .. }) => eprintln!("idgen-node: {e}"),
-            Err(e @ Error::OwnershipLost(_)) => {
+            Err(e @ Error::OwnershipLost { .. }) => {
                 eprintln!("idgen-node: {e}; exiting");
                 std::process::exit(3)
             }
