@@ -31,13 +31,13 @@ clippy_extension() {
 
 # Clippy over every other crate of the workspace.
 clippy_others() {
-    cargo clippy --locked -p idgen-core -p idgen-client -p idgen-sim -p idgen-cluster-tests --all-targets -- -D warnings
+    cargo clippy --locked -p idgen-core -p idgen-client -p idgen-client-python -p idgen-sim -p idgen-cluster-tests --all-targets -- -D warnings
 }
 
 main() {
     provision_lint
     check rustfmt cargo fmt --all --check
-    check "clippy (idgen-core, idgen-client, idgen-sim, idgen-cluster-tests)" clippy_others
+    check "clippy (idgen-core, idgen-client, idgen-client-python, idgen-sim, idgen-cluster-tests)" clippy_others
     local features
     for features in pg15 "pg15 pg_test" pg18 "pg18 pg_test"; do
         check "clippy (idgen, $features)" clippy_extension "$features"

@@ -18,6 +18,9 @@
 #             the preloaded stage
 #   preloaded every client-driven suite again, with idgen in shared_preload_libraries (not the
 #             failover suite)
+#   python    the Python package (python/): its wheel built, installed into a fresh virtual
+#             environment without Rust, and its tests (pytest, python/tests) against the scratch
+#             cluster: the contract, signals, clock steps under libfaketime, the FastAPI example
 #   SUITE     one of those suites: a test target of tests/cluster/tests (clock_steps, pooler,
 #             failover, ...), or `client` for the idgen-client crate's tests; with
 #             IDGEN_TEST_PRELOADED=1, with idgen in shared_preload_libraries
@@ -33,6 +36,7 @@
 # line `idgen: N passed, 0 failed (PostgreSQL 15 and 18)`; exits non-zero at the first failure.
 source "$(dirname "${BASH_SOURCE[0]}")/provision.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/clusters.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/python.sh"
 cd "$ROOT" || exit 1
 
 # ---- what to run
@@ -50,7 +54,7 @@ parse_args() {
     STAGE=${1:-all}
     case $STAGE in
     -h | --help | help) usage; exit 0 ;;
-    all | core | sim | pg_test | regress | cluster | preloaded) ;;
+    all | core | sim | pg_test | regress | cluster | preloaded | python) ;;
     *) [[ " ${SUITES[*]} " == *" $STAGE "* ]] || usage_error "unknown stage or suite: $STAGE" ;;
     esac
     [ $# -le 2 ] || usage_error "too many arguments"
@@ -88,6 +92,20 @@ libtest_counts() {
             if ($(i + 1) ~ /^ignored;?$/) g += $i
         }
     } END { print p + 0, f + 0, g + 0 }'
+}
+
+# "passed failed ignored", from pytest's last summary line in log $1, e.g.
+# `1 failed, 21 passed, 1 skipped in 32.00s` (errors count as failed).
+pytest_counts() {
+    sed 's/\x1b\[[0-9;]*m//g' "$1" | awk '/ in [0-9.]+s/ && /(passed|failed|error)/ { line = $0 } END {
+        n = split(line, w, /[ ,=]+/)
+        for (i = 2; i <= n; i++) {
+            if (w[i] ~ /^passed/) p = w[i - 1]
+            if (w[i] ~ /^failed/ || w[i] ~ /^error/) f += w[i - 1]
+            if (w[i] ~ /^skipped/ || w[i] ~ /^deselected/) g += w[i - 1]
+        }
+        print p + 0, f + 0, g + 0
+    }'
 }
 
 # "passed failed ignored summaries", summed over pg_regress's summaries in log $1: PostgreSQL 15
@@ -323,6 +341,30 @@ stage_suite() {
     if [[ $needs == *clock* ]]; then clock_preload off; fi
 }
 
+# The Python package's tests against the scratch cluster of PostgreSQL $PG_MAJOR, from a fresh
+# virtual environment with the wheel (scripts/python.sh; built once a run).
+PYTHON_READY=
+stage_python() {
+    provision_suites clock
+    ensure_release_installed
+    ensure_scratch_cluster
+    if [ -z "$PYTHON_READY" ]; then
+        fresh_venv
+        # The sidecar the uniqueness test runs beside the package.
+        cargo build -q -p idgen-client --bin idgen-node
+        PYTHON_READY=1
+    fi
+    local log status=0 passed failed ignored libfaketime
+    log=$(stage_log python "$PG_MAJOR")
+    : > "$log"
+    libfaketime=$(dpkg -L libfaketime | grep '/libfaketime\.so\.1$' | head -n 1)
+    say "the Python package's tests (pytest) against PostgreSQL $PG_MAJOR"
+    (cd "$ROOT/python" && logged "$log" env IDGEN_TEST_DSN="$SCRATCH_DSN" IDGEN_NODE_BIN="$ROOT/target/debug/idgen-node" \
+        IDGEN_LIBFAKETIME="$libfaketime" "$VENV/bin/pytest" -p no:cacheprovider -q tests) || status=$?
+    read -r passed failed ignored < <(pytest_counts "$log")
+    record python "$PG_MAJOR" "$passed" "$failed" "$ignored" "$status"
+}
+
 # ---- the run
 
 on_exit() {
@@ -349,11 +391,12 @@ main() {
         for pg in $PGS; do
             use_pg "$pg"
             case $STAGE in
-            all) stage_pg_test; stage_regress; stage_cluster ;;
+            all) stage_pg_test; stage_regress; stage_cluster; stage_python ;;
             pg_test) stage_pg_test ;;
             regress) stage_regress ;;
             cluster) stage_cluster ;;
             preloaded) stage_preloaded ;;
+            python) stage_python ;;
             *) stage_suite "$STAGE" ;;
             esac
         done

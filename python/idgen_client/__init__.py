@@ -1,0 +1,239 @@
+"""idgen_client: a Python service's node of idgen, the Snowflake machine-id registry in PostgreSQL.
+
+The client contract (claim, report before the first ID, the layout read from the registry,
+heartbeats, the clock policy, the stop at the deadline or at once on a refused heartbeat, the release
+with a watermark that bounds every ID) is kept by one implementation, the Rust crate idgen-client,
+which this package binds. Python adds the context managers, the release on signals and asyncio.
+
+    import idgen_client
+
+    with idgen_client.Node(dsn, "orders", "10.0.0.5", 8080) as node:
+        order_id = node.next_id()
+
+See docs/services.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+from dataclasses import dataclass
+from types import FrameType, TracebackType
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type, Union
+
+from . import _native
+from .errors import (
+    ClockAhead,
+    ClockBehind,
+    ClockOutsideLayout,
+    HeartbeatDied,
+    IdgenError,
+    LayoutError,
+    LeaseExpired,
+    NoAnswer,
+    NodeForked,
+    NodeStopped,
+    NotBeforeAhead,
+    NotInstalled,
+    OwnershipLost,
+    ReleaseError,
+    StartError,
+)
+
+__version__: str = _native.__version__
+
+# The signals a service is stopped with: Kubernetes, systemd and `docker stop` send SIGTERM; a
+# terminal SIGINT; a closed terminal SIGHUP.
+STOP_SIGNALS: Tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The service's layout and pool, as the registry recorded them: what the node mints with."""
+
+    epoch_unix_ms: int
+    time_unit_ms: int
+    time_bits: int
+    machine_bits: int
+    sequence_bits: int
+    field_order: str
+    pool_first: int
+    pool_last: int
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """What a service exports about its node."""
+
+    machine_id: int
+    version: int
+    status: str
+    ids_issued: int
+    heartbeats_ok: int
+    heartbeats_failed: int
+    heartbeats_timed_out: int
+    clock_backward_waits: int
+    clock_backward_refusals: int
+    sequence_exhaustions: int
+    # Seconds until the lease's deadline; None once passed.
+    time_to_deadline: Optional[float]
+
+
+_Handler = Union[Callable[[int, Optional[FrameType]], Any], int, None]
+
+
+class Node(_native.Node):
+    """A node holding one machine id of its service. Creating it claims (blocking until it may
+    mint, at most ``start_timeout`` plus ``call_timeout`` seconds); share it between threads.
+
+    ``dsn`` is a libpq connection string or URI; give every server of the cluster and
+    ``target_session_attrs=read-write`` so that a reconnect finds the primary. ``host`` and
+    ``port`` are the node's identity in the registry. ``machine_id`` claims that id (a fleet that
+    pins its ids) instead of any free one. Times are in seconds.
+
+    ``release_on_signals`` (default True, in the main thread only): on SIGTERM, SIGINT or SIGHUP
+    the node stops issuing in every thread and releases its id, then the signal's earlier handler
+    runs (SIGINT's raises KeyboardInterrupt; a default action ends the process with the signal).
+    Give False when the application shuts down on signals itself (uvicorn, gunicorn) and calls
+    ``shutdown`` (or leaves the ``with`` block) then.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        service: str,
+        host: str,
+        port: int,
+        *,
+        machine_id: Optional[int] = None,
+        heartbeat_interval: Optional[float] = None,
+        start_timeout: float = 60.0,
+        call_timeout: float = 5.0,
+        max_clock_backward: float = 2.0,
+        release_on_signals: bool = True,
+    ) -> None:
+        # The claim ran in __new__ (the native constructor); what is left is Python's part.
+        self._previous: Dict[int, _Handler] = {}
+        self._signals_lock = threading.Lock()
+        if release_on_signals and threading.current_thread() is threading.main_thread():
+            self._install_signal_handlers()
+
+    def __new__(cls, dsn: str, service: str, host: str, port: int, *, release_on_signals: bool = True, **options: Any) -> "Node":
+        return super().__new__(cls, dsn, service, host, port, **options)
+
+    # ---- identity and state
+
+    def layout_info(self) -> Layout:
+        """The service's layout and pool as a dataclass."""
+        return Layout(**self.layout)
+
+    def metrics_info(self) -> Metrics:
+        """The node's counters and lease as a dataclass."""
+        return Metrics(**self.metrics())
+
+    # ---- shutdown, with and without signals
+
+    def close(self) -> bool:
+        """Shuts the node down unless it already is: stops issuing, releases with the watermark.
+        True when released; False when already shut down or the id had moved."""
+        self._restore_signal_handlers()
+        try:
+            return self.shutdown()
+        except NodeStopped:
+            return False
+
+    def __enter__(self) -> "Node":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.close()
+
+    # ---- asyncio: the claim and the release wait on the network, off the event loop
+
+    @classmethod
+    async def astart(cls, dsn: str, service: str, host: str, port: int, **options: Any) -> "Node":
+        """Starts a node on a worker thread, so the event loop runs meanwhile. Signals are left to
+        the application (``release_on_signals`` is False): shut down with ``aclose``."""
+        options.setdefault("release_on_signals", False)
+        return await asyncio.get_running_loop().run_in_executor(
+            None, lambda: cls(dsn, service, host, port, **options)
+        )
+
+    async def aclose(self) -> bool:
+        """``close`` on a worker thread."""
+        return await asyncio.get_running_loop().run_in_executor(None, self.close)
+
+    async def __aenter__(self) -> "Node":
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        await self.aclose()
+
+    # ---- signals
+
+    def _install_signal_handlers(self) -> None:
+        for sig in STOP_SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._on_signal)
+
+    def _restore_signal_handlers(self) -> None:
+        """Puts back the handlers that were there, where ours is still installed."""
+        with self._signals_lock:
+            previous, self._previous = self._previous, {}
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig, handler in previous.items():
+            if signal.getsignal(sig) == self._on_signal:
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+    def _on_signal(self, signum: int, frame: Optional[FrameType]) -> None:
+        with self._signals_lock:
+            previous = self._previous.get(signum, signal.SIG_DFL)
+        # First stop issuing everywhere and release: whatever the earlier handler does next
+        # (raise in the main thread only, or end the process), no thread mints after the release.
+        self.close()
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_DFL:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+
+def start(dsn: str, service: str, host: str, port: int, **options: Any) -> Node:
+    """``Node(dsn, service, host, port, **options)``: claims and returns a started node."""
+    return Node(dsn, service, host, port, **options)
+
+
+__all__ = [
+    "Node",
+    "Layout",
+    "Metrics",
+    "start",
+    "STOP_SIGNALS",
+    "IdgenError",
+    "StartError",
+    "NotInstalled",
+    "LayoutError",
+    "NotBeforeAhead",
+    "NoAnswer",
+    "LeaseExpired",
+    "ClockAhead",
+    "ClockBehind",
+    "ClockOutsideLayout",
+    "OwnershipLost",
+    "NodeStopped",
+    "NodeForked",
+    "HeartbeatDied",
+    "ReleaseError",
+]
