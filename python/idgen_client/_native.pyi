@@ -1,11 +1,13 @@
 # The extension module built from python/src/lib.rs (the Rust crate idgen-client, bound with PyO3).
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Type, TypeVar
+
+_N = TypeVar("_N", bound="Node")
 
 __version__: str
 
 class Node:
     def __new__(
-        cls,
+        cls: Type[_N],
         dsn: str,
         service: str,
         host: str,
@@ -16,7 +18,7 @@ class Node:
         start_timeout: float = ...,
         call_timeout: float = ...,
         max_clock_backward: float = ...,
-    ) -> "Node": ...
+    ) -> _N: ...
     def next_id(self) -> int: ...
     def next_ids(self, n: int) -> List[int]: ...
     def shutdown(self) -> bool: ...
@@ -32,3 +34,4 @@ class Node:
     def layout(self) -> Dict[str, Any]: ...
     def metrics(self) -> Dict[str, Any]: ...
     def parts(self, id: int) -> Tuple[int, int, int]: ...
+    def _mint_for(self, seconds: float) -> int: ...
