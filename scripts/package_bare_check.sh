@@ -13,7 +13,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 is_root || die "run as root: debootstrap and chroot need it"
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$ROOT/Cargo.toml" | head -n 1)
-package=${1:-$ROOT/target/packages/postgresql-15-idgen_${version}_$(dpkg --print-architecture).deb}
+package=${1:-$ROOT/target/packages/postgresql-15-idgen_${version}-${IDGEN_DEB_REVISION:-1}_$(dpkg --print-architecture).deb}
 [ -f "$package" ] || die "no package $package (bash scripts/package.sh 15 builds it)"
 port=${IDGEN_BARE_PORT:-28895}
 root=$WORK_DIR/bare-server
