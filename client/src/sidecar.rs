@@ -9,6 +9,7 @@
 //! | `GET /livez` | 200 while the process serves and its node can still issue again; 503 once it cannot (the id was lost, the heartbeat died): restart it |
 //! | `GET /readyz` | 200 while the node is live with at least [`READY_MARGIN`] of its lease left; 503 with the reason otherwise |
 //! | `GET /status` | the node's metrics and its service's layout, as JSON |
+//! | `GET /metrics` | the node's metrics in Prometheus' text format (lease left, IDs issued, heartbeats and their failures, clock events) |
 //!
 //! Answers are plain text (one ID per line, or one line of reason) unless JSON is asked for, by
 //! `Accept: application/json` or `?format=json`. JSON gives every ID twice, as a number and as a
@@ -19,9 +20,9 @@
 //! `{"error": "expired", "reason": "..."}` in JSON, `expired: ...` in text.
 //! `/id` and `/ids` take GET or POST; no answer may be cached (`Cache-Control: no-store`).
 //!
-//! Requests are read strictly: the path is one of the five above as sent (no dot segments, doubled
+//! Requests are read strictly: the path is one of the six above as sent (no dot segments, doubled
 //! or trailing slashes, percent-encoding: 404), and the query holds only the parameters a path
-//! takes, each once (`count` on `/ids`, in plain digits; `format` everywhere; anything else: 400).
+//! takes, each once (`count` on `/ids`, in plain digits; `format` everywhere but `/metrics`; anything else: 400).
 //!
 //! ## Built for clients it cannot trust
 //!
@@ -678,6 +679,8 @@ struct Reply {
     status: u16,
     json: bool,
     body: String,
+    /// Another content type than JSON's or plain text's (`/metrics`).
+    content_type: Option<&'static str>,
     allow: Option<&'static str>,
     retry_after: bool,
     /// Its room in [`ANSWER_MEMORY`], given back once hyper drops the body: written, or its
@@ -722,7 +725,7 @@ impl Drop for Body {
 
 impl Reply {
     fn ok(json: bool, body: String) -> Reply {
-        Reply { status: 200, json, body, allow: None, retry_after: false, room: None }
+        Reply { status: 200, json, body, content_type: None, allow: None, retry_after: false, room: None }
     }
 
     /// An error: its status, a code a program can match, and a reason a person reads.
@@ -733,7 +736,7 @@ impl Reply {
             format!("{}: {reason}\n", code.replace('_', " "))
         };
         let retry_after = matches!(code, "starting" | "expired" | "clock");
-        Reply { status, json, body, allow: None, retry_after, room: None }
+        Reply { status, json, body, content_type: None, allow: None, retry_after, room: None }
     }
 
     fn bad_request(json: bool, reason: &str) -> Reply {
@@ -742,7 +745,11 @@ impl Reply {
 
     /// The response to write on `conn`.
     fn into_response(self, conn: Option<Arc<Conn>>) -> Response<Full<Bytes>> {
-        let content_type = if self.json { "application/json" } else { "text/plain; charset=utf-8" };
+        let content_type = match self.content_type {
+            Some(content_type) => content_type,
+            None if self.json => "application/json",
+            None => "text/plain; charset=utf-8",
+        };
         let body = Bytes::from_owner(Body { bytes: self.body.into_bytes(), _room: self.room, conn });
         let mut response = Response::new(Full::new(body));
         *response.status_mut() = StatusCode::from_u16(self.status).expect("a status code of the sidecar");
@@ -776,9 +783,10 @@ enum Route {
     Live,
     Ready,
     Status,
+    Metrics,
 }
 
-const PATHS: &str = "/id, /ids?count=N, /livez, /readyz, /status";
+const PATHS: &str = "/id, /ids?count=N, /livez, /readyz, /status, /metrics";
 
 /// What of a client's text an answer repeats: enough to recognize it, never a whole long URL.
 fn shown(text: &str) -> String {
@@ -823,6 +831,7 @@ fn parse(method: &Method, path: &str, query: Option<&str>, accept: Option<&str>)
         "/livez" => Route::Live,
         "/readyz" => Route::Ready,
         "/status" => Route::Status,
+        "/metrics" => Route::Metrics,
         _ => {
             let reason = format!("no such path: {} ({PATHS})", shown(path));
             return Err(Reply::error(404, json, "not_found", &reason));
@@ -847,7 +856,7 @@ fn parse(method: &Method, path: &str, query: Option<&str>, accept: Option<&str>)
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
         let slot = match name {
             "count" if matches!(route, Route::Many(_)) => &mut count,
-            "format" => &mut format,
+            "format" if route != Route::Metrics => &mut format,
             _ => {
                 return Err(Reply::bad_request(json, &format!("unknown parameter \"{}\" for {path}", shown(name))));
             }
@@ -975,6 +984,18 @@ impl Shared {
                 }
                 _ => Reply::ok(json, if json { json!({ "live": true }).to_string() } else { "live\n".to_owned() }),
             },
+            (Route::Metrics, node) => {
+                let metrics = match node {
+                    None => None,
+                    Some(node) => match blocking(&self.probe_slots, false, move || node.metrics()).await {
+                        Ok(m) => Some(m),
+                        Err(reply) => return reply,
+                    },
+                };
+                let mut reply = Reply::ok(false, prometheus_text(metrics.as_ref(), draining));
+                reply.content_type = Some(PROMETHEUS_TEXT);
+                reply
+            }
             (Route::Status, None) => Reply::ok(true, json!({ "status": "starting", "draining": draining }).to_string()),
             (Route::Status, Some(node)) => {
                 let layout = node.layout();
@@ -1104,6 +1125,87 @@ fn layout_json(service: &ServiceLayout) -> serde_json::Value {
     })
 }
 
+/// The content type of Prometheus' text exposition format.
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Every status `/metrics` has a series of (`idgen_node_status{status="..."}`), so that an alert
+/// rule finds 0 where it looks, not nothing.
+const STATUS_WORDS: [&str; 7] = ["starting", "live", "expired", "lost", "stopped", "heartbeat_died", "shutting_down"];
+
+/// The node's metrics in Prometheus' text format; `None` while it claims.
+fn prometheus_text(metrics: Option<&Metrics>, draining: bool) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let mut family = |name: &str, kind: &str, help: &str, samples: &[(String, String)]| {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for (labels, value) in samples {
+            let _ = writeln!(out, "{name}{labels} {value}");
+        }
+    };
+    let status = match metrics {
+        None => "starting",
+        Some(_) if draining => "shutting_down",
+        Some(m) => status_word(&as_of_now(m.status.clone(), m.time_to_deadline)),
+    };
+    let statuses: Vec<(String, String)> = STATUS_WORDS
+        .iter()
+        .map(|word| (format!("{{status=\"{word}\"}}"), u8::from(*word == status).to_string()))
+        .collect();
+    family("idgen_node_status", "gauge", "1 for the node's status, 0 for the others (live: it issues).", &statuses);
+    let Some(m) = metrics else { return out };
+    let one = |value: String| [(String::new(), value)];
+    let lease_left = match status {
+        "live" => m.time_to_deadline.map_or(0.0, |d| d.as_secs_f64()),
+        _ => 0.0,
+    };
+    family(
+        "idgen_node_lease_remaining_seconds",
+        "gauge",
+        "Seconds until the lease's deadline unless a heartbeat renews it; 0 when not live.",
+        &one(format!("{lease_left:.3}")),
+    );
+    family("idgen_node_machine_id", "gauge", "The machine id the node holds.", &one(m.machine_id.to_string()));
+    family("idgen_node_ids_issued_total", "counter", "IDs the node issued.", &one(m.ids_issued.to_string()));
+    family(
+        "idgen_node_heartbeats_total",
+        "counter",
+        "Heartbeats the registry answered.",
+        &one(m.heartbeats_ok.to_string()),
+    );
+    family(
+        "idgen_node_heartbeat_failures_total",
+        "counter",
+        "Heartbeats that failed (no connection, an error, no answer in time) and were retried.",
+        &one(m.heartbeats_failed.to_string()),
+    );
+    family(
+        "idgen_node_heartbeat_timeouts_total",
+        "counter",
+        "Of the failed heartbeats, those that got no answer within the call timeout.",
+        &one(m.heartbeats_timed_out.to_string()),
+    );
+    family(
+        "idgen_node_clock_backward_waits_total",
+        "counter",
+        "Steps back of the clock the node waited out.",
+        &one(m.clock.backward_waits.to_string()),
+    );
+    family(
+        "idgen_node_clock_backward_refusals_total",
+        "counter",
+        "IDs refused because the clock was further behind the last ID than allowed.",
+        &one(m.clock.backward_refusals.to_string()),
+    );
+    family(
+        "idgen_node_sequence_exhaustions_total",
+        "counter",
+        "Ticks whose sequence the node used up (it waited for the next tick).",
+        &one(m.clock.sequence_exhaustions.to_string()),
+    );
+    out
+}
+
 fn status_word(status: &Status) -> &'static str {
     match status {
         Status::Live => "live",
@@ -1162,6 +1264,8 @@ mod tests {
         assert_eq!(asked("/id?format=text", Some("application/json")).map(|a| a.json), Ok(false));
         assert_eq!(asked("/readyz", None).map(|a| a.route), Ok(Route::Ready));
         assert_eq!(asked("/status?format=json", None).map(|a| a.route), Ok(Route::Status));
+        assert_eq!(asked("/metrics", None).map(|a| a.route), Ok(Route::Metrics));
+        assert!(asked("/metrics?format=json", None).is_err(), "a scrape takes no parameter");
         assert_eq!(asked_by(&Method::POST, "/ids?count=3", None).map(|a| a.route), Ok(Route::Many(3)));
         assert_eq!(asked_by(&Method::HEAD, "/livez", None).map(|a| a.route), Ok(Route::Live));
     }

@@ -138,6 +138,76 @@ fn the_sidecar_answers_ids_in_text_and_json_one_or_a_batch_and_refuses_bad_reque
     assert_released_bounding(&mut admin, "10.0.0.1", &all);
 }
 
+/// The samples of a Prometheus text answer: `name{labels}` → value.
+fn samples(body: &str) -> std::collections::BTreeMap<String, f64> {
+    body.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (series, value) = l.rsplit_once(' ').unwrap_or_else(|| panic!("not a sample: {l:?}"));
+            (series.to_owned(), value.parse().unwrap_or_else(|_| panic!("not a number: {l:?}")))
+        })
+        .collect()
+}
+
+/// `promtool check metrics` on a scrape: the format, and Prometheus' naming rules.
+fn assert_promtool_accepts(body: &str) {
+    use std::io::Write;
+    let mut promtool = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool runs (Debian's prometheus package; scripts/test.sh installs it)");
+    promtool.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    let done = promtool.wait_with_output().unwrap();
+    assert!(
+        done.status.success() && done.stdout.is_empty() && done.stderr.is_empty(),
+        "promtool check metrics: {}{}\n{body}",
+        String::from_utf8_lossy(&done.stdout),
+        String::from_utf8_lossy(&done.stderr)
+    );
+}
+
+#[test]
+fn metrics_count_what_the_node_did_in_prometheus_text_that_promtool_accepts() {
+    let db = TestDb::create("client_sidecar_metrics");
+    let mut admin = db.connect();
+    let (mut node, address) = start_sidecar(&db.dsn(), "10.0.0.1");
+    assert_eq!(http_get(&address, "/ids?count=100").status, 200);
+    let reply = http_get(&address, "/metrics");
+    assert_eq!(
+        (reply.status, reply.header("content-type")),
+        (200, Some("text/plain; version=0.0.4; charset=utf-8")),
+        "{reply:?}"
+    );
+    assert_promtool_accepts(&reply.body);
+    let m = samples(&reply.body);
+    let (_, _, machine_id) = node_row(&mut admin, "10.0.0.1");
+    assert_eq!(m["idgen_node_machine_id"], f64::from(machine_id));
+    // The probes mint nothing: the batch alone.
+    assert_eq!(m["idgen_node_ids_issued_total"], 100.0, "{}", reply.body);
+    assert_eq!(m["idgen_node_status{status=\"live\"}"], 1.0);
+    let others: f64 =
+        m.iter().filter(|(k, _)| k.starts_with("idgen_node_status{") && !k.contains("\"live\"")).map(|(_, v)| v).sum();
+    assert_eq!(others, 0.0, "{}", reply.body);
+    assert!(m["idgen_node_lease_remaining_seconds"] > 0.0, "{}", reply.body);
+    for counter in [
+        "idgen_node_heartbeat_failures_total",
+        "idgen_node_heartbeat_timeouts_total",
+        "idgen_node_clock_backward_waits_total",
+        "idgen_node_clock_backward_refusals_total",
+    ] {
+        assert_eq!(m[counter], 0.0, "{counter}: {}", reply.body);
+    }
+    assert!(m.contains_key("idgen_node_heartbeats_total") && m.contains_key("idgen_node_sequence_exhaustions_total"));
+    // It takes no parameter (a scrape sends none).
+    assert_refused(&http_get(&address, "/metrics?format=json"), 400, "bad_request");
+
+    node.signal("TERM");
+    assert!(node.exit_status().success());
+}
+
 #[test]
 fn ids_over_http_and_from_database_backends_share_one_primary_key_without_a_collision() {
     let db = TestDb::create("client_sidecar_unique");
@@ -276,6 +346,15 @@ fn a_partitioned_sidecar_answers_503_expired_then_503_lost_once_its_id_is_taken_
     let status = json(&http_get(&address, "/status"));
     assert_eq!(status["status"], "lost", "{status}");
     assert!(status["time_to_deadline_ms"].is_null(), "{status}");
+    let metrics = http_get(&address, "/metrics").body;
+    let m = samples(&metrics);
+    assert_eq!(
+        (m["idgen_node_status{status=\"lost\"}"], m["idgen_node_status{status=\"live\"}"]),
+        (1.0, 0.0),
+        "{metrics}"
+    );
+    assert_eq!(m["idgen_node_lease_remaining_seconds"], 0.0, "{metrics}");
+    assert!(m["idgen_node_heartbeat_failures_total"] > 0.0, "a partition fails heartbeats: {metrics}");
     // Nothing to release: it exits 0 all the same.
     node.signal("TERM");
     assert!(node.exit_status().success());
