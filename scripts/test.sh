@@ -246,12 +246,15 @@ run_pg_regress() {
 }
 
 # What the suites in files $@ need besides the scratch cluster, as words: clock (the clock-step
-# cluster), pooler, formation. Read from what they use, so that a new suite needs no entry here.
+# cluster), pooler, formation, prometheus (promtool and postgres_exporter, Debian's packages),
+# pg_cron (Debian's, for PostgreSQL 15). Read from what they use, so that a new suite needs no entry here.
 suite_needs() {
     local needs=""
     if grep -qE 'clock_cluster|ClockCluster' "$@"; then needs+=" clock"; fi
     if grep -q IDGEN_POOLER_DSN "$@"; then needs+=" pooler"; fi
     if grep -q 'IDGEN_HA_' "$@"; then needs+=" formation"; fi
+    if grep -qE 'promtool|postgres-exporter' "$@"; then needs+=" prometheus"; fi
+    if grep -q 'pg_cron' "$@"; then needs+=" pg_cron"; fi
     echo "$needs"
 }
 
@@ -262,6 +265,8 @@ provision_suites() {
     [[ $1 != *clock* ]] || packages+=(faketime gcc)
     [[ $1 != *pooler* ]] || packages+=(pgbouncer)
     [[ $1 != *formation* ]] || packages+=(postgresql-15-auto-failover)
+    [[ $1 != *prometheus* ]] || packages+=(prometheus prometheus-postgres-exporter)
+    [[ $1 != *pg_cron* ]] || packages+=(postgresql-15-cron)
     ensure_packages "${packages[@]}"
 }
 
@@ -294,13 +299,17 @@ run_suites() {
     stop_pooler
 }
 
+# Tests that need what Debian ships for PostgreSQL 15 only: the failover formation (pg_auto_failover)
+# and pg_cron.
+ONLY_ON_15=(--skip no_id_twice_across --skip the_pg_cron_purge_job)
+
 # Every client-driven suite, against a plain cluster and again with idgen in
 # shared_preload_libraries (the scratch and clock-step clusters; the failover formation runs plain).
 # The failover test needs pg_auto_failover, which Debian ships for 15 only.
 stage_cluster() {
     local needs="clock pooler formation" skip=()
-    if [ "$PG_MAJOR" != 15 ]; then needs="clock pooler" skip=(-- --skip no_id_twice_across); fi
-    provision_suites "$needs"
+    if [ "$PG_MAJOR" != 15 ]; then needs="clock pooler" skip=(-- "${ONLY_ON_15[@]}"); fi
+    provision_suites "$needs prometheus pg_cron"
     run_suites cluster "$needs" -p idgen-cluster-tests -p idgen-client "${skip[@]}"
     stage_preloaded
 }
@@ -308,13 +317,15 @@ stage_cluster() {
 # The client-driven suites with idgen in shared_preload_libraries (the scratch and clock-step
 # clusters; the failover formation runs plain, and is left out).
 stage_preloaded() {
-    provision_suites "clock pooler"
+    provision_suites "clock pooler prometheus pg_cron"
     say "the client-driven suites with idgen in shared_preload_libraries"
     # Installing a build restarts the scratch cluster plain: first.
     ensure_release_installed
     ensure_scratch_cluster
     scratch_preload on
-    PRELOAD_CLOCK=on run_suites preloaded "clock pooler" -p idgen-cluster-tests -p idgen-client -- --skip no_id_twice_across
+    local skip=(--skip no_id_twice_across)
+    [ "$PG_MAJOR" = 15 ] || skip=("${ONLY_ON_15[@]}")
+    PRELOAD_CLOCK=on run_suites preloaded "clock pooler" -p idgen-cluster-tests -p idgen-client -- "${skip[@]}"
     scratch_preload off
     clock_preload off
 }
@@ -329,6 +340,7 @@ stage_suite() {
     # shellcheck disable=SC2046 # a list of file names without spaces
     needs=$(suite_needs $(suite_files "$1"))
     provision_suites "$needs"
+    [ "$PG_MAJOR" = 15 ] || target+=(-- "${ONLY_ON_15[@]}")
     if [ "${IDGEN_TEST_PRELOADED:-}" != 1 ]; then
         run_suites "$1" "$needs" "${target[@]}"
         return

@@ -708,3 +708,124 @@ fn the_demo_of_the_main_job_runs_through_psql_as_written() {
     assert!(status.success(), "the demo failed:\n{stderr}\n{stdout}");
     assert!(stdout.contains("book") && stdout.contains("(0 rows)"), "the demo mints and ends healthy:\n{stdout}");
 }
+
+/// A PostgreSQL of one test, with pg_cron preloaded (Debian's postgresql-15-cron): initdb into a
+/// directory of its own, started on a free port, stopped and removed when dropped. As root, its
+/// files and processes belong to the postgres user (initdb refuses root).
+struct CronCluster {
+    dir: std::path::PathBuf,
+    port: u16,
+}
+
+/// `program args` as the user that runs the clusters; its output when it fails.
+fn as_cluster_user(program: &str, args: &[&str]) {
+    let root = Command::new("id").arg("-u").output().map(|o| o.stdout == b"0\n").unwrap_or(false);
+    let mut command = if root {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--", program]);
+        c
+    } else {
+        Command::new(program)
+    };
+    let done = command.args(args).output().unwrap_or_else(|e| panic!("{program}: {e}"));
+    assert!(
+        done.status.success(),
+        "{program} {args:?}: {}{}",
+        String::from_utf8_lossy(&done.stdout),
+        String::from_utf8_lossy(&done.stderr)
+    );
+}
+
+impl CronCluster {
+    fn start() -> CronCluster {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let dir = std::env::temp_dir().join(format!("idgen-test-pg-cron-{port}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let dir_s = dir.to_str().unwrap().to_owned();
+        as_cluster_user("true", &[]);
+        if Command::new("id").arg("-u").output().map(|o| o.stdout == b"0\n").unwrap_or(false) {
+            assert!(Command::new("chown").args(["postgres:", &dir_s]).status().unwrap().success());
+        }
+        let data = format!("{dir_s}/data");
+        as_cluster_user("initdb", &["-D", &data, "-U", "postgres", "-A", "trust", "--no-sync"]);
+        let options = format!(
+            "-p {port} -k {dir_s} -c listen_addresses=127.0.0.1 -c shared_preload_libraries=pg_cron \
+             -c cron.database_name=postgres -c fsync=off"
+        );
+        let log = format!("{dir_s}/log");
+        as_cluster_user("pg_ctl", &["-D", &data, "-o", &options, "-l", &log, "-w", "-t", "120", "start"]);
+        CronCluster { dir, port }
+    }
+
+    fn connect(&self, database: &str) -> Client {
+        Client::connect(&format!("host=127.0.0.1 port={} user=postgres dbname={database}", self.port), NoTls).unwrap()
+    }
+}
+
+impl Drop for CronCluster {
+    fn drop(&mut self) {
+        let data = format!("{}/data", self.dir.display());
+        let _ = std::panic::catch_unwind(|| as_cluster_user("pg_ctl", &["-D", &data, "-m", "immediate", "stop"]));
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn the_pg_cron_purge_job_of_the_runbook_runs_and_purges() {
+    let cluster = CronCluster::start();
+    let mut cron = cluster.connect("postgres");
+    cron.batch_execute("CREATE EXTENSION pg_cron").unwrap();
+    cron.batch_execute("CREATE DATABASE shop_cron").unwrap();
+    let mut shop = cluster.connect("shop_cron");
+    shop.batch_execute(
+        "CREATE EXTENSION idgen;
+         INSERT INTO idgen_private.idgen_history (at, event, service, machine_id, outcome)
+         VALUES (now() - interval '100 days', 'take_back', 'svc', 0, 'idle_1d'),
+                (now() - interval '1 day', 'take_back', 'svc', 0, 'idle_1h')",
+    )
+    .unwrap();
+    let events = |shop: &mut Client| -> i64 {
+        shop.query_one("SELECT count(*) FROM idgen_private.idgen_history WHERE event = 'take_back'", &[])
+            .unwrap()
+            .get(0)
+    };
+    assert_eq!(events(&mut shop), 2);
+
+    // The job as the runbook schedules it, in its database.
+    let block = with_database(&doc_block("recipe pg-cron-purge"), "shop_cron");
+    cron.batch_execute(&block).unwrap();
+    let (job, schedule, command, database): (i64, String, String, String) = cron
+        .query_one("SELECT jobid, schedule, command, database FROM cron.job", &[])
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .unwrap();
+    assert_eq!(
+        (schedule.as_str(), command.as_str(), database.as_str()),
+        ("17 3 * * *", "SELECT idgen_purge_history()", "shop_cron")
+    );
+    // Every minute instead of every night: it runs within two.
+    cron.execute("SELECT cron.alter_job($1, schedule => '* * * * *')", &[&job]).unwrap();
+    let mut outcome = (String::new(), String::new());
+    wait_for("the purge job's first run", PATIENCE, || {
+        let row = cron
+            .query_opt(
+                "SELECT status, coalesce(return_message, '') FROM cron.job_run_details
+                  WHERE jobid = $1 AND status IN ('succeeded', 'failed') ORDER BY runid LIMIT 1",
+                &[&job],
+            )
+            .unwrap();
+        match row {
+            Some(r) => {
+                outcome = (r.get(0), r.get(1));
+                true
+            }
+            None => {
+                std::thread::sleep(std::time::Duration::from_millis(500));
+                false
+            }
+        }
+    });
+    assert_eq!(outcome.0, "succeeded", "the purge job failed: {}", outcome.1);
+    // The event older than the retention (90 days) is gone; the other one is kept.
+    assert_eq!(events(&mut shop), 1);
+}
