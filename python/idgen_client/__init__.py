@@ -84,6 +84,63 @@ class Metrics:
 _Handler = Union[Callable[[int, Optional[FrameType]], Any], int, None]
 
 
+class _SignalGuard:
+    """The handlers of STOP_SIGNALS while a node may be released on them. Installed before the claim,
+    so that a signal during the claim (a pod stopped while it starts) is not the default action,
+    which would end the process with its claim held: it is kept, and acted on once the claim is
+    answered. Then a signal shuts the node down (every thread stops minting, the id is released), and
+    the handler that was there before runs. Installed and restored in the main thread only: a close
+    from another thread leaves the handlers in place, and a later signal finds the node closed and
+    goes on to the earlier handler."""
+
+    def __init__(self) -> None:
+        self.node: Optional["Node"] = None
+        self.pending: List[int] = []
+        self.previous: Dict[int, _Handler] = {}
+        for sig in STOP_SIGNALS:
+            self.previous[sig] = signal.signal(sig, self.handle)
+
+    def handle(self, signum: int, frame: Optional[FrameType]) -> None:
+        if self.node is None:
+            # The claim is under way: kept until it is answered.
+            self.pending.append(signum)
+            return
+        # First stop issuing everywhere and release: whatever the earlier handler does next (raise in
+        # the main thread only, or end the process), no thread mints after the release.
+        self.node.close()
+        self.chain(signum, frame)
+
+    def attach(self, node: "Node") -> None:
+        """The claim succeeded: signals close `node` from now on, and one kept meanwhile does now."""
+        self.node = node
+        if self.pending:
+            self.handle(self.pending[0], None)
+
+    def abandon(self) -> None:
+        """The claim failed: the earlier handlers are put back, and a signal kept meanwhile goes to
+        its earlier handler."""
+        self.restore()
+        for signum in self.pending[:1]:
+            self.chain(signum, None)
+
+    def chain(self, signum: int, frame: Optional[FrameType]) -> None:
+        self.restore()
+        previous = self.previous.get(signum, signal.SIG_DFL)
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_DFL or previous is None:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    def restore(self) -> None:
+        """Puts back the earlier handlers, where this guard's is still installed (main thread only)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig, handler in self.previous.items():
+            if signal.getsignal(sig) == self.handle:
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
 class Node(_native.Node):
     """A node holding one machine id of its service. Creating it claims (blocking until it may
     mint, at most ``start_timeout`` plus ``call_timeout`` seconds); share it between threads.
@@ -100,8 +157,10 @@ class Node(_native.Node):
     ``shutdown`` (or leaves the ``with`` block) then.
     """
 
-    def __init__(
-        self,
+    _guard: Optional[_SignalGuard]
+
+    def __new__(
+        cls,
         dsn: str,
         service: str,
         host: str,
@@ -113,15 +172,35 @@ class Node(_native.Node):
         call_timeout: float = 5.0,
         max_clock_backward: float = 2.0,
         release_on_signals: bool = True,
-    ) -> None:
-        # The claim ran in __new__ (the native constructor); what is left is Python's part.
-        self._previous: Dict[int, _Handler] = {}
-        self._signals_lock = threading.Lock()
+    ) -> "Node":
+        guard = None
         if release_on_signals and threading.current_thread() is threading.main_thread():
-            self._install_signal_handlers()
+            guard = _SignalGuard()
+        try:
+            node = super().__new__(
+                cls,
+                dsn,
+                service,
+                host,
+                port,
+                machine_id=machine_id,
+                heartbeat_interval=heartbeat_interval,
+                start_timeout=start_timeout,
+                call_timeout=call_timeout,
+                max_clock_backward=max_clock_backward,
+            )
+        except BaseException:
+            if guard is not None:
+                guard.abandon()
+            raise
+        node._guard = guard
+        if guard is not None:
+            guard.attach(node)
+        return node
 
-    def __new__(cls, dsn: str, service: str, host: str, port: int, *, release_on_signals: bool = True, **options: Any) -> "Node":
-        return super().__new__(cls, dsn, service, host, port, **options)
+    def __init__(self, dsn: str, service: str, host: str, port: int, **options: Any) -> None:
+        # The claim ran in __new__ (the native constructor, behind the signal guard).
+        pass
 
     # ---- identity and state
 
@@ -137,8 +216,9 @@ class Node(_native.Node):
 
     def close(self) -> bool:
         """Shuts the node down unless it already is: stops issuing, releases with the watermark.
-        True when released; False when already shut down or the id had moved."""
-        self._restore_signal_handlers()
+        True when released; False when already shut down or the id had moved (or in a forked child)."""
+        if self._guard is not None:
+            self._guard.restore()
         try:
             return self.shutdown()
         except NodeStopped:
@@ -180,34 +260,6 @@ class Node(_native.Node):
         tb: Optional[TracebackType],
     ) -> None:
         await self.aclose()
-
-    # ---- signals
-
-    def _install_signal_handlers(self) -> None:
-        for sig in STOP_SIGNALS:
-            self._previous[sig] = signal.signal(sig, self._on_signal)
-
-    def _restore_signal_handlers(self) -> None:
-        """Puts back the handlers that were there, where ours is still installed."""
-        with self._signals_lock:
-            previous, self._previous = self._previous, {}
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for sig, handler in previous.items():
-            if signal.getsignal(sig) == self._on_signal:
-                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-
-    def _on_signal(self, signum: int, frame: Optional[FrameType]) -> None:
-        with self._signals_lock:
-            previous = self._previous.get(signum, signal.SIG_DFL)
-        # First stop issuing everywhere and release: whatever the earlier handler does next
-        # (raise in the main thread only, or end the process), no thread mints after the release.
-        self.close()
-        if callable(previous):
-            previous(signum, frame)
-        elif previous == signal.SIG_DFL:
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
 
 
 def start(dsn: str, service: str, host: str, port: int, **options: Any) -> Node:

@@ -65,6 +65,9 @@ impl Drop for Node {
     }
 }
 
+/// The most IDs one `next_ids` call mints: a batch is held in memory until it is returned.
+const MAX_BATCH: usize = 1_000_000;
+
 /// Seconds, as Python passes them, as a Duration: finite and not negative.
 fn seconds_arg(name: &str, value: f64) -> PyResult<Duration> {
     Duration::try_from_secs_f64(value).map_err(|_| {
@@ -118,9 +121,14 @@ impl Node {
         py.detach(|| inner.next_id()).map_err(|e| raise(py, e, Some(inner)))
     }
 
-    /// `n` IDs, in increasing order; all or none (on a refusal, the IDs minted before it are not
-    /// handed out, and none of them is used elsewhere).
+    /// `n` IDs (0 to [`MAX_BATCH`]), in increasing order; all or none (on a refusal, the IDs minted
+    /// before it are not handed out, and none of them is used elsewhere).
     fn next_ids(&self, py: Python<'_>, n: usize) -> PyResult<Vec<i64>> {
+        if n > MAX_BATCH {
+            return Err(PyValueError::new_err(format!(
+                "next_ids takes at most {MAX_BATCH} IDs at a time, not {n} (a batch is held in memory until returned)"
+            )));
+        }
         let inner = self.node(py)?;
         let minted = py.detach(|| (0..n).map(|_| inner.next_id()).collect::<Result<Vec<i64>, Error>>());
         minted.map_err(|e| raise(py, e, Some(inner)))

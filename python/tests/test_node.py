@@ -129,6 +129,16 @@ def test_a_database_without_idgen_is_refused_as_not_installed(db: Database) -> N
         idgen_client.Node(db.dsn, "orders", "10.0.0.5", 8086, start_timeout=5)
 
 
+def test_a_batch_is_bounded(db: Database) -> None:
+    with idgen_client.Node(db.dsn, "orders", "10.0.0.5", 8090) as node:
+        assert node.next_ids(0) == []
+        with pytest.raises(ValueError, match="at most 1000000"):
+            node.next_ids(1_000_001)
+        with pytest.raises(OverflowError):
+            node.next_ids(-1)
+        assert len(node.next_ids(1_000_000)) == 1_000_000
+
+
 def test_arguments_are_checked_before_anything_is_claimed(db: Database) -> None:
     for bad in ({"call_timeout": 0}, {"start_timeout": -1}, {"heartbeat_interval": float("nan")}):
         with pytest.raises(ValueError):

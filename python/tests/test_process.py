@@ -6,11 +6,13 @@ prints nothing after it resumes."""
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 from typing import List
 
 import pytest
 
-from conftest import Database, Program, SystemSettings, node_program, wait_for
+from conftest import PATIENCE, Database, Program, SystemSettings, node_program, wait_for
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name)
@@ -63,3 +65,54 @@ def test_a_process_paused_past_its_lease_prints_nothing_after_another_node_took_
     taker.signal(signal.SIGTERM)
     taker.exit_code()
     wait_for("the taker's release", lambda: bool(db.node_row("solo", 8111)["released"]))
+
+
+def test_a_sigterm_while_the_node_claims_is_kept_and_releases_once_the_claim_is_answered(
+    db: Database, programs: List[Program]
+) -> None:
+    # Another session claims the same identity and keeps its transaction open: the node's claim
+    # waits (55P03, retried) until it ends.
+    with db.connect() as blocker:
+        blocker.autocommit = False
+        blocker.execute("SELECT * FROM idgen_claim('orders', '10.0.0.5', 8150)")
+        p = node_program(programs, db, "orders", 8150)
+        wait_for(
+            "the node's connection while its claim waits",
+            lambda: db.one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+            )[0]
+            >= 2,
+        )
+        p.signal(signal.SIGTERM)
+        blocker.rollback()
+    # Kept, not the default action at once: the claim was answered, then released, then the process
+    # ended by the signal.
+    assert p.exit_code() == -int(signal.SIGTERM), p.messages()
+    assert "started: machine id" not in p.messages(), "the program went on after the signal"
+    assert db.node_row("orders", 8150)["released"], p.messages()
+
+
+def test_a_node_closed_in_another_thread_leaves_the_earlier_handler_to_a_later_signal(
+    db: Database, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    script = tmp_path / "handlers.py"
+    script.write_text(
+        "import signal, sys, threading\n"
+        "import idgen_client\n"
+        "seen = []\n"
+        "signal.signal(signal.SIGHUP, lambda s, f: seen.append(s))\n"
+        "node = idgen_client.Node(sys.argv[1], 'orders', '10.0.0.5', 8151)\n"
+        "closer = threading.Thread(target=node.close)\n"
+        "closer.start(); closer.join()\n"
+        "signal.raise_signal(signal.SIGHUP)\n"
+        "assert seen == [signal.SIGHUP], seen\n"
+        "# Closed in the main thread, a node puts the earlier handler back.\n"
+        "other = idgen_client.Node(sys.argv[1], 'orders', '10.0.0.5', 8152)\n"
+        "other.close()\n"
+        "assert signal.getsignal(signal.SIGHUP) is not None and signal.getsignal(signal.SIGHUP).__name__ == '<lambda>'\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, str(script), db.dsn], capture_output=True, text=True, timeout=PATIENCE)
+    assert done.returncode == 0 and done.stdout == "ok\n", done.stdout + done.stderr
+    assert db.node_row("orders", 8151)["released"] and db.node_row("orders", 8152)["released"]
