@@ -29,17 +29,18 @@ build_wheel() {
     [ -n "$WHEEL" ] || die "maturin built no wheel into $PYTHON_DIR/wheels"
 }
 
-# A fresh virtual environment with the wheel and the tests' requirements; sets VENV. The install
-# runs with a PATH that has no cargo or rustc: a wheel that needed Rust to install would fail here.
+# A fresh virtual environment with the wheel and the tests' requirements; sets VENV. pip runs with
+# the environment's own bin/ as the whole PATH, so no cargo or rustc is found, and binaries only: a
+# package that needed Rust (or any build) to install would fail here.
 fresh_venv() {
     build_wheel
     VENV=$PYTHON_DIR/venv
     python3 -m venv --clear "$VENV"
     say "installing $(basename "$WHEEL") into a fresh virtual environment ($VENV), without Rust"
-    env -i HOME="$HOME" PATH=/usr/local/bin:/usr/bin:/bin "$VENV/bin/pip" install --quiet --disable-pip-version-check \
+    env -i HOME="$HOME" PATH="$VENV/bin" "$VENV/bin/pip" install --quiet --disable-pip-version-check \
         --only-binary :all: "$WHEEL" -r "$ROOT/python/tests/requirements.txt"
     # Imported from elsewhere than the source tree, which has a package of the same name.
-    (cd / && env -i PATH=/usr/bin:/bin "$VENV/bin/python" -c 'import idgen_client; print("idgen_client", idgen_client.__version__)') >&2
+    (cd / && env -i PATH="$VENV/bin" "$VENV/bin/python" -c 'import idgen_client; print("idgen_client", idgen_client.__version__)') >&2
 }
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
