@@ -181,7 +181,7 @@ impl fmt::Display for Error {
             Error::NoAnswer { call, within } => write!(
                 f,
                 "idgen: the {call} got no answer within {within:?} (Config::call_timeout), or its commit was not \
-                 confirmed by the synchronous standby; it was cancelled"
+                 confirmed by the synchronous standby; it was cancelled, and may have committed on the server all the same"
             ),
             Error::NotBeforeAhead { not_before_unix_ms } => write!(
                 f,

@@ -1,7 +1,8 @@
 """A FastAPI service whose rows are keyed by IDs from its own idgen node, beside rows the database
 keys itself (`DEFAULT idgen_next_id('orders')`): both kinds meet in one primary key, and never
 collide. The node is started with the app and released when it stops (uvicorn's shutdown on SIGTERM
-or Ctrl-C runs the lifespan's exit).
+or Ctrl-C runs the lifespan's exit). One node per process: run it with one worker per address and
+port (uvicorn's default), or give each worker its own IDGEN_NODE_PORT.
 
     IDGEN_DSN="host=db1,db2 dbname=shop user=orders_svc target_session_attrs=read-write" \\
     IDGEN_NODE_HOST=10.0.0.5 IDGEN_NODE_PORT=8000 \\

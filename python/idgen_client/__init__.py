@@ -16,14 +16,17 @@ See docs/services.md.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 import signal
 import threading
+import time
+import weakref
 from dataclasses import dataclass
 from types import FrameType, TracebackType
 from typing import Any, Callable, Dict, List, Optional, Tuple, Type, Union
 
-from . import _native
+# The errors first: the extension module takes their classes when it loads.
 from .errors import (
     ClockAhead,
     ClockBehind,
@@ -41,6 +44,8 @@ from .errors import (
     ReleaseError,
     StartError,
 )
+
+from . import _native  # noqa: E402
 
 __version__: str = _native.__version__
 
@@ -84,29 +89,43 @@ class Metrics:
 _Handler = Union[Callable[[int, Optional[FrameType]], Any], int, None]
 
 
+def _ends_the_process(handler: _Handler, signum: int) -> bool:
+    """Whether `handler` of `signum` would end the process: the default action, or Python's own
+    SIGINT handler (KeyboardInterrupt). An ignored signal, or one the application handles itself
+    (a reload on SIGHUP, its own graceful stop), is left to the application."""
+    if handler == signal.SIG_DFL or handler is None:
+        return True
+    return signum == signal.SIGINT and handler is signal.default_int_handler
+
+
 class _SignalGuard:
-    """The handlers of STOP_SIGNALS while a node may be released on them. Installed before the claim,
-    so that a signal during the claim (a pod stopped while it starts) is not the default action,
-    which would end the process with its claim held: it is kept, and acted on once the claim is
-    answered. Then a signal shuts the node down (every thread stops minting, the id is released), and
-    the handler that was there before runs. Installed and restored in the main thread only: a close
-    from another thread leaves the handlers in place, and a later signal finds the node closed and
-    goes on to the earlier handler."""
+    """The handlers of STOP_SIGNALS while a node may be released on them: only of those signals
+    whose handler would end the process (see _ends_the_process). Installed before the claim, so
+    that a signal during the claim (a pod stopped while it starts) is not the default action, which
+    would end the process with its claim held: it is kept, and acted on once the claim is answered.
+    Then a signal shuts the node down (every thread stops minting, the id is released), and only
+    then the handler that was there before runs; a second signal during the release finds this
+    handler still in place and waits for the release. Installed and restored in the main thread
+    only: a close from another thread leaves the handlers in place, and a later signal finds the
+    node closed and goes on to the earlier handler."""
 
     def __init__(self) -> None:
         self.node: Optional["Node"] = None
         self.pending: List[int] = []
         self.previous: Dict[int, _Handler] = {}
         for sig in STOP_SIGNALS:
-            self.previous[sig] = signal.signal(sig, self.handle)
+            current = signal.getsignal(sig)
+            if _ends_the_process(current, sig):
+                self.previous[sig] = signal.signal(sig, self.handle)
 
     def handle(self, signum: int, frame: Optional[FrameType]) -> None:
         if self.node is None:
             # The claim is under way: kept until it is answered.
             self.pending.append(signum)
             return
-        # First stop issuing everywhere and release: whatever the earlier handler does next (raise in
-        # the main thread only, or end the process), no thread mints after the release.
+        # First stop issuing everywhere and release (waiting for a release another thread runs):
+        # whatever the earlier handler does next (raise in the main thread only, or end the
+        # process), no thread mints after the release.
         self.node.close()
         self.chain(signum, frame)
 
@@ -141,6 +160,31 @@ class _SignalGuard:
                 signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
+# Every node of this process not yet collected, for the atexit hook.
+_live_nodes: "weakref.WeakSet[Node]" = weakref.WeakSet()
+
+
+def _at_exit() -> None:
+    """At interpreter exit: no call lets go of the GIL any more, every node still open is released,
+    and the hook waits (the GIL let go) until no thread is inside a call without it. CPython before
+    3.14 ends daemon threads that take the GIL back during finalization by unwinding them, which
+    through the extension's frames aborts the process; and a node a daemon thread still uses would
+    never be collected, its id held until the take-back tiers."""
+    _native._exiting()
+    for node in list(_live_nodes):
+        node.close()
+    # Calls that were out without the GIL end by their own bounds (a mint waits out a clock step at
+    # most max_clock_backward; a claim, start_timeout); past this, finalization goes on regardless.
+    deadline = time.monotonic() + 15.0
+    pause = threading.Event()
+    while _native._threads_without_gil() and time.monotonic() < deadline:
+        pause.wait(0.001)
+
+
+atexit.register(_at_exit)
+os.register_at_fork(after_in_child=_native._after_fork_in_child)
+
+
 class Node(_native.Node):
     """A node holding one machine id of its service. Creating it claims (blocking until it may
     mint, at most ``start_timeout`` plus ``call_timeout`` seconds); share it between threads.
@@ -150,14 +194,16 @@ class Node(_native.Node):
     ``port`` are the node's identity in the registry. ``machine_id`` claims that id (a fleet that
     pins its ids) instead of any free one. Times are in seconds.
 
-    ``release_on_signals`` (default True, in the main thread only): on SIGTERM, SIGINT or SIGHUP
+    ``release_on_signals`` (default True, in the main thread only): on SIGTERM, SIGINT or SIGHUP,
+    when that signal would end the process (its default action, or Python's KeyboardInterrupt),
     the node stops issuing in every thread and releases its id, then the signal's earlier handler
-    runs (SIGINT's raises KeyboardInterrupt; a default action ends the process with the signal).
-    Give False when the application shuts down on signals itself (uvicorn, gunicorn) and calls
-    ``shutdown`` (or leaves the ``with`` block) then.
+    runs. A signal the application ignores or handles itself is left to it. Give False when the
+    application shuts down on signals itself (uvicorn, gunicorn) and calls ``close`` (or leaves the
+    ``with`` block) then. At interpreter exit every node still open is released.
     """
 
     _guard: Optional[_SignalGuard]
+    _closing: Any  # a threading.RLock
 
     def __new__(
         cls,
@@ -194,6 +240,8 @@ class Node(_native.Node):
                 guard.abandon()
             raise
         node._guard = guard
+        node._closing = threading.RLock()
+        _live_nodes.add(node)
         if guard is not None:
             guard.attach(node)
         return node
@@ -216,13 +264,17 @@ class Node(_native.Node):
 
     def close(self) -> bool:
         """Shuts the node down unless it already is: stops issuing, releases with the watermark.
-        True when released; False when already shut down or the id had moved (or in a forked child)."""
-        if self._guard is not None:
-            self._guard.restore()
-        try:
-            return self.shutdown()
-        except NodeStopped:
-            return False
+        True when released; False when already shut down or the id had moved (or in a forked child).
+        A close while another thread's runs waits for that one's release to end."""
+        with self._closing:
+            try:
+                return self.shutdown()
+            except NodeStopped:
+                return False
+            finally:
+                # After the release: a signal meanwhile still found the node's handler.
+                if self._guard is not None:
+                    self._guard.restore()
 
     def __enter__(self) -> "Node":
         return self

@@ -1,6 +1,10 @@
 """The exceptions of idgen_client. Every one carries the server's SQLSTATE and DETAIL where there is
 one (``sqlstate``, ``detail``), and says whether it is final for the node (``final``): a final error
-means the node issues no more IDs; stop serving what needs them and exit (or start a new node)."""
+means the node issues no more IDs; stop serving what needs them and exit (or start a new node).
+
+The extension module raises them, setting ``message``, ``sqlstate`` and ``detail`` on the instance;
+the classes define no ``__init__`` of their own, so that raising one runs no Python code inside
+the extension's frames (at interpreter exit, CPython may end a thread whenever Python code runs)."""
 
 from __future__ import annotations
 
@@ -11,12 +15,10 @@ class IdgenError(Exception):
     """Base class. ``str(e)`` is the whole reason, the server's message and DETAIL included."""
 
     final = False
-
-    def __init__(self, message: str, *, sqlstate: Optional[str] = None, detail: Optional[str] = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.sqlstate = sqlstate
-        self.detail = detail
+    # The whole reason (as str(e)), the server's SQLSTATE, and its DETAIL, where there is one.
+    message: str = ""
+    sqlstate: Optional[str] = None
+    detail: Optional[str] = None
 
 
 class StartError(IdgenError):

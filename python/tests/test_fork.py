@@ -18,6 +18,27 @@ PROGRAM = textwrap.dedent(
 
     node = idgen_client.Node(sys.argv[1], "orders", "10.0.0.5", 8130, heartbeat_interval=0.2)
     before = node.next_id()
+    # Threads minting while the process forks: a fork copies the locks they hold.
+    def mint():
+        while node.status == "live":
+            try:
+                node.next_id()
+            except idgen_client.IdgenError:
+                pass
+    for _ in range(2):
+        threading.Thread(target=mint, daemon=True).start()
+    for _ in range(20):
+        child = os.fork()
+        if child == 0:
+            # Reads that take a lock refuse at once; the status says so.
+            assert node.status == "forked", node.status
+            try:
+                node.metrics_info()
+                os._exit(1)
+            except idgen_client.NodeForked:
+                os._exit(0)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, status
     child = os.fork()
     if child == 0:
         try:

@@ -140,7 +140,16 @@ def test_a_batch_is_bounded(db: Database) -> None:
 
 
 def test_arguments_are_checked_before_anything_is_claimed(db: Database) -> None:
-    for bad in ({"call_timeout": 0}, {"start_timeout": -1}, {"heartbeat_interval": float("nan")}):
+    for bad in (
+        {"call_timeout": 0},
+        {"call_timeout": 32768},
+        {"start_timeout": -1},
+        {"start_timeout": 1e19},
+        {"max_clock_backward": 61},
+        {"heartbeat_interval": float("nan")},
+        {"heartbeat_interval": 1e-9},
+        {"heartbeat_interval": 1e19},
+    ):
         with pytest.raises(ValueError):
             idgen_client.Node(db.dsn, "orders", "10.0.0.5", 8087, **bad)
     assert db.one("SELECT count(*) FROM system_nodes WHERE port = 8087")[0] == 0
