@@ -242,8 +242,10 @@ impl Registry {
             let config = self.config.clone();
             move || run(&slot, session, &config, work, late)
         });
-        if let Err(e) = spawned {
-            panic!("idgen: could not start a registry call's thread: {e}");
+        if spawned.is_err() {
+            // No thread (a process or memory limit): the call never ran, as if unanswered; the
+            // session went with the closure.
+            return (None, Err(CallError::Unanswered { backend: None }));
         }
         let (lock, done) = &*slot;
         let mut state = lock.lock().unwrap_or_else(|p| p.into_inner());

@@ -136,6 +136,9 @@ pub enum Error {
     NotBeforeAhead { not_before_unix_ms: i64 },
     /// idgen is not installed in the database the connection string names.
     NotInstalled,
+    /// The heartbeat's thread could not be started (a limit on processes or memory): the claim was
+    /// released, and no ID issued.
+    Thread(String),
 }
 
 impl fmt::Display for Error {
@@ -190,6 +193,10 @@ impl fmt::Display for Error {
                 idgen_core::format::iso_utc(*not_before_unix_ms)
             ),
             Error::NotInstalled => write!(f, "idgen: the extension idgen is not installed in that database"),
+            Error::Thread(why) => write!(
+                f,
+                "idgen: could not start the heartbeat's thread ({why}); the claim was released and no ID issued"
+            ),
         }
     }
 }
@@ -671,16 +678,23 @@ impl IdgenNode {
         });
         let client = first_report(&shared, client, give_up)?;
         let (hand_back, stopped) = mpsc::sync_channel(1);
-        let thread = std::thread::Builder::new()
-            .name(format!("idgen-heartbeat-{}", shared.machine_id))
-            .spawn({
-                let shared = shared.clone();
-                move || {
-                    let client = heartbeat_loop(shared, client);
-                    let _ = hand_back.send(client);
-                }
-            })
-            .expect("spawn the heartbeat thread");
+        let thread = std::thread::Builder::new().name(format!("idgen-heartbeat-{}", shared.machine_id)).spawn({
+            let shared = shared.clone();
+            move || {
+                let client = heartbeat_loop(shared, client);
+                let _ = hand_back.send(client);
+            }
+        });
+        let thread = match thread {
+            Ok(thread) => thread,
+            Err(e) => {
+                // No heartbeat, no IDs: the claim is released (with its not_before: nothing was
+                // stamped), as far as a release can still run.
+                let unused = Report { watermark_ms: shared.not_before_ms as f64, ..shared.report() };
+                let _ = release(&shared.registry, None, shared.registry.deadline(), &unused);
+                return Err(Error::Thread(e.to_string()));
+            }
+        };
         Ok(IdgenNode { shared, heartbeat: Mutex::new(Some(Heartbeat { thread, stopped })) })
     }
 

@@ -904,7 +904,8 @@ fn refusal(error: &Error) -> (&'static str, String) {
         | Error::NotBeforeAhead { .. }
         | Error::Layout { .. }
         | Error::MachineIdNotSupported { .. }
-        | Error::NotInstalled => "unavailable",
+        | Error::NotInstalled
+        | Error::Thread(_) => "unavailable",
     };
     (code, error.to_string())
 }

@@ -19,6 +19,7 @@ import asyncio
 import atexit
 import os
 import signal
+import sys
 import threading
 import time
 import weakref
@@ -98,53 +99,77 @@ def _ends_the_process(handler: _Handler, signum: int) -> bool:
     return signum == signal.SIGINT and handler is signal.default_int_handler
 
 
-class _SignalGuard:
-    """The handlers of STOP_SIGNALS while a node may be released on them: only of those signals
-    whose handler would end the process (see _ends_the_process). Installed before the claim, so
-    that a signal during the claim (a pod stopped while it starts) is not the default action, which
-    would end the process with its claim held: it is kept, and acted on once the claim is answered.
-    Then a signal shuts the node down (every thread stops minting, the id is released), and only
-    then the handler that was there before runs; a second signal during the release finds this
-    handler still in place and waits for the release. Installed and restored in the main thread
-    only: a close from another thread leaves the handlers in place, and a later signal finds the
-    node closed and goes on to the earlier handler."""
+def _warn(text: str) -> None:
+    """A line on stderr, for what a signal handler or the exit hook cannot raise."""
+    try:
+        sys.stderr.write(f"idgen_client: {text}\n")
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001 - stderr gone: nothing else to tell
+        pass
+
+
+class _Signals:
+    """The process's handlers of STOP_SIGNALS for its nodes made with release_on_signals (in the
+    main thread): one handler per signal, whatever the number of nodes, taken over only where the
+    handler in place would end the process (see _ends_the_process). It goes in before a claim, so
+    that a signal while a node claims (a pod stopped as it starts) is kept, and acted on once no
+    claim is under way: it is not the default action, which would end the process with the claim
+    held. On a signal every such node stops minting and is released, then the handler that was
+    there before runs: a failed release does not swallow the signal, and a second signal during
+    the release finds this handler still in place. Handlers are put back, in the main thread,
+    once no node needs them; from another thread they stay, and a later signal finds no node and
+    goes on to the earlier handler."""
 
     def __init__(self) -> None:
-        self.node: Optional["Node"] = None
-        self.pending: List[int] = []
         self.previous: Dict[int, _Handler] = {}
+        self.nodes: List["Node"] = []
+        self.claiming = 0
+        self.pending: List[int] = []
+
+    def before_claim(self) -> None:
         for sig in STOP_SIGNALS:
             current = signal.getsignal(sig)
-            if _ends_the_process(current, sig):
+            if current != self.handle and _ends_the_process(current, sig):
                 self.previous[sig] = signal.signal(sig, self.handle)
+        self.claiming += 1
+
+    def after_claim(self, node: Optional["Node"]) -> None:
+        self.claiming -= 1
+        if node is not None:
+            self.nodes.append(node)
+        if self.claiming == 0:
+            if self.pending:
+                self.handle(self.pending[0], None)
+            elif not self.nodes:
+                self.restore()
+
+    def closed(self, node: "Node") -> None:
+        if node in self.nodes:
+            self.nodes.remove(node)
+        if not self.nodes and self.claiming == 0:
+            self.restore()
 
     def handle(self, signum: int, frame: Optional[FrameType]) -> None:
-        if self.node is None:
-            # The claim is under way: kept until it is answered.
+        if self.claiming:
+            # A claim is under way: kept until it is answered.
             self.pending.append(signum)
             return
-        # First stop issuing everywhere and release (waiting for a release another thread runs):
-        # whatever the earlier handler does next (raise in the main thread only, or end the
-        # process), no thread mints after the release.
-        self.node.close()
-        self.chain(signum, frame)
-
-    def attach(self, node: "Node") -> None:
-        """The claim succeeded: signals close `node` from now on, and one kept meanwhile does now."""
-        self.node = node
-        if self.pending:
-            self.handle(self.pending[0], None)
-
-    def abandon(self) -> None:
-        """The claim failed: the earlier handlers are put back, and a signal kept meanwhile goes to
-        its earlier handler."""
-        self.restore()
-        for signum in self.pending[:1]:
-            self.chain(signum, None)
-
-    def chain(self, signum: int, frame: Optional[FrameType]) -> None:
-        self.restore()
+        self.pending = []
+        # Taken now: the last close puts the earlier handlers back and forgets them.
         previous = self.previous.get(signum, signal.SIG_DFL)
+        try:
+            # First stop issuing everywhere and release: whatever the earlier handler does next
+            # (raise in the main thread only, or end the process), no thread mints after it.
+            for node in list(self.nodes):
+                try:
+                    node.close()
+                except IdgenError as e:
+                    _warn(f"releasing machine id {node.machine_id} of {node.service!r} on signal {signum} failed: {e}")
+        finally:
+            self.chain(signum, frame, previous)
+
+    def chain(self, signum: int, frame: Optional[FrameType], previous: _Handler) -> None:
+        self.restore()
         if callable(previous):
             previous(signum, frame)
         elif previous == signal.SIG_DFL or previous is None:
@@ -152,37 +177,87 @@ class _SignalGuard:
             os.kill(os.getpid(), signum)
 
     def restore(self) -> None:
-        """Puts back the earlier handlers, where this guard's is still installed (main thread only)."""
+        """Puts back the earlier handlers where this one is still installed (main thread only)."""
         if threading.current_thread() is not threading.main_thread():
             return
         for sig, handler in self.previous.items():
             if signal.getsignal(sig) == self.handle:
                 signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        self.previous = {}
+
+    def after_fork_in_child(self) -> None:
+        # The child's copies of the parent's nodes are inert; no claim of the parent's runs here.
+        self.nodes = []
+        self.claiming = 0
+        self.pending = []
+
+
+_signals = _Signals()
 
 
 # Every node of this process not yet collected, for the atexit hook.
 _live_nodes: "weakref.WeakSet[Node]" = weakref.WeakSet()
 
 
-def _at_exit() -> None:
-    """At interpreter exit: no call lets go of the GIL any more, every node still open is released,
-    and the hook waits (the GIL let go) until no thread is inside a call without it. CPython before
-    3.14 ends daemon threads that take the GIL back during finalization by unwinding them, which
-    through the extension's frames aborts the process; and a node a daemon thread still uses would
-    never be collected, its id held until the take-back tiers."""
-    _native._exiting()
-    for node in list(_live_nodes):
+_exiting = False
+
+
+def _close_quietly(node: "Node") -> None:
+    try:
         node.close()
+    except IdgenError as e:
+        _warn(f"releasing machine id {node.machine_id} of {node.service!r} at exit failed: {e}")
+
+
+def _at_exit() -> None:
+    """At interpreter exit: no call lets go of the GIL any more, every node still open is released
+    (one that a claim still under way brings is released as it comes: Node.__new__), and the hook
+    waits, the GIL let go, until no thread is inside a call without it. CPython before 3.14 ends
+    daemon threads that take the GIL back during finalization by unwinding them, which through the
+    extension's frames aborts the process; and a node a daemon thread still uses would never be
+    collected, its id held until the take-back tiers."""
+    global _exiting
+    _exiting = True
+    _native._exiting()
     # Calls that were out without the GIL end by their own bounds (a mint waits out a clock step at
     # most max_clock_backward; a claim, start_timeout); past this, finalization goes on regardless.
     deadline = time.monotonic() + 15.0
     pause = threading.Event()
-    while _native._threads_without_gil() and time.monotonic() < deadline:
+    while True:
+        for node in list(_live_nodes):
+            _close_quietly(node)
+        if not _native._threads_without_gil() or time.monotonic() >= deadline:
+            break
         pause.wait(0.001)
 
 
+def _release_at_multiprocessing_exit(node: "Node") -> None:
+    """In a worker of multiprocessing (its fork start method above all), which ends with os._exit
+    and runs no atexit hook: the node is released by multiprocessing's own exit step."""
+    mp = sys.modules.get("multiprocessing")
+    if mp is None or mp.parent_process() is None:
+        return
+    from multiprocessing import util
+
+    util.Finalize(None, _close_ref, args=(weakref.ref(node),), exitpriority=100)
+
+
+def _close_ref(ref: "weakref.ref[Node]") -> None:
+    node = ref()
+    if node is not None:
+        _close_quietly(node)
+
+
+def _after_fork_in_child() -> None:
+    _native._after_fork_in_child()
+    _signals.after_fork_in_child()
+    # A lock a thread of the parent held (inside close) would never be freed here.
+    for node in list(_live_nodes):
+        node._closing = threading.RLock()
+
+
 atexit.register(_at_exit)
-os.register_at_fork(after_in_child=_native._after_fork_in_child)
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Node(_native.Node):
@@ -202,7 +277,7 @@ class Node(_native.Node):
     ``with`` block) then. At interpreter exit every node still open is released.
     """
 
-    _guard: Optional[_SignalGuard]
+    _on_signals: bool
     _closing: Any  # a threading.RLock
 
     def __new__(
@@ -219,9 +294,9 @@ class Node(_native.Node):
         max_clock_backward: float = 2.0,
         release_on_signals: bool = True,
     ) -> "Node":
-        guard = None
-        if release_on_signals and threading.current_thread() is threading.main_thread():
-            guard = _SignalGuard()
+        on_signals = release_on_signals and threading.current_thread() is threading.main_thread()
+        if on_signals:
+            _signals.before_claim()
         try:
             node = super().__new__(
                 cls,
@@ -236,18 +311,25 @@ class Node(_native.Node):
                 max_clock_backward=max_clock_backward,
             )
         except BaseException:
-            if guard is not None:
-                guard.abandon()
+            if on_signals:
+                _signals.after_claim(None)
             raise
-        node._guard = guard
+        node._on_signals = on_signals
         node._closing = threading.RLock()
         _live_nodes.add(node)
-        if guard is not None:
-            guard.attach(node)
+        if _exiting:
+            # A claim that was under way when the interpreter began to exit: released at once.
+            _close_quietly(node)
+            stopped = NodeStopped("idgen: the interpreter is exiting; the node was released at once")
+            stopped.message = str(stopped)
+            raise stopped
+        if on_signals:
+            _signals.after_claim(node)
+        _release_at_multiprocessing_exit(node)
         return node
 
     def __init__(self, dsn: str, service: str, host: str, port: int, **options: Any) -> None:
-        # The claim ran in __new__ (the native constructor, behind the signal guard).
+        # The claim ran in __new__ (the native constructor, behind the signal handlers).
         pass
 
     # ---- identity and state
@@ -272,9 +354,9 @@ class Node(_native.Node):
             except NodeStopped:
                 return False
             finally:
-                # After the release: a signal meanwhile still found the node's handler.
-                if self._guard is not None:
-                    self._guard.restore()
+                # After the release: a signal meanwhile still found the handler.
+                if self._on_signals:
+                    _signals.closed(self)
 
     def __enter__(self) -> "Node":
         return self

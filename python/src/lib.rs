@@ -338,6 +338,7 @@ fn classify(e: &Error, node: Option<&IdgenNode>) -> (&'static str, Option<String
         Error::NoAnswer { .. } => ("NoAnswer", None, None),
         Error::NotBeforeAhead { .. } => ("NotBeforeAhead", None, None),
         Error::NotInstalled => ("NotInstalled", None, None),
+        Error::Thread(_) => ("StartError", None, None),
     }
 }
 

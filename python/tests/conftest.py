@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -19,6 +20,14 @@ import pytest
 
 # Every wait of a test ends by this, with a message (a slow machine gets there; a hang does not).
 PATIENCE = 60.0
+
+# The services these tests start get the stop signals as a service manager gives them, at their
+# defaults, whatever this run inherited: nohup ignores SIGHUP, and a shell's background job SIGINT,
+# and an ignored signal is inherited across exec (a handler is not, so these reach the children as
+# SIG_DFL; Python then installs its KeyboardInterrupt handler).
+for _stop in (signal.SIGHUP, signal.SIGTERM):
+    signal.signal(_stop, signal.SIG_DFL)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 HERE = Path(__file__).resolve().parent
 PACKAGE_ROOT = HERE.parent
 
