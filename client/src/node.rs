@@ -92,6 +92,20 @@ pub enum Status {
     HeartbeatDied,
 }
 
+impl Status {
+    /// The status as one word, as the sidecar (`/status`, `/metrics`) and the Python package say it:
+    /// `live`, `expired`, `lost`, `stopped`, `heartbeat_died`.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Status::Live => "live",
+            Status::Expired => "expired",
+            Status::Lost { .. } => "lost",
+            Status::Stopped => "stopped",
+            Status::HeartbeatDied => "heartbeat_died",
+        }
+    }
+}
+
 /// Why `next_id`, `start` or `shutdown` failed.
 #[derive(Debug)]
 pub enum Error {

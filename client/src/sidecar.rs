@@ -1008,7 +1008,7 @@ impl Shared {
                         let body = json!({
                             "machine_id": m.machine_id,
                             "version": m.version,
-                            "status": status_word(&status),
+                            "status": status.word(),
                             "ids_issued": m.ids_issued,
                             "heartbeats_ok": m.heartbeats_ok,
                             "heartbeats_failed": m.heartbeats_failed,
@@ -1147,7 +1147,7 @@ fn prometheus_text(metrics: Option<&Metrics>, draining: bool) -> String {
     let status = match metrics {
         None => "starting",
         Some(_) if draining => "shutting_down",
-        Some(m) => status_word(&as_of_now(m.status.clone(), m.time_to_deadline)),
+        Some(m) => as_of_now(m.status.clone(), m.time_to_deadline).word(),
     };
     let statuses: Vec<(String, String)> = STATUS_WORDS
         .iter()
@@ -1205,16 +1205,6 @@ fn prometheus_text(metrics: Option<&Metrics>, draining: bool) -> String {
         &one(m.clock.sequence_exhaustions.to_string()),
     );
     out
-}
-
-fn status_word(status: &Status) -> &'static str {
-    match status {
-        Status::Live => "live",
-        Status::Expired => "expired",
-        Status::Lost { .. } => "lost",
-        Status::Stopped => "stopped",
-        Status::HeartbeatDied => "heartbeat_died",
-    }
 }
 
 /// IDs as text (one a line) or JSON (numbers and strings): `{"id", "id_str"}` for one, `{"ids", "ids_str"}`

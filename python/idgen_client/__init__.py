@@ -401,6 +401,7 @@ def start(dsn: str, service: str, host: str, port: int, **options: Any) -> Node:
     return Node(dsn, service, host, port, **options)
 
 
+# Listed in full (not from errors.__all__): type checkers read only a literal list.
 __all__ = [
     "Node",
     "Layout",

@@ -225,7 +225,7 @@ impl Node {
         if self.forked() {
             return "forked";
         }
-        status_name(&self.shared().status())
+        self.shared().status().word()
     }
 
     /// The service's layout and pool, as the registry recorded them.
@@ -268,16 +268,6 @@ impl Node {
     }
 }
 
-fn status_name(status: &Status) -> &'static str {
-    match status {
-        Status::Live => "live",
-        Status::Expired => "expired",
-        Status::Lost { .. } => "lost",
-        Status::Stopped => "stopped",
-        Status::HeartbeatDied => "heartbeat_died",
-    }
-}
-
 fn layout_dict<'py>(py: Python<'py>, service: &ServiceLayout) -> PyResult<Bound<'py, PyDict>> {
     let l = &service.layout;
     let d = PyDict::new(py);
@@ -296,7 +286,7 @@ fn metrics_dict<'py>(py: Python<'py>, m: &Metrics) -> PyResult<Bound<'py, PyDict
     let d = PyDict::new(py);
     d.set_item("machine_id", m.machine_id)?;
     d.set_item("version", m.version)?;
-    d.set_item("status", status_name(&m.status))?;
+    d.set_item("status", m.status.word())?;
     d.set_item("ids_issued", m.ids_issued)?;
     d.set_item("heartbeats_ok", m.heartbeats_ok)?;
     d.set_item("heartbeats_failed", m.heartbeats_failed)?;
