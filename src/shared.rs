@@ -131,7 +131,7 @@ pub struct Area {
     magic: u64,
     slots: u32,
     pub writers: [WriterEntry; WRITERS],
-    /// When a writer started with the server was last seen serving, Unix ms.
+    /// When a writer started with the server was last seen running (serving, or waiting for a place), Unix ms.
     pub permanent_seen_ms: AtomicI64,
     /// Requests that found no background worker slot to start a writer, and the last one's time.
     pub slot_refusals: AtomicU64,

@@ -13,8 +13,8 @@
 //! Who writes (`process`): with idgen in `shared_preload_libraries`, [`shared::WRITERS`]
 //! writers start with the server, each connecting to the database of the first request it finds
 //! and serving that database's requests from then on; a database none serves takes a writer that
-//! is idle (it leaves its database and the server starts it again). No write waits for a free
-//! background worker slot. Without preloading, a database's first request starts a writer for it,
+//! is idle (it leaves its database and the server starts it again a second later; requests wait
+//! for it). No write waits for a free background worker slot. Without preloading, a database's first request starts a writer for it,
 //! which stays while requests come (10 s idle) and leaves at once when its database is wanted
 //! alone (DROP DATABASE, a rename, a copy); a request that finds no free slot within
 //! [`transport::SLOT_WAIT_MS`] fails (`53000`) with the fix. Without idgen's shared memory (`shared`),

@@ -30,6 +30,9 @@ const PROBE_MS: i64 = 200;
 pub const PARKED_CLOSE_AFTER_MS: i64 = 10_000;
 /// How long a writer asked to be started may take to show up before another start is tried.
 const START_GRACE_MS: i64 = 10_000;
+/// A writer started with the server that ran this recently is coming back (the server starts it
+/// again a second after it leaves): a request waits for it, and takes no worker slot.
+const PERMANENT_BACK_WITHIN_MS: i64 = 5_000;
 
 /// Whether a writer for the caller's database is coming, or none could be started.
 pub(super) enum Start {
@@ -95,7 +98,8 @@ pub(super) fn ensure_writer(area: &Area, database: u32) -> Start {
     if writers.iter().any(|w| being_started(w) && w.starting_database.load(Ordering::Acquire) == database) {
         return Start::Coming;
     }
-    let permanent_ones = writers.iter().any(|w| w.load_pid() != 0 && w.permanent.load(Ordering::Acquire));
+    let permanent_ones = writers.iter().any(|w| w.load_pid() != 0 && w.permanent.load(Ordering::Acquire))
+        || now - area.permanent_seen_ms.load(Ordering::Acquire) < PERMANENT_BACK_WITHIN_MS;
     if !permanent_ones {
         for (index, w) in writers.iter().enumerate() {
             let since = w.starting_since_ms.load(Ordering::Acquire);
@@ -245,9 +249,9 @@ fn leave(permanent: bool) -> ! {
     }
 }
 
-/// Takes a place among the writers: a permanent writer any free one (it waits for one, should a
-/// writer started for a database hold them all), a writer started for a database the one it was
-/// started for.
+/// Takes a place among the writers: a permanent writer any free one, a writer started for a
+/// database the one it was started for. Should writers started for databases (while none of the
+/// server's ran) hold every place, a permanent writer asks an idle one to leave and waits.
 fn take_place(area: &Area, permanent: bool, index: usize) -> Option<usize> {
     // SAFETY: set at process start.
     let pid = unsafe { pg_sys::MyProcPid };
@@ -276,7 +280,17 @@ fn take_place(area: &Area, permanent: bool, index: usize) -> Option<usize> {
         if terminating() {
             return None;
         }
-        shared::sleep_on_latch(1_000);
+        // It runs, and serves as soon as a place frees: idgen_health() is not to say none runs.
+        area.permanent_seen_ms.store(shared::now_ms(), Ordering::Release);
+        let idle_started_for_a_database = area
+            .writers
+            .iter()
+            .find(|w| w.load_pid() != 0 && !w.permanent.load(Ordering::Acquire) && !w.busy.load(Ordering::Acquire));
+        if let Some(w) = idle_started_for_a_database {
+            w.leave.store(true, Ordering::Release);
+            shared::wake(w.latch.load(Ordering::Acquire));
+        }
+        shared::sleep_on_latch(PROBE_MS);
         pg_sys::check_for_interrupts!();
     }
 }

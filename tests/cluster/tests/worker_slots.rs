@@ -160,14 +160,71 @@ fn idgen_health_reports_the_writers_as_the_server_runs_them() {
         admin.query("SELECT finding FROM idgen_health()", &[]).unwrap().iter().map(|r| r.get(0)).collect();
     assert!(!findings.iter().any(|f| f == "registry_writers_missing"), "{findings:?}");
     if preloaded(&mut admin) {
-        // The server's writers serve this database now.
-        let writers: i64 = admin
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'idgen registry writer' AND datname = current_database()",
-                &[],
-            )
-            .unwrap()
-            .get(0);
-        assert!(writers >= 1, "no preloaded writer serves this database");
+        // The server's writers serve this database (one may just have moved to another database
+        // that asked, the server's other tests': a new connection's claim brings one back).
+        wait_for("a registry writer serving this database", PATIENCE, || {
+            db.connect().query_one("SELECT idgen_next_id()", &[]).unwrap();
+            admin
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                      WHERE backend_type = 'idgen registry writer' AND datname = current_database()",
+                    &[],
+                )
+                .unwrap()
+                .get::<_, i64>(0)
+                >= 1
+        });
+    }
+}
+
+/// The server's writers, ended (by a superuser, or a database dropped under them), are started
+/// again a second later. Requests that come meanwhile wait for them and take no worker slot; no
+/// writer started for one database keeps them out of their places; and `idgen_health()` never
+/// says that none runs. (It did: two databases' requests in that second started writers of their
+/// own, which held both places while requests came, and the finding fired after 10 s.)
+#[test]
+fn the_servers_writers_come_back_to_their_places_and_are_never_reported_missing() {
+    let db = TestDb::create("writers_back");
+    let mut admin = db.connect();
+    if !preloaded(&mut admin) {
+        return;
+    }
+    let others = [TestDb::create("writers_back_b"), TestDb::create("writers_back_c")];
+    // Both writers serve (the first requests of two databases), and are ended.
+    for other in &others {
+        other.connect().query_one("SELECT idgen_next_id()", &[]).unwrap();
+    }
+    let mut first_mints: Vec<Client> = others.iter().map(|other| other.connect()).collect();
+    admin
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'idgen registry writer'",
+            &[],
+        )
+        .unwrap();
+    let ended = Instant::now();
+    // Both databases ask at once, before the server starts its writers again.
+    std::thread::scope(|scope| {
+        for client in &mut first_mints {
+            scope.spawn(|| client.query_one("SELECT idgen_next_id()", &[]).unwrap());
+        }
+    });
+    // Each database mints on new connections for longer than the finding waits (10 s).
+    let mut connections = 0;
+    while ended.elapsed() < Duration::from_secs(13) {
+        for other in &others {
+            other
+                .connect()
+                .query_one("SELECT idgen_next_id()", &[])
+                .unwrap_or_else(|e| panic!("a new connection's first ID while the writers came back: {e}"));
+            connections += 1;
+        }
+        let findings: Vec<String> =
+            admin.query("SELECT finding FROM idgen_health()", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+        assert!(
+            !findings.iter().any(|f| f == "registry_writers_missing"),
+            "{:.1} s after the writers were ended, {connections} connections later: {findings:?}",
+            ended.elapsed().as_secs_f64()
+        );
+        std::thread::sleep(Duration::from_millis(300));
     }
 }
