@@ -13,6 +13,14 @@ use std::time::{Duration, Instant};
 const HOG: &str = "idgen_t_slot_hog";
 const INSERTER: &str = "idgen_t_slot_inserter";
 
+/// Held for writing by the test that ends the server's writers (a request they serve then fails:
+/// "the registry writer ended"), for reading by the tests that need them.
+static WRITERS_IN_USE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn using_the_writers() -> std::sync::RwLockReadGuard<'static, ()> {
+    WRITERS_IN_USE.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 fn preloaded(admin: &mut Client) -> bool {
     let libraries: String = admin.query_one("SHOW shared_preload_libraries", &[]).unwrap().get(0);
     libraries.split(',').any(|l| l.trim() == "idgen")
@@ -103,6 +111,7 @@ fn insert_on_a_new_connection(db: &TestDb) -> (Result<u64, postgres::Error>, Dur
 
 #[test]
 fn another_roles_parallel_queries_cannot_starve_a_new_connections_insert() {
+    let _writers = using_the_writers();
     let db = TestDb::create("worker_slots");
     let mut admin = db.connect();
     ensure_login_role(&mut admin, HOG);
@@ -153,6 +162,7 @@ fn another_roles_parallel_queries_cannot_starve_a_new_connections_insert() {
 
 #[test]
 fn idgen_health_reports_the_writers_as_the_server_runs_them() {
+    let _writers = using_the_writers();
     let db = TestDb::create("worker_health");
     let mut admin = db.connect();
     admin.query_one("SELECT idgen_next_id()", &[]).unwrap();
@@ -184,6 +194,7 @@ fn idgen_health_reports_the_writers_as_the_server_runs_them() {
 /// own, which held both places while requests came, and the finding fired after 10 s.)
 #[test]
 fn the_servers_writers_come_back_to_their_places_and_are_never_reported_missing() {
+    let _writers = WRITERS_IN_USE.write().unwrap_or_else(|poisoned| poisoned.into_inner());
     let db = TestDb::create("writers_back");
     let mut admin = db.connect();
     if !preloaded(&mut admin) {
