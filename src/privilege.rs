@@ -93,19 +93,27 @@ pub fn as_extension_owner<R>(f: impl FnOnce() -> R) -> R {
 /// Runs `f` as the caller with the search_path pinned to `pg_catalog, pg_temp`.
 pub fn with_pinned_search_path<R>(f: impl FnOnce() -> R) -> R {
     checked_installation();
+    with_settings(&[(c"search_path", c"pg_catalog, pg_temp")], f)
+}
+
+/// Runs `f` with `settings` (name, value) in force, as a function's SET clause puts them: for `f`
+/// alone, restored after it (or by the rollback of its error).
+pub fn with_settings<R>(settings: &[(&std::ffi::CStr, &std::ffi::CStr)], f: impl FnOnce() -> R) -> R {
     // SAFETY: how fmgr_security_definer applies a function's SET clause; backend-local state only.
     unsafe {
         let nest_level = pg_sys::NewGUCNestLevel();
-        pg_sys::set_config_option(
-            c"search_path".as_ptr(),
-            c"pg_catalog, pg_temp".as_ptr(),
-            pg_sys::GucContext::PGC_USERSET,
-            pg_sys::GucSource::PGC_S_SESSION,
-            pg_sys::GucAction::GUC_ACTION_SAVE,
-            true,
-            0,
-            false,
-        );
+        for (name, value) in settings {
+            pg_sys::set_config_option(
+                name.as_ptr(),
+                value.as_ptr(),
+                pg_sys::GucContext::PGC_USERSET,
+                pg_sys::GucSource::PGC_S_SESSION,
+                pg_sys::GucAction::GUC_ACTION_SAVE,
+                true,
+                0,
+                false,
+            );
+        }
         let result = f();
         pg_sys::AtEOXact_GUC(true, nest_level);
         result

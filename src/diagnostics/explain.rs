@@ -63,61 +63,65 @@ fn idgen_explain(
         raise(messages::negative_id(F, id));
     }
     let now_ms = crate::clock::SystemClock.now_unix_ms();
-    let rows = crate::privilege::with_pinned_search_path(|| {
-        Spi::connect_mut(|client| {
-            let mut rows: Vec<ExplainRow> = Vec::new();
-            // The registry's own table: read as its owner (the caller may read only the views).
-            let first_version =
-                crate::privilege::as_extension_owner(|| crate::registry::store::read_version_base(client)) + 1;
-            for (service, purged, layout) in services_of(client, id, service) {
-                // An ID of another layout, or of a time no holder could have stamped yet: not this service's.
-                let Ok(parts) = layout.decompose(id) else { continue };
-                let stamp_ms = layout.unix_ms_of(parts.ticks);
-                if !history::could_be_stamped_by_now(stamp_ms, now_ms) {
-                    continue;
+    // JIT off, as idgen_health() declares it: compiling these statements' plans took seconds (2.2 s
+    // on a 7,050-event history), running them milliseconds.
+    let rows = crate::privilege::with_settings(&[(c"jit", c"off")], || {
+        crate::privilege::with_pinned_search_path(|| {
+            Spi::connect_mut(|client| {
+                let mut rows: Vec<ExplainRow> = Vec::new();
+                // The registry's own table: read as its owner (the caller may read only the views).
+                let first_version =
+                    crate::privilege::as_extension_owner(|| crate::registry::store::read_version_base(client)) + 1;
+                for (service, purged, layout) in services_of(client, id, service) {
+                    // An ID of another layout, or of a time no holder could have stamped yet: not this service's.
+                    let Ok(parts) = layout.decompose(id) else { continue };
+                    let stamp_ms = layout.unix_ms_of(parts.ticks);
+                    if !history::could_be_stamped_by_now(stamp_ms, now_ms) {
+                        continue;
+                    }
+                    let machine_id = i32::from(parts.machine_id);
+                    let events = events_of(client, &service, machine_id);
+                    let finding = if events.is_empty() {
+                        None
+                    } else {
+                        Some(history::explain(&events, stamp_ms, !purged, first_version))
+                    };
+                    let explained = match &finding {
+                        Some(finding) => history::explained(finding, &service, machine_id, stamp_ms),
+                        None => match registry_only(client, &service, machine_id) {
+                            Some(explained) => explained,
+                            None => continue,
+                        },
+                    };
+                    if let Some(Finding::Overlap(holders)) = &finding {
+                        report(
+                            messages::explain_overlapping_tenures(F, &service, machine_id, stamp_ms, holders.len()),
+                            PgLogLevel::WARNING,
+                        );
+                    }
+                    for e in explained {
+                        let t = e.tenure.as_ref();
+                        rows.push((
+                            service.clone(),
+                            machine_id,
+                            timestamptz(stamp_ms),
+                            parts.sequence as i32,
+                            e.finding.to_owned(),
+                            t.map(|t| t.holder.name()),
+                            t.and_then(|t| t.holder.role.clone()),
+                            t.and_then(|t| t.holder.pid),
+                            t.map(|t| t.version),
+                            t.and_then(|t| timestamptz(t.after_ms)),
+                            t.and_then(|t| t.until_ms).and_then(timestamptz),
+                            e.detail,
+                        ));
+                    }
                 }
-                let machine_id = i32::from(parts.machine_id);
-                let events = events_of(client, &service, machine_id);
-                let finding = if events.is_empty() {
-                    None
-                } else {
-                    Some(history::explain(&events, stamp_ms, !purged, first_version))
-                };
-                let explained = match &finding {
-                    Some(finding) => history::explained(finding, &service, machine_id, stamp_ms),
-                    None => match registry_only(client, &service, machine_id) {
-                        Some(explained) => explained,
-                        None => continue,
-                    },
-                };
-                if let Some(Finding::Overlap(holders)) = &finding {
-                    report(
-                        messages::explain_overlapping_tenures(F, &service, machine_id, stamp_ms, holders.len()),
-                        PgLogLevel::WARNING,
-                    );
+                if rows.is_empty() {
+                    raise(messages::explain_nothing_known(F, service));
                 }
-                for e in explained {
-                    let t = e.tenure.as_ref();
-                    rows.push((
-                        service.clone(),
-                        machine_id,
-                        timestamptz(stamp_ms),
-                        parts.sequence as i32,
-                        e.finding.to_owned(),
-                        t.map(|t| t.holder.name()),
-                        t.and_then(|t| t.holder.role.clone()),
-                        t.and_then(|t| t.holder.pid),
-                        t.map(|t| t.version),
-                        t.and_then(|t| timestamptz(t.after_ms)),
-                        t.and_then(|t| t.until_ms).and_then(timestamptz),
-                        e.detail,
-                    ));
-                }
-            }
-            if rows.is_empty() {
-                raise(messages::explain_nothing_known(F, service));
-            }
-            rows
+                rows
+            })
         })
     });
     TableIterator::new(rows)
