@@ -44,6 +44,38 @@ fn emit(code: PgSqlErrorCode, message: String, detail: Option<String>, hint: Opt
     report.report(level);
 }
 
+/// Reports the WARNING `err` to the client alone, not to the server log (an alert's WARNING: its LOG
+/// line is the alert's one line there, `diagnostics::alerts::announce`).
+pub fn warn_client_only(err: IdgenError) {
+    // ereport(WARNING_CLIENT_ONLY, ...), as pgrx's ereport makes its calls: pgrx has no such level.
+    unsafe extern "C-unwind" {
+        fn errstart(elevel: std::ffi::c_int, domain: *const std::ffi::c_char) -> bool;
+        fn errcode(sqlerrcode: std::ffi::c_int) -> std::ffi::c_int;
+        fn errmsg(fmt: *const std::ffi::c_char, ...) -> std::ffi::c_int;
+        fn errdetail(fmt: *const std::ffi::c_char, ...) -> std::ffi::c_int;
+        fn errhint(fmt: *const std::ffi::c_char, ...) -> std::ffi::c_int;
+        fn errfinish(filename: *const std::ffi::c_char, lineno: std::ffi::c_int, funcname: *const std::ffi::c_char);
+    }
+    let text = |s: &str| std::ffi::CString::new(s.replace('\0', "")).expect("no NUL left");
+    let message = text(&err.message);
+    let detail = err.detail.as_deref().map(text);
+    let hint = err.hint.as_deref().map(text);
+    // SAFETY: a report below ERROR returns; errmsg and the others copy their strings at once.
+    unsafe {
+        if errstart(pgrx::pg_sys::WARNING_CLIENT_ONLY as std::ffi::c_int, std::ptr::null()) {
+            errcode(error_code(err.sqlstate) as std::ffi::c_int);
+            errmsg(c"%s".as_ptr(), message.as_ptr());
+            if let Some(detail) = &detail {
+                errdetail(c"%s".as_ptr(), detail.as_ptr());
+            }
+            if let Some(hint) = &hint {
+                errhint(c"%s".as_ptr(), hint.as_ptr());
+            }
+            errfinish(c"src/errors.rs".as_ptr(), line!() as std::ffi::c_int, c"warn_client_only".as_ptr());
+        }
+    }
+}
+
 /// Raises `err` as an ERROR; does not return.
 pub fn raise(err: IdgenError) -> ! {
     report(err, PgLogLevel::ERROR);

@@ -1,6 +1,6 @@
-//! Alerts for the person on call: a WARNING to the client, a LOG line that
-//! always reaches the server log, and a NOTIFY on `idgen_alert` without the
-//! holders' addresses (any role can LISTEN).
+//! Alerts for the person on call: a LOG line that always reaches the server log
+//! (the alert's one line there), a WARNING to the client alone, and a NOTIFY on
+//! `idgen_alert` without the holders' addresses (any role can LISTEN).
 //!
 //! A claim made in a background worker's transaction (a backend's) announces
 //! there, where it commits, and hands the WARNING to the backend that waits.
@@ -36,16 +36,16 @@ pub fn warning_of(alert: &Alert) -> IdgenError {
     IdgenError::new(SqlState::Warning, alert.message.clone()).detail(format!("idgen_alert {}", alert.payload))
 }
 
-/// Delivers notices in the session of the claim: alerts announced, warnings reported.
+/// Delivers notices in the session of the claim: alerts announced (and told the client), warnings
+/// reported.
 pub fn deliver(notices: &[Notice], committing: bool) {
     for notice in notices {
-        let warning = match notice {
-            Notice::Warning(w) => w.clone(),
+        match notice {
+            Notice::Warning(w) => crate::errors::report(w.clone(), PgLogLevel::WARNING),
             Notice::Alert(alert) => {
                 announce(alert, committing);
-                warning_of(alert)
+                crate::errors::warn_client_only(warning_of(alert));
             }
-        };
-        crate::errors::report(warning, PgLogLevel::WARNING);
+        }
     }
 }

@@ -97,6 +97,15 @@ struct Answer {
     result: Result<Option<LeaseAnswer>, CarriedError>,
     /// WARNINGs for the caller's client: the writer has no client.
     warnings: Vec<IdgenError>,
+    /// The WARNINGs of alerts, for the caller's client alone: the writer logged the alerts.
+    alert_warnings: Vec<IdgenError>,
+}
+
+impl Answer {
+    /// An answer with no warnings.
+    fn alone(result: Result<Option<LeaseAnswer>, CarriedError>) -> Answer {
+        Answer { result, warnings: Vec::new(), alert_warnings: Vec::new() }
+    }
 }
 
 /// Claims or renews a backend's lease in a transaction of its own; raises what it raises.
@@ -157,6 +166,9 @@ fn run(function: &str, request: &Request) -> Option<LeaseAnswer> {
     });
     for warning in answer.warnings {
         crate::errors::report(warning, pgrx::PgLogLevel::WARNING);
+    }
+    for warning in answer.alert_warnings {
+        crate::errors::warn_client_only(warning);
     }
     answer.result.unwrap_or_else(|e| e.raise())
 }

@@ -85,7 +85,7 @@ pub(super) unsafe fn respond(base: *mut u8) {
         let request = std::slice::from_raw_parts(base.add(HEADER), request_len);
         let answer = match serde_json::from_slice::<Request>(request) {
             Ok(request) => serve(request),
-            Err(e) => Answer { result: Err(unreadable(e)), warnings: Vec::new() },
+            Err(e) => Answer::alone(Err(unreadable(e))),
         };
         if super::ending::terminating() || (answer.result.is_ok() && !crate::durability::last_commit_confirmed()) {
             // Ended while serving, or the wait for the synchronous standby ended early: the commit
@@ -94,7 +94,7 @@ pub(super) unsafe fn respond(base: *mut u8) {
         }
         let mut bytes = serde_json::to_vec(&answer).expect("answers serialise");
         if bytes.len() > ANSWER_CAPACITY {
-            let too_big = Answer { result: answer.result, warnings: Vec::new() };
+            let too_big = Answer::alone(answer.result);
             bytes = serde_json::to_vec(&too_big).expect("answers serialise");
         }
         let len = bytes.len().min(ANSWER_CAPACITY);

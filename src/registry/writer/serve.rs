@@ -43,7 +43,7 @@ fn committed(write: impl FnOnce(&mut SpiClient)) -> Answer {
         });
         ((), true)
     });
-    Answer { result: done.map(|()| None), warnings: Vec::new() }
+    Answer::alone(done.map(|()| None))
 }
 
 /// What a lease request did in its first transaction, and what to record after it.
@@ -78,7 +78,7 @@ fn serve_backend_lease(
     });
     let step = match first {
         Ok(step) => step,
-        Err(carried) => return Answer { result: Err(carried), warnings: Vec::new() },
+        Err(carried) => return Answer::alone(Err(carried)),
     };
     if !step.record_after.is_empty() {
         let recorded = in_own_transaction(|| {
@@ -108,15 +108,14 @@ fn serve_backend_lease(
             }
         }
     }
-    let warnings = step
-        .notices
-        .iter()
-        .map(|n| match n {
-            Notice::Warning(w) => w.clone(),
-            Notice::Alert(alert) => alerts::warning_of(alert),
-        })
-        .collect();
-    Answer { result: step.result.map(Some).map_err(CarriedError::from), warnings }
+    let (mut warnings, mut alert_warnings) = (Vec::new(), Vec::new());
+    for notice in &step.notices {
+        match notice {
+            Notice::Warning(w) => warnings.push(w.clone()),
+            Notice::Alert(alert) => alert_warnings.push(alerts::warning_of(alert)),
+        }
+    }
+    Answer { result: step.result.map(Some).map_err(CarriedError::from), warnings, alert_warnings }
 }
 
 fn announce(notices: &[Notice]) {

@@ -95,6 +95,9 @@ fn tiers_are_taken_in_order_then_a_full_registry_fails() {
             })
             .map(str::to_owned)
     };
+    // Logged after every claim above returned, so after every line they logged.
+    let done = format!("idgen test: the claims of {} are done", db.name);
+    admin.batch_execute(&format!("DO $$ BEGIN RAISE LOG '{done}'; END $$")).unwrap();
     let mut log = String::new();
     wait_for("the idle_1h_takeover and exhausted alerts in the server log", PATIENCE, || {
         log = admin
@@ -104,8 +107,20 @@ fn tiers_are_taken_in_order_then_a_full_registry_fails() {
             )
             .unwrap()
             .get(0);
-        line_of(&log, "idle_1h_takeover").is_some() && line_of(&log, "exhausted").is_some()
+        log.contains(&done)
     });
+    // One line per alert: the client's WARNING is not logged again (it was, with the alert as its DETAIL).
+    for event in ["idle_1h_takeover", "exhausted"] {
+        let lines = log
+            .lines()
+            .filter(|l| {
+                l.contains("idgen_alert {")
+                    && l.contains(&format!("\"event\":\"{event}\""))
+                    && l.contains("\"service\":\"tiers\"")
+            })
+            .count();
+        assert_eq!(lines, 1, "the {event} alert's lines in the server log:\n{log}");
+    }
     let logged = |event: &str| -> Value {
         let line = line_of(&log, event).expect("waited for");
         serde_json::from_str(&line[line.find("idgen_alert {").unwrap() + "idgen_alert ".len()..]).unwrap()
