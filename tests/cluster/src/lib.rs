@@ -100,6 +100,37 @@ impl TestDb {
     }
 }
 
+/// The server log from a point on (it outlives test runs: a test reads what was logged since).
+pub struct ServerLogSince {
+    offset: i64,
+}
+
+impl ServerLogSince {
+    pub fn now(client: &mut Client) -> ServerLogSince {
+        let offset = client.query_one("SELECT (pg_stat_file(pg_current_logfile())).size", &[]).unwrap().get(0);
+        ServerLogSince { offset }
+    }
+
+    /// What was logged since, up to a line logged now: every line a process logged before it
+    /// answered its client is in it (the logging collector writes a moment later: waited for).
+    pub fn read(&self, client: &mut Client, label: &str) -> String {
+        let marker = format!("idgen test: the server log read by {label}, {:?}", std::time::SystemTime::now());
+        client.batch_execute(&format!("DO $$ BEGIN RAISE LOG '{marker}'; END $$")).unwrap();
+        let mut log = String::new();
+        wait_for(&format!("the server log to have the line logged for {label}"), PATIENCE, || {
+            log = client
+                .query_one(
+                    "SELECT pg_read_file(pg_current_logfile(), $1, (pg_stat_file(pg_current_logfile())).size - $1)",
+                    &[&self.offset],
+                )
+                .unwrap()
+                .get(0);
+            log.contains(&marker)
+        });
+        log
+    }
+}
+
 /// Waits until the server process `pid` has gone (a session's exit runs after its client closed).
 pub fn wait_for_exit(observer: &mut Client, pid: i32) {
     wait_for(&format!("backend {pid} to exit"), PATIENCE, || {

@@ -172,26 +172,13 @@ fn a_backends_claim_alerts_in_one_server_log_line_and_warns_its_client() {
     let service = "alert_one_line";
     let mut admin = db.connect();
     fill_registry_except(&mut admin, service, &[5]);
-    let log_offset: i64 = admin.query_one("SELECT (pg_stat_file(pg_current_logfile())).size", &[]).unwrap().get(0);
+    let since = ServerLogSince::now(&mut admin);
     let (mut backend, notices) = db.connect_recording();
     backend.query_one("SELECT idgen_next_id($1)", &[&service]).unwrap();
     let warned = notices.take();
     let warning = warned.iter().find(|n| n.severity() == "WARNING" && n.message().contains("% full (")).unwrap();
     assert!(warning.detail().is_some_and(|d| d.starts_with("idgen_alert {")), "{warning:?}");
-    // Logged after the claim returned, so after every line it logged.
-    let done = format!("idgen test: the claim of {} is done", db.name);
-    admin.batch_execute(&format!("DO $$ BEGIN RAISE LOG '{done}'; END $$")).unwrap();
-    let mut log = String::new();
-    wait_for("the test's line in the server log", PATIENCE, || {
-        log = admin
-            .query_one(
-                "SELECT pg_read_file(pg_current_logfile(), $1, (pg_stat_file(pg_current_logfile())).size - $1)",
-                &[&log_offset],
-            )
-            .unwrap()
-            .get(0);
-        log.contains(&done)
-    });
+    let log = since.read(&mut admin, &db.name);
     let lines: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("idgen_alert {") && l.contains(&format!("\"service\":\"{service}\"")))

@@ -25,7 +25,7 @@ fn tiers_are_taken_in_order_then_a_full_registry_fails() {
     listener.batch_execute("LISTEN idgen_alert").unwrap();
     let (mut claimant, notices) = db.connect_recording();
     // (The server log outlives test runs: read only what is written from here on.)
-    let log_offset: i64 = admin.query_one("SELECT (pg_stat_file(pg_current_logfile())).size", &[]).unwrap().get(0);
+    let since = ServerLogSince::now(&mut admin);
 
     let mut outcomes = vec![];
     for k in 1..=6 {
@@ -95,20 +95,8 @@ fn tiers_are_taken_in_order_then_a_full_registry_fails() {
             })
             .map(str::to_owned)
     };
-    // Logged after every claim above returned, so after every line they logged.
-    let done = format!("idgen test: the claims of {} are done", db.name);
-    admin.batch_execute(&format!("DO $$ BEGIN RAISE LOG '{done}'; END $$")).unwrap();
-    let mut log = String::new();
-    wait_for("the idle_1h_takeover and exhausted alerts in the server log", PATIENCE, || {
-        log = admin
-            .query_one(
-                "SELECT pg_read_file(pg_current_logfile(), $1, (pg_stat_file(pg_current_logfile())).size - $1)",
-                &[&log_offset],
-            )
-            .unwrap()
-            .get(0);
-        log.contains(&done)
-    });
+    // Read after every claim above returned: every line they logged is in it.
+    let log = since.read(&mut admin, &db.name);
     // One line per alert: the client's WARNING is not logged again (it was, with the alert as its DETAIL).
     for event in ["idle_1h_takeover", "exhausted"] {
         let lines = log
@@ -122,7 +110,7 @@ fn tiers_are_taken_in_order_then_a_full_registry_fails() {
         assert_eq!(lines, 1, "the {event} alert's lines in the server log:\n{log}");
     }
     let logged = |event: &str| -> Value {
-        let line = line_of(&log, event).expect("waited for");
+        let line = line_of(&log, event).unwrap_or_else(|| panic!("no {event} alert in the server log:\n{log}"));
         serde_json::from_str(&line[line.find("idgen_alert {").unwrap() + "idgen_alert ".len()..]).unwrap()
     };
     let alert = logged("idle_1h_takeover");
