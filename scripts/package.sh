@@ -78,18 +78,21 @@ glibc_needed() {
 
 # The Debian changelog of package $1: an entry for each version CHANGELOG.md dates
 # ("## [0.8.0] - 2026-12-04"), newest first, pointing to the project's changelog; the package is
-# the same whenever it is built.
+# the same whenever it is built. Versions of one day are an hour apart, the newest at noon (each
+# entry must be later than the one before it).
 debian_changelog() {
-    local version day first=1
+    local version day first=1 previous_day="" hours=0
     grep -q "^## \[$PACKAGE_VERSION\] - " "$ROOT/CHANGELOG.md" ||
         die "CHANGELOG.md has no heading for $PACKAGE_VERSION (## [$PACKAGE_VERSION] - YYYY-MM-DD)"
     sed -n 's/^## \[\([0-9][0-9.]*\)\] - \([0-9-]*\)$/\1 \2/p' "$ROOT/CHANGELOG.md" | while read -r version day; do
         [ -n "$first" ] || echo
         first=
+        if [ "$day" = "$previous_day" ]; then hours=$((hours + 1)); else hours=0; fi
+        previous_day=$day
         if [ "$version" = "$PACKAGE_VERSION" ]; then version=$DEB_VERSION; else version=$version-1; fi
         printf '%s (%s) unstable; urgency=medium\n\n' "$1" "$version"
         printf '  * idgen %s for PostgreSQL 15 (what changed: changelog.gz).\n\n' "${version%-*}"
-        printf ' -- %s  %s\n' "$DEB_MAINTAINER" "$(LC_ALL=C date -u -d "$day 00:00:00" -R)"
+        printf ' -- %s  %s\n' "$DEB_MAINTAINER" "$(LC_ALL=C date -u -d "$day 12:00:00 UTC - $hours hours" -R)"
     done
 }
 

@@ -456,7 +456,7 @@ BEGIN ATOMIC
 SELECT f.severity, f.finding, f.subject, f.detail, f.action FROM (
     SELECT 'critical'::text AS severity, 'settings_inconsistent'::text AS finding, 'idgen.*'::text AS subject,
            p.problem AS detail,
-           'Correct the idgen.* settings (ALTER SYSTEM SET ..., then SELECT pg_reload_conf()). Until then no machine id is claimed or renewed.'::text AS action
+           'Correct the idgen.* settings: ALTER SYSTEM SET each one that must change, then one SELECT pg_reload_conf() (docs/operations.md#changing-the-thresholds). The detail says what claims run by meanwhile.'::text AS action
       FROM idgen_policy() p WHERE p.problem IS NOT NULL
     UNION ALL
     SELECT 'critical', 'server_clock_behind', 'registry',
@@ -633,7 +633,7 @@ ALTER FUNCTION idgen_policy() ROWS 1;
 ALTER FUNCTION idgen_explain(bigint, text) ROWS 1;
 
 COMMENT ON FUNCTION idgen_policy() IS
-    'The effective idgen settings as the claim uses them, one row: the lease, heartbeat interval, cooldown, take-back ages, the capacity levels (idgen.capacity_warning, idgen.capacity_critical), history retention, the machine ids this server hands out (idgen.machine_id_range: count, first, last; each service''s pool within it), whether claims require a synchronous standby, problem (why the settings are inconsistent, or NULL), what idgen_health() reports by: idgen.clock_skew_alert, idgen.restart_loop_window, idgen.restart_loop_claims, deprecated_capacity_alert (idgen.capacity_alert when set: it has no effect since 0.6.0), and inverted_capacity_warning (idgen.capacity_warning as set, when above idgen.capacity_critical: capacity_warning is then the critical level).';
+    'The effective idgen settings as the claim uses them, one row: the lease, heartbeat interval, cooldown, take-back ages, the capacity levels (idgen.capacity_warning, idgen.capacity_critical), history retention, the machine ids this server hands out (idgen.machine_id_range: count, first, last; each service''s pool within it), whether claims require a synchronous standby, problem (why the settings as set are inconsistent, and what claims run by meanwhile: while they contradict each other, the last consistent ones, which this row shows; or NULL), what idgen_health() reports by: idgen.clock_skew_alert, idgen.restart_loop_window, idgen.restart_loop_claims, deprecated_capacity_alert (idgen.capacity_alert when set: it has no effect since 0.6.0), and inverted_capacity_warning (idgen.capacity_warning as set, when above idgen.capacity_critical: capacity_warning is then the critical level).';
 COMMENT ON FUNCTION idgen_node_state(timestamptz, timestamptz, timestamptz, timestamptz) IS
     'The state of a registry row from its last_seen, released_at, lease_until and takeover_at, by the claim''s own rules: live, past_lease, idle_1h, idle_1d, idle_7d, cooling_down or released.';
 COMMENT ON FUNCTION idgen_node_name(inet, integer, integer) IS 'How idgen names a node: host:port, or backend slot N of host:port.';

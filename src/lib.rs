@@ -85,7 +85,9 @@ pub extern "C-unwind" fn _PG_init() {
     settings::register();
     // SAFETY: set by the postmaster while it loads shared_preload_libraries.
     if unsafe { pgrx::pg_sys::process_shared_preload_libraries_in_progress } {
-        shared::request_at_server_start();
+        // The settings the server starts with, when consistent, stay in force until a reload
+        // brings consistent ones (`settings::in_force`).
+        shared::request_at_server_start(settings::keep_if_consistent);
         registry::writer::register_at_server_start();
     }
     registry::prepare_guard::register_transaction_callback();

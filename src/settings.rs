@@ -7,7 +7,7 @@
 //! and the core's `ClaimPolicy::validate` checks how they relate.
 
 use idgen_core::fleet;
-use idgen_core::policy::{DAY, HOUR};
+use idgen_core::policy::{InForce, DAY, HOUR};
 use idgen_core::{input, messages, ClaimPolicy, IdgenError};
 use pgrx::pg_guard;
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
@@ -48,7 +48,11 @@ pub static HISTORY_RETENTION: GucSetting<i32> =
 static REGISTERING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Registers the settings; called from `_PG_init`.
+/// Whether this process defined the settings (`register`).
+static DEFINED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 pub fn register() {
+    DEFINED.store(true, Ordering::Relaxed);
     // What was configured before idgen was loaded (placeholders). Postgres may discard such a
     // value without a check hook seeing it (a connection's options for a cluster-wide setting:
     // "cannot be changed now"), and then keeps the compiled-in default, not the file's value.
@@ -297,11 +301,53 @@ fn define_settings() {
     );
 }
 
-/// The policy the registry runs by now, refused when the settings contradict each other.
+/// The policy the registry runs by now: the settings as set, or the last consistent ones while
+/// they contradict each other; refused when none were consistent since the server started.
 pub fn claim_policy() -> Result<ClaimPolicy, IdgenError> {
-    let policy = policy_as_set();
-    policy.validate()?;
-    Ok(policy)
+    in_force().policy()
+}
+
+/// The policy the views, `idgen_policy()` and the registry's triggers show and run by: the claim's,
+/// or the settings as set when the claim has none.
+pub fn policy_in_force() -> ClaimPolicy {
+    in_force().policy().unwrap_or_else(|_| policy_as_set())
+}
+
+/// What claims run by now (`InForce`). Consistent settings as set are kept, for every process of
+/// the server, as the last consistent ones.
+pub fn in_force() -> InForce {
+    let as_set = policy_as_set();
+    let in_force = InForce::of(as_set, last_consistent());
+    if let InForce::AsSet(policy) = &in_force {
+        keep(policy);
+    }
+    in_force
+}
+
+/// From the postmaster once its shared memory is ready (preloaded): the settings the server
+/// started with, when consistent, are the last consistent ones.
+pub fn keep_if_consistent() {
+    in_force();
+}
+
+/// This process's last consistent thresholds, for a process without idgen's shared memory.
+static LAST_CONSISTENT_HERE: std::sync::Mutex<Option<ClaimPolicy>> = std::sync::Mutex::new(None);
+
+fn last_consistent() -> Option<ClaimPolicy> {
+    let here = *LAST_CONSISTENT_HERE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    crate::shared::area().and_then(|area| area.last_consistent.load()).or(here)
+}
+
+fn keep(policy: &ClaimPolicy) {
+    // A process that did not define the settings (a registry writer: it runs by its callers')
+    // reads the compiled-in defaults, never to be kept.
+    if !DEFINED.load(Ordering::Relaxed) {
+        return;
+    }
+    *LAST_CONSISTENT_HERE.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(*policy);
+    if let Some(area) = crate::shared::area() {
+        area.last_consistent.store(policy);
+    }
 }
 
 /// Everything a claim reads of the settings, taken once by the session that claims: a
@@ -632,17 +678,23 @@ pub fn settings_generation() -> u64 {
 static CHECKED_GENERATION: AtomicU64 = AtomicU64::new(u64::MAX);
 
 /// Once per change of the settings (a reload, a SET in this session): a WARNING when the
-/// thresholds contradict each other, which refuses every claim and renewal until they are
-/// corrected. A reload assigns the settings one at a time, so they are checked here, at the
-/// backend's next use of idgen, when all of them are in.
+/// thresholds contradict each other (the last consistent ones stay in force; with none, every
+/// claim and renewal is refused until they are corrected). A reload assigns the settings one at a
+/// time, so they are checked here, at the backend's next use of idgen, when all of them are in;
+/// consistent ones are kept then, for every process.
 pub fn warn_if_contradictory() {
     let generation = settings_generation();
     if CHECKED_GENERATION.swap(generation, Ordering::Relaxed) == generation {
         return;
     }
-    if let Err(err) = policy_as_set().validate() {
-        crate::errors::report(messages::settings_contradict(&err), pgrx::PgLogLevel::WARNING);
-    }
+    let warning = match in_force() {
+        InForce::AsSet(_) => return,
+        InForce::Kept { kept, contradiction } => {
+            messages::settings_contradict_kept(&messages::settings_kept(&contradiction, &kept))
+        }
+        InForce::Refused(refusal) => messages::settings_contradict(&refusal),
+    };
+    crate::errors::report(warning, pgrx::PgLogLevel::WARNING);
 }
 
 /// `idgen.service` as set (empty when unset).

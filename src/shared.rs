@@ -13,6 +13,7 @@
 //! guarded by their entry's state): no lock is taken, and a process that dies leaves nothing held.
 //! A crash of any backend makes the server reinitialise its shared memory, and the area with it.
 
+use idgen_core::ClaimPolicy;
 use pgrx::pg_sys;
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering};
@@ -26,7 +27,7 @@ pub const PARKED_BYTES: usize = idgen_core::lease::Parked::MAX_ENCODED;
 
 const NAME: &std::ffi::CStr = c"idgen";
 /// Changes whenever the layout below does: a library of another layout never shares an area.
-const MAGIC: u64 = 0x6964_6765_6e5f_0003;
+const MAGIC: u64 = 0x6964_6765_6e5f_0004;
 
 /// One registry writer's place. `pid` 0: nobody serves from it.
 #[repr(C)]
@@ -136,7 +137,80 @@ pub struct Area {
     /// Requests that found no background worker slot to start a writer, and the last one's time.
     pub slot_refusals: AtomicU64,
     pub last_slot_refusal_ms: AtomicI64,
+    /// The last consistent thresholds a process of the server ran by (`settings::policy_in_force`).
+    pub last_consistent: KeptPolicy,
     // followed by `slots` SlotEntry records
+}
+
+/// A `ClaimPolicy` every process reads and writes without a lock: a sequence count, odd while a
+/// process writes, around the values (a reader that sees it move reads again).
+#[repr(C)]
+pub struct KeptPolicy {
+    sequence: AtomicU64,
+    values: [AtomicI64; 6],
+}
+
+impl KeptPolicy {
+    /// How often a reader or a writer tries before it gives up (a writer is never held up
+    /// between its two changes of the count: it takes no lock and calls nothing).
+    const TRIES: usize = 10_000;
+
+    fn values(policy: &ClaimPolicy) -> [i64; 6] {
+        [
+            policy.takeover_idle_7d_secs,
+            policy.takeover_idle_1d_secs,
+            policy.takeover_idle_1h_secs,
+            policy.release_cooldown_secs,
+            policy.heartbeat_interval_secs,
+            policy.lease_safety_margin_secs,
+        ]
+    }
+
+    /// Keeps `policy` (unchanged when it is the one kept). Gives up rather than wait.
+    pub fn store(&self, policy: &ClaimPolicy) {
+        if self.load().as_ref() == Some(policy) {
+            return;
+        }
+        for _ in 0..Self::TRIES {
+            let sequence = self.sequence.load(Ordering::Acquire);
+            if sequence.is_multiple_of(2)
+                && self.sequence.compare_exchange(sequence, sequence + 1, Ordering::AcqRel, Ordering::Acquire).is_ok()
+            {
+                for (slot, value) in self.values.iter().zip(Self::values(policy)) {
+                    slot.store(value, Ordering::Relaxed);
+                }
+                self.sequence.store(sequence + 2, Ordering::Release);
+                return;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// The policy kept, if one was.
+    pub fn load(&self) -> Option<ClaimPolicy> {
+        for _ in 0..Self::TRIES {
+            let before = self.sequence.load(Ordering::Acquire);
+            if before == 0 {
+                return None;
+            }
+            if before.is_multiple_of(2) {
+                let v: Vec<i64> = self.values.iter().map(|slot| slot.load(Ordering::Relaxed)).collect();
+                std::sync::atomic::fence(Ordering::Acquire);
+                if self.sequence.load(Ordering::Relaxed) == before {
+                    return Some(ClaimPolicy {
+                        takeover_idle_7d_secs: v[0],
+                        takeover_idle_1d_secs: v[1],
+                        takeover_idle_1h_secs: v[2],
+                        release_cooldown_secs: v[3],
+                        heartbeat_interval_secs: v[4],
+                        lease_safety_margin_secs: v[5],
+                    });
+                }
+            }
+            std::hint::spin_loop();
+        }
+        None
+    }
 }
 
 // SAFETY: every field shared between processes is an atomic, or bytes guarded by an atomic state.
@@ -211,9 +285,15 @@ pub fn area() -> Option<&'static Area> {
     Some(unsafe { &*attached })
 }
 
-/// From `_PG_init` while the server preloads idgen: the area is requested with the server's own.
-pub fn request_at_server_start() {
+/// Called in the postmaster once the area is ready (the settings the server started with are kept).
+static mut ON_READY: Option<fn()> = None;
+
+/// From `_PG_init` while the server preloads idgen: the area is requested with the server's own;
+/// `on_ready` runs in the postmaster once it is there.
+pub fn request_at_server_start(on_ready: fn()) {
     PRELOADED.store(true, Ordering::Relaxed);
+    // SAFETY: the postmaster, single-threaded, before shared memory is created.
+    unsafe { ON_READY = Some(on_ready) };
     #[cfg(any(feature = "pg13", feature = "pg14"))]
     // SAFETY: called while shared_preload_libraries is processed.
     unsafe {
@@ -256,6 +336,10 @@ unsafe extern "C-unwind" fn startup_hook() {
         }
         let area = init_struct();
         AREA.store(area, Ordering::Release);
+    }
+    // SAFETY: set once, by request_at_server_start, before shared memory is created.
+    if let Some(ready) = unsafe { ON_READY } {
+        ready();
     }
 }
 

@@ -8,7 +8,7 @@ use crate::fleet::CapacityLevel;
 use crate::format::{human_duration, iso_utc};
 use crate::input::{Holding, NodeIdentity};
 use crate::layout::{Layout, Pool, ServiceLayout};
-use crate::policy::Outcome;
+use crate::policy::{ClaimPolicy, InForce, Outcome};
 use serde_json::json;
 use std::ops::RangeInclusive;
 
@@ -631,8 +631,65 @@ pub fn declared_otherwise(function: &str, declared: i64, expected: i64) -> Idgen
     .hint("Run ALTER EXTENSION idgen UPDATE in this database.")
 }
 
+/// How to change several thresholds (the HINT of a contradiction while the last consistent ones
+/// are in force).
+pub const SETTINGS_CHANGE_TOGETHER: &str = "Set every threshold that must change with ALTER SYSTEM SET, then reload once (SELECT pg_reload_conf()): a reload takes them together. Or change them one at a time in an order that keeps them consistent: docs/operations.md#changing-the-thresholds.";
+
+/// The thresholds in force, as the messages name them.
+pub fn thresholds(policy: &ClaimPolicy) -> String {
+    format!(
+        "idgen.takeover_idle_7d {}, idgen.takeover_idle_1d {}, idgen.takeover_idle_1h {}, idgen.release_cooldown {}, idgen.heartbeat_interval {}, idgen.lease_safety_margin {}",
+        human_duration(policy.takeover_idle_7d_secs),
+        human_duration(policy.takeover_idle_1d_secs),
+        human_duration(policy.takeover_idle_1h_secs),
+        human_duration(policy.release_cooldown_secs),
+        human_duration(policy.heartbeat_interval_secs),
+        human_duration(policy.lease_safety_margin_secs)
+    )
+}
+
+/// The thresholds as set contradict each other (`contradiction`, from `ClaimPolicy::validate`) and
+/// the last consistent ones, `kept`, stay in force: `idgen_policy().problem`, and the DETAIL of
+/// the WARNING below.
+pub fn settings_kept(contradiction: &IdgenError, kept: &ClaimPolicy) -> IdgenError {
+    IdgenError::new(SqlState::InvalidParameterValue, "idgen settings are inconsistent")
+        .detail(format!(
+            "{} Claims and renewals go on by the last consistent settings until they are corrected: {}.",
+            contradiction.detail.clone().unwrap_or_default(),
+            thresholds(kept)
+        ))
+        .hint(SETTINGS_CHANGE_TOGETHER)
+}
+
+/// `idgen_policy().problem` and the detail of `idgen_health()`'s `settings_inconsistent`, when the
+/// thresholds as set contradict each other.
+pub fn settings_problem(in_force: &InForce) -> Option<String> {
+    match in_force {
+        InForce::AsSet(_) => None,
+        InForce::Kept { kept, contradiction } => Some(settings_kept(contradiction, kept).one_line()),
+        InForce::Refused(refusal) => Some(format!(
+            "{} No machine id is claimed or renewed until they are corrected: no consistent settings were in force since the server started.",
+            refusal.one_line()
+        )),
+    }
+}
+
+/// The WARNING a backend gives at its first use of idgen after the thresholds came to contradict
+/// each other while the last consistent ones stay in force (`settings_kept`).
+pub fn settings_contradict_kept(kept: &IdgenError) -> IdgenError {
+    IdgenError::new(
+        SqlState::Warning,
+        "idgen: the idgen.* settings contradict each other; claims and renewals go on by the last consistent ones",
+    )
+    .detail(kept.detail.clone().unwrap_or_default())
+    .hint(format!(
+        "{SETTINGS_CHANGE_TOGETHER} SELECT * FROM idgen_health() shows the finding settings_inconsistent meanwhile."
+    ))
+}
+
 /// The WARNING a backend gives at its first use of idgen after the thresholds came to
-/// contradict each other (`refusal` is what `ClaimPolicy::validate` says).
+/// contradict each other, none consistent having been in force since the server started
+/// (`refusal` is what `ClaimPolicy::validate` says).
 pub fn settings_contradict(refusal: &IdgenError) -> IdgenError {
     IdgenError::new(SqlState::Warning, "idgen: the idgen.* settings contradict each other; no machine id is claimed or renewed until they are corrected")
         .detail(refusal.detail.clone().unwrap_or_default())

@@ -170,6 +170,40 @@ impl ClaimPolicy {
     }
 }
 
+/// What claims run by, given the settings as set and the last consistent ones any process of the
+/// server ran by: the settings as set when they are consistent; else the last consistent ones (a
+/// reload that made the settings contradict each other changes nothing until it is corrected, so
+/// that changing them one at a time, in any order, stops no claim); else none.
+#[derive(Clone, Debug, PartialEq)]
+pub enum InForce {
+    AsSet(ClaimPolicy),
+    /// The settings as set contradict each other (`contradiction`): the last consistent ones stay.
+    Kept {
+        kept: ClaimPolicy,
+        contradiction: IdgenError,
+    },
+    /// They contradict each other and none were consistent since the server started.
+    Refused(IdgenError),
+}
+
+impl InForce {
+    pub fn of(as_set: ClaimPolicy, last_consistent: Option<ClaimPolicy>) -> InForce {
+        match (as_set.validate(), last_consistent) {
+            (Ok(()), _) => InForce::AsSet(as_set),
+            (Err(contradiction), Some(kept)) => InForce::Kept { kept, contradiction },
+            (Err(refusal), None) => InForce::Refused(refusal),
+        }
+    }
+
+    /// The policy claims run by, or why there is none.
+    pub fn policy(&self) -> Result<ClaimPolicy, IdgenError> {
+        match self {
+            InForce::AsSet(policy) | InForce::Kept { kept: policy, .. } => Ok(*policy),
+            InForce::Refused(refusal) => Err(refusal.clone()),
+        }
+    }
+}
+
 /// Where a registry row stands, as `idgen_nodes.state` shows it. Derived from the
 /// same thresholds and the same comparisons the claim steps use, so that a row a
 /// view calls `idle_1d` is exactly one the 1-day tier may take back.
@@ -329,6 +363,28 @@ mod tests {
     fn default_lease_is_55_minutes_and_defaults_are_consistent() {
         assert_eq!(ClaimPolicy::DEFAULT.lease_secs(), 55 * MINUTE);
         assert_eq!(ClaimPolicy::DEFAULT.validate(), Ok(()));
+    }
+
+    #[test]
+    fn contradicting_settings_keep_the_last_consistent_ones_in_force() {
+        let lowered = ClaimPolicy { takeover_idle_1h_secs: 3 * MINUTE, ..ClaimPolicy::DEFAULT };
+        // The 1-hour tier lowered to 3 minutes first: the margin (5 minutes) contradicts it.
+        match InForce::of(lowered, Some(ClaimPolicy::DEFAULT)) {
+            InForce::Kept { kept, contradiction } => {
+                assert_eq!(kept, ClaimPolicy::DEFAULT);
+                assert!(contradiction.detail.unwrap().contains("idgen.lease_safety_margin (5m) must be shorter"));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(InForce::of(lowered, Some(ClaimPolicy::DEFAULT)).policy(), Ok(ClaimPolicy::DEFAULT));
+        // Then the margin and the heartbeat lowered too: consistent, in force as set.
+        let both = ClaimPolicy { lease_safety_margin_secs: MINUTE, heartbeat_interval_secs: MINUTE, ..lowered };
+        assert_eq!(InForce::of(both, Some(ClaimPolicy::DEFAULT)), InForce::AsSet(both));
+        assert_eq!(InForce::of(both, None).policy(), Ok(both));
+        // Nothing consistent was ever in force: refused, with the reason.
+        let refused = InForce::of(lowered, None).policy().unwrap_err();
+        assert_eq!(refused.sqlstate, SqlState::InvalidParameterValue);
+        assert!(refused.detail.unwrap().contains("idgen.lease_safety_margin (5m) must be shorter"));
     }
 
     #[test]

@@ -7,6 +7,7 @@ use crate::server;
 use crate::settings;
 use idgen_core::input::{self, node_name};
 use idgen_core::layout::ServiceLayout;
+use idgen_core::messages;
 use idgen_core::policy::RowAges;
 use pgrx::datum::{Inet, Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
@@ -32,7 +33,9 @@ fn interval_ms(ms: i64) -> Interval {
 
 /// Why the settings are inconsistent, as `idgen_policy().problem` says it, or None.
 fn settings_problem() -> Option<String> {
-    settings::configured_value_refused().or_else(|| settings::policy_as_set().validate().err()).map(|e| e.one_line())
+    settings::configured_value_refused()
+        .map(|e| e.one_line())
+        .or_else(|| messages::settings_problem(&settings::in_force()))
 }
 
 /// `idgen.machine_id_range` as the views read it (count, first, last). The views of 0.7.0 on meet it
@@ -79,7 +82,7 @@ fn policy() -> TableIterator<
     ),
 > {
     crate::privilege::ensure_sql_version();
-    let p = settings::policy_as_set();
+    let p = settings::policy_in_force();
     let (machine_ids, machine_id_first, machine_id_last) = range_for_views();
     TableIterator::once((
         interval(p.lease_secs().max(0)),
@@ -130,7 +133,7 @@ fn idgen_policy() -> TableIterator<
     ),
 > {
     crate::privilege::ensure_sql_version();
-    let p = settings::policy_as_set();
+    let p = settings::policy_in_force();
     let (machine_ids, machine_id_first, machine_id_last) = range_for_views();
     TableIterator::once((
         interval(p.lease_secs().max(0)),
@@ -166,7 +169,7 @@ fn node_state(
         lease_left_secs: lease_until.map(|t| -age_secs(t)),
         takeover_left_secs: takeover_at.map(|t| -age_secs(t)),
     };
-    settings::policy_as_set().node_state(ages).label()
+    settings::policy_in_force().node_state(ages).label()
 }
 
 /// How messages name a node: `10.0.0.5:8080`, or `backend slot 7 of 127.0.0.1:5432`.

@@ -33,7 +33,7 @@ const SHOWN: usize = 5;
 fn rows_removed<'a>(
     trigger: &'a pgrx::PgTrigger<'a>,
 ) -> Result<Option<PgHeapTuple<'a, impl WhoAllocated>>, PgHeapTupleError> {
-    let policy = settings::policy_as_set();
+    let policy = settings::policy_in_force();
     let (lease_secs, takeover_secs) = (policy.lease_secs(), policy.takeover_idle_1h_secs);
     match trigger.old() {
         Some(old) => {
@@ -149,7 +149,7 @@ fn drop_guard(fcinfo: pg_sys::FunctionCallInfo) {
         _ => {}
     }
     refuse_a_transaction_snapshot(|| messages::registry_change_needs_read_committed(&command));
-    let policy = settings::policy_as_set();
+    let policy = settings::policy_in_force();
     let stamping = as_extension_owner(|| {
         Spi::connect_mut(|client| {
             // No window or report may commit between this check and the DROP; a registry write in

@@ -1,5 +1,6 @@
 //! Thresholds are one for the whole cluster (PGC_SIGHUP): they follow postgresql.conf or
-//! ALTER SYSTEM, cannot differ per session, role or database, and fail closed when inconsistent.
+//! ALTER SYSTEM, cannot differ per session, role or database, and fail safe when inconsistent: the
+//! last consistent ones stay in force.
 //! These tests change them on the clock-step cluster, one at a time.
 
 use idgen_cluster_tests::docs::{pages, sql_blocks};
@@ -38,32 +39,43 @@ fn thresholds_follow_the_settings() {
 }
 
 #[test]
-fn inconsistent_settings_stop_claims_and_heartbeats() {
+fn contradicting_settings_keep_the_last_consistent_ones_in_force() {
     let (cluster, _turn) = clock_cluster_turn();
     let db = TestDb::create_on(&cluster.dsn, "bad_settings");
+    // Claimed by the defaults: consistent, so kept as the last consistent ones.
     let c = claim(&mut db.connect(), "svc", "10.0.0.1", 1).unwrap();
     let _settings = SystemSettings::set(&cluster.dsn, &[("idgen.heartbeat_interval", "1h")]);
     let mut admin = db.connect();
-    for err in [
-        claim(&mut admin, "svc", "10.0.0.2", 1).unwrap_err(),
-        heartbeat(&mut admin, "svc", c.machine_id, "10.0.0.1", 1, c.version).unwrap_err(),
-    ] {
-        let e = db_error(&err);
-        assert_eq!((e.code().code(), e.message()), ("22023", "idgen settings are inconsistent"));
-        assert!(
-            e.detail().unwrap().starts_with("idgen.heartbeat_interval (1h) must be shorter than the lease"),
-            "{:?}",
-            e.detail()
-        );
-    }
-    // The person on call hears it first from idgen_health(), and idgen_policy() says why.
-    let finding = admin.query_one("SELECT severity, finding, detail FROM idgen_health()", &[]).unwrap();
+    // Claims and heartbeats go on, by the defaults: a lease of the 1-hour tier minus the 5-minute margin.
+    claim(&mut admin, "svc", "10.0.0.2", 1).unwrap();
+    let lease_until: String = admin
+        .query_one("SELECT idgen_heartbeat('svc', $1, '10.0.0.1', 1, $2)::text", &[&c.machine_id, &c.version])
+        .unwrap()
+        .get(0);
+    let lease: String = admin
+        .query_one(
+            "SELECT ($1::text::timestamptz - last_seen)::text FROM system_nodes WHERE machine_id = $2",
+            &[&lease_until, &c.machine_id],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(lease, "00:55:00");
+    // The person on call hears it first from idgen_health(), and idgen_policy() says why and what is in force.
+    let finding = admin.query_one("SELECT severity, finding, detail, action FROM idgen_health()", &[]).unwrap();
     assert_eq!(
         (finding.get::<_, String>(0).as_str(), finding.get::<_, String>(1).as_str()),
         ("critical", "settings_inconsistent")
     );
-    assert!(finding.get::<_, String>(2).contains("idgen.heartbeat_interval (1h) must be shorter than the lease"));
-    let problem: Option<String> = admin.query_one("SELECT problem FROM idgen_policy()", &[]).unwrap().get(0);
+    let detail: String = finding.get(2);
+    assert!(detail.contains("idgen.heartbeat_interval (1h) must be shorter than the lease"), "{detail}");
+    assert!(detail.contains("go on by the last consistent settings"), "{detail}");
+    assert!(detail.contains("idgen.heartbeat_interval 5m, idgen.lease_safety_margin 5m"), "{detail}");
+    assert!(finding.get::<_, String>(3).contains("then one SELECT pg_reload_conf()"));
+    let (heartbeat_interval, problem): (String, Option<String>) = admin
+        .query_one("SELECT heartbeat_interval::text, problem FROM idgen_policy()", &[])
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!(heartbeat_interval, "00:05:00", "idgen_policy() shows the settings in force");
     let problem = problem.expect("idgen_policy().problem names the inconsistency");
     assert!(
         problem.starts_with(
@@ -71,9 +83,97 @@ fn inconsistent_settings_stop_claims_and_heartbeats() {
         ),
         "{problem}"
     );
-    // The views still show every row, by the thresholds as set.
-    let state: String = admin.query_one("SELECT state FROM idgen_nodes", &[]).unwrap().get(0);
-    assert_eq!(state, "live");
+    // The views go by them too.
+    let states: Vec<String> = admin
+        .query("SELECT state FROM idgen_nodes ORDER BY machine_id", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(states, ["live", "live"]);
+}
+
+#[test]
+fn a_server_that_never_ran_by_consistent_settings_refuses_claims_until_they_are() {
+    let (cluster, _turn) = clock_cluster_turn();
+    let db = TestDb::create_on(&cluster.dsn, "settings_never_consistent");
+    // The server starts with settings that contradict each other: nothing consistent is known.
+    let settings = SystemSettings::set(&cluster.dsn, &[("idgen.heartbeat_interval", "1h")]);
+    cluster.restart();
+    let mut admin = db.connect();
+    for err in [
+        claim(&mut admin, "svc", "10.0.0.2", 1).unwrap_err(),
+        admin.query_one("SELECT idgen_next_id()", &[]).unwrap_err(),
+    ] {
+        let e = db_error(&err);
+        assert_eq!((e.code().code(), e.message()), ("22023", "idgen settings are inconsistent"), "{e:?}");
+        assert!(e.detail().unwrap().starts_with("idgen.heartbeat_interval (1h) must be shorter than the lease"));
+    }
+    let detail: String = admin
+        .query_one("SELECT detail FROM idgen_health() WHERE finding = 'settings_inconsistent'", &[])
+        .unwrap()
+        .get(0);
+    assert!(detail.contains("No machine id is claimed or renewed until they are corrected"), "{detail}");
+    drop(settings);
+    claim(&mut db.connect(), "svc", "10.0.0.2", 1).unwrap();
+}
+
+/// Inserts keyed by `idgen_next_id()` on a new connection each, until `stop`: how many, and the
+/// errors.
+fn insert_on_new_connections(db: &TestDb, stop: &std::sync::atomic::AtomicBool) -> (usize, Vec<String>) {
+    let (mut inserted, mut errors) = (0, Vec::new());
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        match db.connect().execute("INSERT INTO t (payload) VALUES (1)", &[]) {
+            Ok(_) => inserted += 1,
+            Err(e) => errors.push(format!("{e:?}")),
+        }
+    }
+    (inserted, errors)
+}
+
+#[test]
+fn thresholds_changed_one_at_a_time_in_either_order_stop_no_insert() {
+    let (cluster, _turn) = clock_cluster_turn();
+    let db = TestDb::create_on(&cluster.dsn, "settings_one_at_a_time");
+    let mut admin = db.connect();
+    admin.batch_execute("CREATE TABLE t (id bigint PRIMARY KEY DEFAULT idgen_next_id(), payload int)").unwrap();
+    // What a new session's idgen_policy() says the 1-hour tier is: what claims run by.
+    let in_force = || -> String {
+        db.connect().query_one("SELECT takeover_idle_1h::text FROM idgen_policy()", &[]).unwrap().get(0)
+    };
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let inserts = scope.spawn(|| insert_on_new_connections(&db, &stop));
+        wait_for("the first inserts", PATIENCE, || admin.query_one("SELECT count(*) > 0 FROM t", &[]).unwrap().get(0));
+        // The 1-hour tier first: it contradicts the 5-minute margin and heartbeat, and nothing changes.
+        let tier = SystemSettings::set(&cluster.dsn, &[("idgen.takeover_idle_1h", "3min")]);
+        assert_eq!(in_force(), "01:00:00", "the last consistent settings stay in force");
+        let margin = SystemSettings::set(&cluster.dsn, &[("idgen.lease_safety_margin", "1min")]);
+        assert_eq!(in_force(), "01:00:00");
+        let heartbeat = SystemSettings::set(&cluster.dsn, &[("idgen.heartbeat_interval", "1min")]);
+        assert_eq!(in_force(), "00:03:00", "consistent again: in force as set");
+        // Back, one at a time, in the order that contradicts at each step until the last.
+        drop(margin);
+        assert_eq!(in_force(), "00:03:00");
+        drop(heartbeat);
+        assert_eq!(in_force(), "00:03:00");
+        drop(tier);
+        assert_eq!(in_force(), "01:00:00");
+        // And the other way: the smaller ones first, consistent at each step.
+        let margin = SystemSettings::set(&cluster.dsn, &[("idgen.lease_safety_margin", "1min")]);
+        let heartbeat = SystemSettings::set(&cluster.dsn, &[("idgen.heartbeat_interval", "1min")]);
+        assert_eq!(in_force(), "01:00:00");
+        let tier = SystemSettings::set(&cluster.dsn, &[("idgen.takeover_idle_1h", "3min")]);
+        assert_eq!(in_force(), "00:03:00");
+        drop((tier, heartbeat, margin));
+        let before: i64 = admin.query_one("SELECT count(*) FROM t", &[]).unwrap().get(0);
+        wait_for("inserts after the last step", PATIENCE, || {
+            admin.query_one("SELECT count(*) FROM t", &[]).unwrap().get::<_, i64>(0) > before
+        });
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (inserted, errors) = inserts.join().unwrap();
+        assert!(errors.is_empty(), "{} of {} inserts failed: {errors:#?}", errors.len(), inserted + errors.len());
+    });
 }
 
 #[test]
@@ -230,7 +330,7 @@ fn contradicting_thresholds_warn_at_each_sessions_next_use_after_the_reload() {
     let _settings = SystemSettings::set(&cluster.dsn, &[("idgen.takeover_idle_1h", "2d")]);
     // wait_for saw a new session with the value; this one has it at its next statement.
     holder.batch_execute("SELECT 1").unwrap();
-    // A session holding a lease still mints inside it, and hears why no renewal will succeed.
+    // A session holding a lease still mints inside it, and hears what its renewals run by.
     holder.query_one("SELECT idgen_next_id()", &[]).unwrap();
     let warned = notices.take();
     assert_eq!(warned.len(), 1, "{warned:?}");
@@ -239,11 +339,14 @@ fn contradicting_thresholds_warn_at_each_sessions_next_use_after_the_reload() {
     assert!(warned[0].detail().unwrap().contains("idgen.takeover_idle_1h (2d)"), "{:?}", warned[0]);
     holder.query_one("SELECT idgen_next_id()", &[]).unwrap();
     assert!(notices.take().is_empty(), "once per change");
-    // A new session is warned at its first use, then refused a claim.
+    // A new session is warned at its first use, and mints by the last consistent settings.
     let (mut fresh, fresh_notices) = db.connect_recording();
-    let err = fresh.query_one("SELECT idgen_next_id()", &[]).unwrap_err();
-    assert_eq!(sqlstate(&err), "22023", "{err:?}");
-    assert!(fresh_notices.take().iter().any(|n| n.message().contains("settings contradict each other")));
+    fresh.query_one("SELECT idgen_next_id()", &[]).unwrap();
+    let warned = fresh_notices.take();
+    assert!(
+        warned.iter().any(|n| n.message().contains("settings contradict each other; claims and renewals go on")),
+        "{warned:?}"
+    );
     let finding: String =
         fresh.query_one("SELECT finding FROM idgen_health() WHERE severity = 'critical'", &[]).unwrap().get(0);
     assert_eq!(finding, "settings_inconsistent");
