@@ -335,7 +335,7 @@ static LAST_CONSISTENT_HERE: std::sync::Mutex<Option<ClaimPolicy>> = std::sync::
 
 fn last_consistent() -> Option<ClaimPolicy> {
     let here = *LAST_CONSISTENT_HERE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    crate::shared::area().and_then(|area| area.last_consistent.load()).or(here)
+    crate::shared::area().and_then(|area| area.last_consistent.load()).map(|(kept, _)| kept).or(here)
 }
 
 fn keep(policy: &ClaimPolicy) {
@@ -346,7 +346,8 @@ fn keep(policy: &ClaimPolicy) {
     }
     *LAST_CONSISTENT_HERE.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(*policy);
     if let Some(area) = crate::shared::area() {
-        area.last_consistent.store(policy);
+        // SAFETY: this process's own time of its last reading of the configuration files.
+        area.last_consistent.store(policy, unsafe { pgrx::pg_sys::PgReloadTime });
     }
 }
 

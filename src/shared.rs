@@ -142,12 +142,15 @@ pub struct Area {
     // followed by `slots` SlotEntry records
 }
 
-/// A `ClaimPolicy` every process reads and writes without a lock: a sequence count, odd while a
-/// process writes, around the values (a reader that sees it move reads again).
+/// A `ClaimPolicy` every process reads and writes without a lock, with when the process that wrote
+/// it last loaded the configuration files (`pg_conf_load_time()`): a process that has not taken a
+/// newer reload yet never writes over what a newer one kept. A sequence count, odd while a process
+/// writes, around the values (a reader that sees it move reads again).
 #[repr(C)]
 pub struct KeptPolicy {
     sequence: AtomicU64,
     values: [AtomicI64; 6],
+    loaded_at: AtomicI64,
 }
 
 impl KeptPolicy {
@@ -166,9 +169,10 @@ impl KeptPolicy {
         ]
     }
 
-    /// Keeps `policy` (unchanged when it is the one kept). Gives up rather than wait.
-    pub fn store(&self, policy: &ClaimPolicy) {
-        if self.load().as_ref() == Some(policy) {
+    /// Keeps `policy`, read from the configuration loaded at `loaded_at`, unless what is kept was
+    /// loaded later (or is the same). Gives up rather than wait.
+    pub fn store(&self, policy: &ClaimPolicy, loaded_at: i64) {
+        if self.load().is_some_and(|(kept, kept_at)| kept == *policy && kept_at >= loaded_at) {
             return;
         }
         for _ in 0..Self::TRIES {
@@ -176,8 +180,11 @@ impl KeptPolicy {
             if sequence.is_multiple_of(2)
                 && self.sequence.compare_exchange(sequence, sequence + 1, Ordering::AcqRel, Ordering::Acquire).is_ok()
             {
-                for (slot, value) in self.values.iter().zip(Self::values(policy)) {
-                    slot.store(value, Ordering::Relaxed);
+                if sequence == 0 || self.loaded_at.load(Ordering::Relaxed) <= loaded_at {
+                    for (slot, value) in self.values.iter().zip(Self::values(policy)) {
+                        slot.store(value, Ordering::Relaxed);
+                    }
+                    self.loaded_at.store(loaded_at, Ordering::Relaxed);
                 }
                 self.sequence.store(sequence + 2, Ordering::Release);
                 return;
@@ -186,8 +193,8 @@ impl KeptPolicy {
         }
     }
 
-    /// The policy kept, if one was.
-    pub fn load(&self) -> Option<ClaimPolicy> {
+    /// The policy kept, if one was, and when the configuration it was read from was loaded.
+    pub fn load(&self) -> Option<(ClaimPolicy, i64)> {
         for _ in 0..Self::TRIES {
             let before = self.sequence.load(Ordering::Acquire);
             if before == 0 {
@@ -195,16 +202,18 @@ impl KeptPolicy {
             }
             if before.is_multiple_of(2) {
                 let v: Vec<i64> = self.values.iter().map(|slot| slot.load(Ordering::Relaxed)).collect();
+                let loaded_at = self.loaded_at.load(Ordering::Relaxed);
                 std::sync::atomic::fence(Ordering::Acquire);
                 if self.sequence.load(Ordering::Relaxed) == before {
-                    return Some(ClaimPolicy {
+                    let policy = ClaimPolicy {
                         takeover_idle_7d_secs: v[0],
                         takeover_idle_1d_secs: v[1],
                         takeover_idle_1h_secs: v[2],
                         release_cooldown_secs: v[3],
                         heartbeat_interval_secs: v[4],
                         lease_safety_margin_secs: v[5],
-                    });
+                    };
+                    return Some((policy, loaded_at));
                 }
             }
             std::hint::spin_loop();

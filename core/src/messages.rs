@@ -668,7 +668,7 @@ pub fn settings_problem(in_force: &InForce) -> Option<String> {
         InForce::AsSet(_) => None,
         InForce::Kept { kept, contradiction } => Some(settings_kept(contradiction, kept).one_line()),
         InForce::Refused(refusal) => Some(format!(
-            "{} No machine id is claimed or renewed until they are corrected: no consistent settings were in force since the server started.",
+            "{} No machine id is claimed or renewed until they are corrected: no consistent ones are known (none since the server started, or, without idgen preloaded, since a crash restart).",
             refusal.one_line()
         )),
     }

@@ -118,6 +118,49 @@ fn a_server_that_never_ran_by_consistent_settings_refuses_claims_until_they_are(
     claim(&mut db.connect(), "svc", "10.0.0.2", 1).unwrap();
 }
 
+#[test]
+fn a_session_behind_on_reloads_does_not_bring_older_settings_back() {
+    let (cluster, _turn) = clock_cluster_turn();
+    let db = TestDb::create_on(&cluster.dsn, "settings_stale_session");
+    let mut admin = db.connect();
+    // What a new session's idgen_policy() says the margin is: what claims run by.
+    let in_force = || -> String {
+        db.connect().query_one("SELECT lease_safety_margin::text FROM idgen_policy()", &[]).unwrap().get(0)
+    };
+    // A session that read the defaults waits inside one statement: a reload reaches a backend only
+    // between statements, and any role can make one last.
+    let mut stale = db.connect();
+    stale.batch_execute("SELECT * FROM idgen_policy()").unwrap();
+    let stale_pid: i32 = stale.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+    admin.batch_execute("SELECT pg_advisory_lock(7357)").unwrap();
+    std::thread::scope(|scope| {
+        let waiting = scope.spawn(move || {
+            stale.batch_execute("DO $$ BEGIN PERFORM pg_advisory_lock(7357); PERFORM * FROM idgen_policy(); END $$")
+        });
+        wait_for("the stale session to wait for the lock", PATIENCE, || {
+            admin
+                .query_one("SELECT EXISTS (SELECT FROM pg_locks WHERE pid = $1 AND NOT granted)", &[&stale_pid])
+                .unwrap()
+                .get(0)
+        });
+        // A longer margin, consistent, is in force; then a reload contradicts it.
+        let raised = SystemSettings::set(
+            &cluster.dsn,
+            &[("idgen.lease_safety_margin", "10min"), ("idgen.takeover_idle_1h", "2h")],
+        );
+        assert_eq!(in_force(), "00:10:00");
+        let contradicting = SystemSettings::set(&cluster.dsn, &[("idgen.heartbeat_interval", "3h")]);
+        assert_eq!(in_force(), "00:10:00", "the last consistent settings stay in force");
+        // The stale session runs by the defaults it still has, which are consistent: they are not kept
+        // over the newer ones.
+        admin.batch_execute("SELECT pg_advisory_unlock(7357)").unwrap();
+        waiting.join().unwrap().unwrap();
+        assert_eq!(in_force(), "00:10:00", "a session behind on reloads brought older settings back");
+        drop(contradicting);
+        drop(raised);
+    });
+}
+
 /// Inserts keyed by `idgen_next_id()` on a new connection each, until `stop`: how many, and the
 /// errors.
 fn insert_on_new_connections(db: &TestDb, stop: &std::sync::atomic::AtomicBool) -> (usize, Vec<String>) {
