@@ -47,10 +47,10 @@ pub static HISTORY_RETENTION: GucSetting<i32> =
 /// was loaded, through the check hooks.
 static REGISTERING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Registers the settings; called from `_PG_init`.
 /// Whether this process defined the settings (`register`).
 static DEFINED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// Registers the settings; called from `_PG_init`.
 pub fn register() {
     DEFINED.store(true, Ordering::Relaxed);
     // What was configured before idgen was loaded (placeholders). Postgres may discard such a
@@ -302,7 +302,8 @@ fn define_settings() {
 }
 
 /// The policy the registry runs by now: the settings as set, or the last consistent ones while
-/// they contradict each other; refused when none were consistent since the server started.
+/// they contradict each other; refused when none consistent are known (none since the server
+/// started, or, without idgen preloaded, since a crash restart).
 pub fn claim_policy() -> Result<ClaimPolicy, IdgenError> {
     in_force().policy()
 }
