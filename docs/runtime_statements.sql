@@ -833,7 +833,9 @@ WHERE service::pg_catalog.text OPERATOR(pg_catalog.=) $1
 SELECT pg_catalog.pg_notify($1, $2);
 
 -- CALLER_STANDING
--- Who a role is, for a service: its name, superuser, extension owner, member of the service.
+-- Who a role is, for a service: its name, superuser, extension owner, member of the service;
+-- and whether the service is granted to any role or has registry rows (with a layout, the
+-- other ways a service exists: `layouts::recorded`, for the objects of 0.7.0 on).
 -- Run with the latest snapshot (`spi::first_row_with_latest_snapshot`).
 --   $1 role oid
 --   $2 service text
@@ -841,7 +843,9 @@ SELECT r.rolname::text, r.rolsuper, r.oid OPERATOR(pg_catalog.=) e.extowner, EXI
     SELECT
     FROM idgen_private.idgen_service_members m
     WHERE m.service::pg_catalog.text OPERATOR(pg_catalog.=) $2
-      AND pg_catalog.pg_has_role($1, m.member::pg_catalog.oid, 'MEMBER'))
+      AND pg_catalog.pg_has_role($1, m.member::pg_catalog.oid, 'MEMBER')),
+    EXISTS (SELECT FROM idgen_private.idgen_service_members m WHERE m.service::pg_catalog.text OPERATOR(pg_catalog.=) $2)
+    OR EXISTS (SELECT FROM idgen_private.nodes n WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $2)
 FROM pg_catalog.pg_roles r, pg_catalog.pg_extension e
 WHERE r.oid OPERATOR(pg_catalog.=) $1
   AND e.extname OPERATOR(pg_catalog.=) 'idgen'::name;

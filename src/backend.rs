@@ -29,6 +29,7 @@ use crate::privilege::as_extension_owner;
 use crate::registry::access;
 use crate::registry::handover;
 use crate::registry::incarnation;
+use crate::registry::layouts;
 use crate::registry::store::{self, BackendCheck};
 use crate::registry::writer::{self, LeaseAnswer, LeaseRequest};
 use crate::server;
@@ -262,7 +263,12 @@ fn renew_lease(function: &str, service: &str) {
             Some(writer::renewal(held, terms.registry_epoch, &settings, age_ms))
         }
         _ if !writable => raise(messages::no_lease_read_only(function, service, on_standby)),
-        _ => None,
+        _ => {
+            if as_extension_owner(|| Spi::connect_mut(|client| layouts::written_in_this_transaction(client, service))) {
+                raise(messages::layout_defined_in_this_transaction(function, service));
+            }
+            None
+        }
     };
     let request = LeaseRequest { function: function.to_owned(), node: node.clone(), renew: renewal, settings, who };
     let answer = writer::backend_lease(request);

@@ -279,6 +279,14 @@ statements! {
           AND l.fixed_at IS NULL
     "#;
 
+    /// The transaction that last wrote `service`'s layout row (its xmin), to tell one this backend
+    /// has not committed.
+    LAYOUT_ROW_XMIN(service: text) = r#"
+        SELECT l.xmin::pg_catalog.text::pg_catalog.int8
+        FROM idgen_private.idgen_layouts l
+        WHERE l.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
+    "#;
+
     /// Whether the registry knows `service` already: rows, tombstones or history. A service with none
     /// of its layout recorded but these (restored from a dump of an earlier version) has IDs cut by
     /// the default layout.
@@ -813,14 +821,18 @@ statements! {
         SELECT pg_catalog.pg_notify($1, $2)
     "#;
 
-    /// Who a role is, for a service: its name, superuser, extension owner, member of the service.
+    /// Who a role is, for a service: its name, superuser, extension owner, member of the service;
+    /// and whether the service is granted to any role or has registry rows (with a layout, the
+    /// other ways a service exists: `layouts::recorded`, for the objects of 0.7.0 on).
     /// Run with the latest snapshot (`spi::first_row_with_latest_snapshot`).
     CALLER_STANDING(role: oid, service: text) = r#"
         SELECT r.rolname::text, r.rolsuper, r.oid OPERATOR(pg_catalog.=) e.extowner, EXISTS (
             SELECT
             FROM idgen_private.idgen_service_members m
             WHERE m.service::pg_catalog.text OPERATOR(pg_catalog.=) $2
-              AND pg_catalog.pg_has_role($1, m.member::pg_catalog.oid, 'MEMBER'))
+              AND pg_catalog.pg_has_role($1, m.member::pg_catalog.oid, 'MEMBER')),
+            EXISTS (SELECT FROM idgen_private.idgen_service_members m WHERE m.service::pg_catalog.text OPERATOR(pg_catalog.=) $2)
+            OR EXISTS (SELECT FROM idgen_private.nodes n WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $2)
         FROM pg_catalog.pg_roles r, pg_catalog.pg_extension e
         WHERE r.oid OPERATOR(pg_catalog.=) $1
           AND e.extname OPERATOR(pg_catalog.=) 'idgen'::name

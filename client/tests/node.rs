@@ -42,7 +42,9 @@ fn claim_when_free(admin: &mut Client, host: &str) -> Claimed {
 #[test]
 fn many_nodes_and_backends_mint_into_one_table_with_churn_and_never_collide() {
     let db = TestDb::create("client_churn");
-    db.connect()
+    let mut admin = db.connect();
+    define_service(&mut admin, "shop");
+    admin
         .batch_execute("CREATE TABLE minted (id bigint PRIMARY KEY DEFAULT idgen_next_id('shop'), by_node boolean)")
         .unwrap();
     let mut threads = vec![];

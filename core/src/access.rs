@@ -6,6 +6,10 @@
 //! A database's own backends may also use the database's own service (named
 //! like the database when idgen was created in it; a rename keeps it) without a
 //! grant: the single-database case needs no setup.
+//!
+//! A backend mints only for a service that exists (its database's own, or one
+//! defined, granted or claimed): a misspelt name in `idgen_next_id('ordrs')`,
+//! run by a superuser in a migration, is refused instead of creating a service.
 
 use crate::error::{IdgenError, SqlState};
 use crate::watermark::HolderKind;
@@ -18,9 +22,13 @@ pub struct Caller {
     pub extension_owner: bool,
     /// Granted the service (directly or through membership).
     pub member: bool,
+    /// The registry knows the service: a layout defined or recorded for it, a grant of it to any
+    /// role, or a registry row.
+    pub service_known: bool,
 }
 
-/// Refuses, with 42501, a caller who may not act for `service`. `standing`
+/// Refuses, with 42501, a caller who may not act for `service`, and with 42704 a backend of a
+/// caller who may, for a service that does not exist (see [`unknown_service`]). `standing`
 /// looks the caller up, and is not called when the answer does not depend on
 /// the caller (a backend using its database's service): that lookup is a
 /// catalog query a new connection would otherwise run cold.
@@ -35,10 +43,18 @@ pub fn may_act_for(
         return Ok(());
     }
     let caller = standing();
-    if caller.superuser || caller.extension_owner || caller.member {
-        return Ok(());
+    if !(caller.superuser || caller.extension_owner || caller.member) {
+        return Err(not_granted(function, service, &caller));
     }
-    Err(IdgenError::new(
+    // After the grant check: a role granted nothing learns nothing of which services exist.
+    if kind == HolderKind::Backend && !caller.service_known {
+        return Err(unknown_service(function, service));
+    }
+    Ok(())
+}
+
+fn not_granted(function: &str, service: &str, caller: &Caller) -> IdgenError {
+    IdgenError::new(
         SqlState::InsufficientPrivilege,
         format!("{function}: role \"{}\" may not act for service \"{service}\"", caller.role),
     )
@@ -47,7 +63,18 @@ pub fn may_act_for(
         "A superuser can grant it: SELECT idgen_grant_service('{}', '{}');",
         service.replace('\'', "''"),
         caller.role.replace('\'', "''")
-    )))
+    ))
+}
+
+/// A backend was asked to mint for a service the registry does not know: a misspelt name, most
+/// likely, which would otherwise become a service of its own.
+pub fn unknown_service(function: &str, service: &str) -> IdgenError {
+    IdgenError::new(SqlState::UndefinedObject, format!("{function}: service \"{service}\" does not exist"))
+        .detail("A database backend mints only for a service that exists: the database's own, or one defined with idgen_define_layout, granted with idgen_grant_service, or claimed by a node.")
+        .hint(format!(
+            "Check the name. To create the service: SELECT idgen_define_layout('{}');",
+            service.replace('\'', "''")
+        ))
 }
 
 /// `idgen_grant_service` / `idgen_revoke_service` named a role that does not exist.
@@ -71,7 +98,7 @@ mod tests {
     use super::*;
 
     fn caller(superuser: bool, owner: bool, member: bool) -> Caller {
-        Caller { role: "app".into(), superuser, extension_owner: owner, member }
+        Caller { role: "app".into(), superuser, extension_owner: owner, member, service_known: true }
     }
 
     #[test]
@@ -96,5 +123,26 @@ mod tests {
             err.hint.as_deref(),
             Some("A superuser can grant it: SELECT idgen_grant_service('o''rders', 'app');")
         );
+    }
+
+    #[test]
+    fn a_backend_mints_for_no_service_that_does_not_exist_whoever_asks() {
+        let unknown = |superuser, member| Caller { service_known: false, ..caller(superuser, false, member) };
+        for c in [unknown(true, false), unknown(false, false)] {
+            let err = may_act_for("idgen_next_id", HolderKind::Backend, "o'rdrs", "shop", || c.clone()).unwrap_err();
+            let expected = if c.superuser { "42704" } else { "42501" };
+            assert_eq!(err.sqlstate.code(), expected, "{c:?}: the grant is checked first");
+        }
+        let err =
+            may_act_for("idgen_next_id", HolderKind::Backend, "o'rdrs", "shop", || unknown(true, false)).unwrap_err();
+        assert_eq!(err.message, "idgen_next_id: service \"o'rdrs\" does not exist");
+        assert_eq!(
+            err.hint.as_deref(),
+            Some("Check the name. To create the service: SELECT idgen_define_layout('o''rdrs');")
+        );
+        // The database's own service always exists; a node's claim creates its service.
+        let unasked = || -> Caller { panic!("the caller's standing does not decide this") };
+        assert!(may_act_for("idgen_next_id", HolderKind::Backend, "shop", "shop", unasked).is_ok());
+        assert!(may_act_for("idgen_claim", HolderKind::Service, "o'rdrs", "shop", || unknown(true, false)).is_ok());
     }
 }

@@ -84,7 +84,7 @@ const ALLOWED_KEPT: usize = 256;
 /// What the registry knows of `role` for `service`, read with the latest snapshot: in a
 /// REPEATABLE READ transaction (or one that imported an old snapshot) the transaction's own
 /// snapshot would still show a grant revoked since, and the answer is kept until the grants change.
-fn standing(_client: &mut SpiClient, function: &str, role: pg_sys::Oid, service: &str) -> Caller {
+fn standing(client: &mut SpiClient, function: &str, role: pg_sys::Oid, service: &str) -> Caller {
     let args = [role.into(), service.into()];
     let caller = spi::first_row_with_latest_snapshot(&sql::CALLER_STANDING, &args, |tuple, descriptor| {
         // SAFETY: the row and its descriptor are SPI's, alive while this reads them.
@@ -104,11 +104,17 @@ fn standing(_client: &mut SpiClient, function: &str, role: pg_sys::Oid, service:
                 superuser: flag(2),
                 extension_owner: flag(3),
                 member: flag(4),
+                service_known: flag(5),
             }
         }
     });
     // None: dropped while its session went on (Postgres lets a session outlive its role).
-    caller.unwrap_or_else(|| raise(access::acting_role_gone(function, u32::from(role))))
+    let caller = caller.unwrap_or_else(|| raise(access::acting_role_gone(function, u32::from(role))));
+    // The objects before 0.7.0 have no idgen_define_layout to create a service with: there a
+    // backend's first ID still creates its service, until the update.
+    let service_known =
+        caller.service_known || !crate::privilege::installed_has_layouts() || super::layouts::recorded(client, service);
+    Caller { service_known, ..caller }
 }
 
 /// The role acting now: the one idgen checks and records. Read before switching to the

@@ -360,6 +360,14 @@ pub fn first_version(client: &mut Client) -> i64 {
     row.get(0)
 }
 
+/// Creates `service` with the default layout (idgen_define_layout), as a service must exist before
+/// a backend mints for it (a database's own service always does).
+pub fn define_service(client: &mut Client, service: &str) {
+    client
+        .query("SELECT idgen_define_layout($1)", &[&service])
+        .unwrap_or_else(|e| panic!("defining service {service}: {e}"));
+}
+
 /// Fills every machine id 0..=1023 of `service` that has no row with a fresh,
 /// busy holder at 192.0.2.x, so that only take-back tiers remain.
 pub fn fill_registry(client: &mut Client, service: &str) {

@@ -32,6 +32,7 @@ fn a_claim_made_in_a_transaction_or_savepoint_that_rolls_back_stays_committed() 
     assert_eq!(backend_lease(&mut client, &service).map(|l| l.version), Some(lease.version));
 
     // A PL/pgSQL exception block is a savepoint too: a claim of a new service inside it stays.
+    define_service(&mut client, "scratch_service");
     client
         .batch_execute(
             "DO $$ BEGIN
@@ -224,6 +225,7 @@ fn a_two_phase_transaction_may_use_ids_and_holds_nothing_of_the_registry() {
 fn settings_choose_the_service_and_the_registered_address() {
     let db = TestDb::create("backend_settings");
     let mut client = db.connect();
+    define_service(&mut client, "billing");
     client.batch_execute("SET idgen.service = 'billing'; SET idgen.node_host = '10.20.30.40'").unwrap();
     next_id(&mut client).unwrap();
     let row = client
@@ -348,4 +350,83 @@ fn a_backend_terminated_while_its_generator_waits_for_the_clock_exits_and_releas
             .get(0);
         assert_eq!(held, 0, "round {round}: the terminated backend's exit left its id held");
     }
+}
+
+#[test]
+fn a_misspelt_service_is_refused_and_creates_nothing_even_for_a_superuser() {
+    let db = TestDb::create("typo");
+    let mut admin = db.connect();
+    let refused = admin.query_one("SELECT idgen_next_id('ordrs')", &[]).unwrap_err();
+    let e = db_error(&refused);
+    assert_eq!(e.code().code(), "42704", "{e:?}");
+    assert_eq!(e.message(), "idgen_next_id: service \"ordrs\" does not exist");
+    assert_eq!(e.hint(), Some("Check the name. To create the service: SELECT idgen_define_layout('ordrs');"));
+    // Through the setting too, and in a column default, as a migration would meet it.
+    admin.batch_execute("SET idgen.service = 'ordrs'").unwrap();
+    assert_eq!(sqlstate(&next_id(&mut admin).unwrap_err()), "42704");
+    admin
+        .batch_execute("RESET idgen.service; CREATE TABLE t (id bigint DEFAULT idgen_next_id('ordrs'), v int)")
+        .unwrap();
+    assert_eq!(sqlstate(&admin.batch_execute("INSERT INTO t (v) VALUES (1)").unwrap_err()), "42704");
+    let (rows, layouts): (i64, i64) = {
+        let row = admin
+            .query_one(
+                "SELECT (SELECT count(*) FROM system_nodes WHERE service = 'ordrs'),
+                        (SELECT count(*) FROM idgen_layouts WHERE service = 'ordrs')",
+                &[],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!((rows, layouts), (0, 0), "the typo created no service");
+
+    // The database's own service needs nothing; a service exists once defined, granted or claimed.
+    next_id(&mut admin).unwrap();
+    define_service(&mut admin, "orders");
+    admin.query_one("SELECT idgen_next_id('orders')", &[]).unwrap();
+    ensure_login_role(&mut admin, "typo_app");
+    admin.query_one("SELECT idgen_grant_service('billing', 'typo_app')", &[]).unwrap();
+    admin.query_one("SELECT idgen_next_id('billing')", &[]).unwrap();
+    claim(&mut admin, "shipping", "10.0.0.1", 1).unwrap();
+    admin.query_one("SELECT idgen_next_id('shipping')", &[]).unwrap();
+    // A role granted nothing learns nothing about which services exist: it is refused for its grant.
+    admin.batch_execute("GRANT USAGE ON SCHEMA public TO typo_app").unwrap();
+    let mut app = postgres::Client::connect(&format!("{} user=typo_app", db.dsn()), postgres::NoTls).unwrap();
+    assert_eq!(sqlstate(&app.query_one("SELECT idgen_next_id('ordrs')", &[]).unwrap_err()), "42501");
+    assert_eq!(sqlstate(&app.query_one("SELECT idgen_next_id('orders')", &[]).unwrap_err()), "42501");
+}
+
+#[test]
+fn a_layout_defined_in_the_minting_transaction_is_refused_at_once_until_it_commits() {
+    // A migration that defines its service and mints in one transaction: the backend's claim commits
+    // in a transaction of its own, which would wait for the definition's row (10 s, then a lock
+    // timeout that names nothing). It is refused at once, and says what to commit.
+    let db = TestDb::create("define_then_mint");
+    let mut admin = db.connect();
+    admin.batch_execute("BEGIN; SELECT idgen_define_layout('orders', 'sonyflake')").unwrap();
+    let started = std::time::Instant::now();
+    let err = admin.query_one("SELECT idgen_next_id('orders')", &[]).unwrap_err();
+    let e = db_error(&err);
+    assert_eq!(e.code().code(), "55000", "{e:?}");
+    assert_eq!(
+        e.message(),
+        "idgen_next_id: the layout of service \"orders\" was defined in this transaction, which has not committed"
+    );
+    assert!(e.hint().unwrap().starts_with("Commit the idgen_define_layout first"), "{e:?}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "refused at once, not after a lock timeout");
+    admin.batch_execute("ROLLBACK").unwrap();
+    // Inside a savepoint (a subtransaction) too; once committed, the service mints by its layout.
+    admin
+        .batch_execute("BEGIN; CREATE TABLE t (id bigint DEFAULT idgen_next_id('orders')); SAVEPOINT s; SELECT idgen_define_layout('orders', 'sonyflake')")
+        .unwrap();
+    assert_eq!(sqlstate(&admin.batch_execute("INSERT INTO t DEFAULT VALUES").unwrap_err()), "55000");
+    admin.batch_execute("ROLLBACK").unwrap();
+    admin.batch_execute("SELECT idgen_define_layout('orders', 'sonyflake')").unwrap();
+    admin
+        .batch_execute(
+            "BEGIN; CREATE TABLE t (id bigint DEFAULT idgen_next_id('orders')); INSERT INTO t DEFAULT VALUES; COMMIT",
+        )
+        .unwrap();
+    let layout = service_layout(&mut admin, "orders").unwrap();
+    assert_eq!(layout, idgen_core::layout::Preset::Sonyflake.layout());
 }

@@ -71,8 +71,9 @@ fn a_layout_is_defined_until_the_services_first_claim_fixes_it() {
         assert_eq!(sqlstate(&admin.query_one(&sql, &[]).unwrap_err()), "55000", "{narrower}");
     }
     admin.batch_execute("SELECT idgen_define_layout('orders', 'js_safe', pool_first => 16, pool_last => 143)").unwrap();
-    // A service whose first claim came before any definition has the default, fixed.
-    backend.query_one("SELECT idgen_next_id('plain')", &[]).unwrap();
+    // A service whose first claim came before any definition has the default, fixed (a node's claim:
+    // a backend mints for no service that does not exist yet).
+    claim(&mut admin, "plain", "10.0.0.9", 1).unwrap();
     assert_eq!(layout_row(&mut admin, "plain"), Some(("snowflake".to_owned(), 0, 1023, true)));
     let err = admin.query_one("SELECT * FROM idgen_define_layout('plain', 'sonyflake')", &[]).unwrap_err();
     assert_eq!(sqlstate(&err), "55000");

@@ -12,6 +12,7 @@ use std::collections::HashSet;
 /// reconnecting midway), and `nodes` service nodes minting in-process. Returns every ID.
 fn mint_on(db: &TestDb, tag: &str, backends: usize, nodes: usize) -> Vec<i64> {
     let mut admin = db.connect();
+    define_service(&mut admin, "shop");
     admin
         .batch_execute("CREATE TABLE IF NOT EXISTS minted (id bigint PRIMARY KEY DEFAULT idgen_next_id('shop'), k int)")
         .unwrap();

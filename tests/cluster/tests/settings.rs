@@ -477,7 +477,8 @@ fn a_configured_value_the_server_refused_stops_claims_rather_than_falling_back_t
     assert!(problem.is_some_and(|p| p.contains("idgen.service")));
     let nothing: i64 = admin.query_one("SELECT count(*) FROM system_nodes", &[]).unwrap().get(0);
     assert_eq!(nothing, 0, "no machine id was claimed under the default");
-    // Corrected, a new session mints.
+    // Corrected (and the service defined), a new session mints.
+    define_service(&mut admin, "orders");
     admin.batch_execute(&format!("ALTER DATABASE {} SET idgen.service = 'orders'", db.name)).unwrap();
     let mut corrected = db.connect();
     corrected.query_one("SELECT idgen_next_id()", &[]).unwrap();
