@@ -218,6 +218,14 @@ SET fixed_at = pg_catalog.clock_timestamp()
 WHERE l.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
   AND l.fixed_at IS NULL;
 
+-- LAYOUT_ROW_XMIN
+-- The transaction that last wrote `service`'s layout row (its xmin), to tell one this backend
+-- has not committed.
+--   $1 service text
+SELECT l.xmin::pg_catalog.text::pg_catalog.int8
+FROM idgen_private.idgen_layouts l
+WHERE l.service::pg_catalog.text OPERATOR(pg_catalog.=) $1;
+
 -- SERVICE_HAS_IDS
 -- Whether the registry knows `service` already: rows, tombstones or history. A service with none
 -- of its layout recorded but these (restored from a dump of an earlier version) has IDs cut by
