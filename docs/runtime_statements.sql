@@ -218,13 +218,26 @@ SET fixed_at = pg_catalog.clock_timestamp()
 WHERE l.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
   AND l.fixed_at IS NULL;
 
--- LAYOUT_ROW_XMIN
--- The transaction that last wrote `service`'s layout row (its xmin), to tell one this backend
--- has not committed.
+-- LAYOUT_EXISTS
+-- Whether a layout is recorded for `service` (defined, or fixed by a claim): with
+-- `CALLER_STANDING`, how a service exists. Run with the latest snapshot.
 --   $1 service text
-SELECT l.xmin::pg_catalog.text::pg_catalog.int8
+SELECT true
 FROM idgen_private.idgen_layouts l
 WHERE l.service::pg_catalog.text OPERATOR(pg_catalog.=) $1;
+
+-- SERVICE_EVIDENCE
+-- What makes `service` exist, with the transactions that wrote it (their xmin), to tell what
+-- this backend's transaction wrote and has not committed: its layout row, its grants, and
+-- whether it has registry rows.
+--   $1 service text
+SELECT (SELECT l.xmin::pg_catalog.text::pg_catalog.int8
+        FROM idgen_private.idgen_layouts l
+        WHERE l.service::pg_catalog.text OPERATOR(pg_catalog.=) $1),
+    ARRAY(SELECT m.xmin::pg_catalog.text::pg_catalog.int8
+          FROM idgen_private.idgen_service_members m
+          WHERE m.service::pg_catalog.text OPERATOR(pg_catalog.=) $1),
+    EXISTS (SELECT FROM idgen_private.nodes n WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1);
 
 -- SERVICE_HAS_IDS
 -- Whether the registry knows `service` already: rows, tombstones or history. A service with none
@@ -843,7 +856,7 @@ SELECT pg_catalog.pg_notify($1, $2);
 -- CALLER_STANDING
 -- Who a role is, for a service: its name, superuser, extension owner, member of the service;
 -- and whether the service is granted to any role or has registry rows (with a layout, the
--- other ways a service exists: `layouts::recorded`, for the objects of 0.7.0 on).
+-- other way a service exists: `LAYOUT_EXISTS`, for the objects of 0.7.0 on).
 -- Run with the latest snapshot (`spi::first_row_with_latest_snapshot`).
 --   $1 role oid
 --   $2 service text
@@ -990,19 +1003,23 @@ FROM idgen_private.idgen_registry r FOR NO KEY
 UPDATE SKIP LOCKED;
 
 -- COUNT_IN_USE
--- How many machine ids of the range a claim cannot get without a take-back: held, or released less
--- than `cooldown` ago. "In use" as `idgen_node_state` defines it: every state but `released`
--- (tests/cluster/tests/one_source.rs ties the two).
+-- How many machine ids of the range a claim cannot get without a take-back: held, released less
+-- than `cooldown` ago, or released with a watermark (its holders' bound, after a release by hand)
+-- more than `tolerance` ahead, which a node's claim skips. "In use" as `idgen_capacity` counts it:
+-- every state of `idgen_nodes` but `released` (tests/cluster/tests/one_source.rs ties the two).
 --   $1 service text
 --   $2 cooldown interval
 --   $3 first_machine_id integer
 --   $4 last_machine_id integer
+--   $5 tolerance interval
 SELECT pg_catalog.count(*)
 FROM idgen_private.nodes n
 WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
   AND n.machine_id OPERATOR(pg_catalog.>=) $3
   AND n.machine_id OPERATOR(pg_catalog.<=) $4
-  AND (n.released_at IS NULL OR n.released_at OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) $2));
+  AND (n.released_at IS NULL
+       OR n.released_at OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) $2)
+       OR n.issued_until OPERATOR(pg_catalog.>) (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $5));
 
 -- HIGHEST_REGISTERED
 -- The highest machine id of the range with a row: no more rows than up to it can be in use (the

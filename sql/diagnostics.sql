@@ -16,16 +16,26 @@
 -- past its drop guard).
 
 CREATE VIEW idgen_visibility AS
-SELECT pg_catalog.pg_has_role(CURRENT_USER, 'pg_monitor'::name, 'MEMBER'::text)
-       OR EXISTS (SELECT FROM pg_catalog.pg_extension e
-                   WHERE e.extname OPERATOR(pg_catalog.=) 'idgen'::name
-                     AND pg_catalog.pg_has_role(CURRENT_USER, e.extowner, 'MEMBER'::text)) AS reads_all,
-       ARRAY(SELECT DISTINCT m.service::text FROM idgen_private.idgen_service_members m
-              WHERE pg_catalog.pg_has_role(CURRENT_USER, m.member::pg_catalog.oid, 'MEMBER'::text)) AS services;
+SELECT v.reads_all,
+       v.services,
+       CASE WHEN v.reads_all THEN 0::bigint
+            ELSE (SELECT pg_catalog.count(*)
+                    FROM (SELECT n.service::text AS service FROM idgen_private.nodes n
+                          UNION
+                          SELECT l.service::text FROM idgen_private.idgen_layouts l) s
+                   WHERE s.service OPERATOR(pg_catalog.<>) ALL (v.services))
+       END AS hidden_services
+  FROM (SELECT pg_catalog.pg_has_role(CURRENT_USER, 'pg_monitor'::name, 'MEMBER'::text)
+               OR EXISTS (SELECT FROM pg_catalog.pg_extension e
+                           WHERE e.extname OPERATOR(pg_catalog.=) 'idgen'::name
+                             AND pg_catalog.pg_has_role(CURRENT_USER, e.extowner, 'MEMBER'::text)) AS reads_all,
+               ARRAY(SELECT DISTINCT m.service::text FROM idgen_private.idgen_service_members m
+                      WHERE pg_catalog.pg_has_role(CURRENT_USER, m.member::pg_catalog.oid, 'MEMBER'::text)) AS services) v;
 COMMENT ON VIEW idgen_visibility IS
-    'Which services the current role may read in the idgen views: all of them (reads_all: superusers, the extension owner, pg_monitor), or those granted to it with idgen_grant_service.';
+    'Which services the current role may read in the idgen views: all of them (reads_all: superusers, the extension owner, pg_monitor), or those granted to it with idgen_grant_service; and how many it does not see.';
 COMMENT ON COLUMN idgen_visibility.reads_all IS 'True when the role reads every service.';
 COMMENT ON COLUMN idgen_visibility.services IS 'The services granted to the role (or to roles it is a member of).';
+COMMENT ON COLUMN idgen_visibility.hidden_services IS 'How many services of the registry (with rows or a layout) the role does not see: the idgen views and idgen_health() leave them out. idgen_health() says so (services_hidden).';
 
 CREATE VIEW idgen_layouts WITH (security_barrier) AS
 SELECT l.service,
@@ -71,7 +81,14 @@ CREATE VIEW idgen_nodes WITH (security_barrier) AS
 SELECT n.service,
        n.machine_id,
        CASE WHEN n.backend_slot IS NULL THEN 'service'::text ELSE 'backend'::text END AS kind,
-       idgen_node_state(n.last_seen, n.released_at, n.lease_until, n.takeover_at) AS state,
+       CASE WHEN s.state OPERATOR(pg_catalog.=) 'live'::text
+                 AND idgen_backend_row_here(n.host, n.port, n.backend_slot)
+                 AND idgen_slot_pid(n.host, n.port, n.backend_slot) IS NULL THEN 'parked'::text
+            WHEN s.state OPERATOR(pg_catalog.=) 'released'::text
+                 AND n.issued_until OPERATOR(pg_catalog.>) (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) p.lease_safety_margin)
+                 THEN 'fenced'::text
+            ELSE s.state
+       END AS state,
        idgen_node_name(n.host, n.port, n.backend_slot) AS holder,
        pg_catalog.date_trunc('second'::text, pg_catalog.now() OPERATOR(pg_catalog.-) n.last_seen) AS idle,
        COALESCE(n.lease_until, n.last_seen OPERATOR(pg_catalog.+) p.lease) AS lease_until,
@@ -95,8 +112,10 @@ SELECT n.service,
        n.last_seen,
        n.released_at,
        n.created_at,
-       n.takeover_at
+       n.takeover_at,
+       pg_catalog.pg_get_userbyid(a.usesysid) AS usename
   FROM idgen_private.nodes n
+ CROSS JOIN LATERAL (SELECT idgen_node_state(n.last_seen, n.released_at, n.lease_until, n.takeover_at) AS state) s
   LEFT JOIN idgen_private.idgen_layouts l ON l.service::text OPERATOR(pg_catalog.=) n.service::text
  CROSS JOIN idgen_policy() p
  CROSS JOIN idgen_visibility v
@@ -109,7 +128,7 @@ COMMENT ON COLUMN idgen_nodes.service IS 'The service.';
 COMMENT ON COLUMN idgen_nodes.machine_id IS 'The Snowflake machine id.';
 COMMENT ON COLUMN idgen_nodes.kind IS 'service (a node that called idgen_claim) or backend (a database backend''s own lease).';
 COMMENT ON COLUMN idgen_nodes.state IS
-    'live (inside its lease), past_lease (its holder must have stopped issuing; not takeable yet), idle_1h / idle_1d / idle_7d (idle long enough for that take-back tier), cooling_down (released, within idgen.release_cooldown), released (released, free for the next claim).';
+    'live (inside its lease), parked (a backend row of this server inside its lease with no process in its slot: its backend exited, and the slot''s next backend of the service takes the lease up, or the registry writer closes it; after a server restart, or in a database copied with its registry, it ends with its lease; not takeable before then), past_lease (its holder must have stopped issuing; not takeable yet), idle_1h / idle_1d / idle_7d (idle long enough for that take-back tier), cooling_down (released, within idgen.release_cooldown), fenced (released past the cooldown, with a watermark further ahead than idgen.lease_safety_margin: its holders'' bound after a release without their last stamp, by hand; claims take it once that time is near), released (released, free for the next claim).';
 COMMENT ON COLUMN idgen_nodes.holder IS 'The holder: host:port, or backend slot N of host:port.';
 COMMENT ON COLUMN idgen_nodes.idle IS 'Time since the last claim or heartbeat (to the second).';
 COMMENT ON COLUMN idgen_nodes.lease_until IS 'When the holder must stop issuing unless it heartbeats: the lease it was granted (for a row that records none, last_seen plus today''s lease).';
@@ -122,10 +141,11 @@ COMMENT ON COLUMN idgen_nodes.clock_backward_waits IS 'Service nodes, as their l
 COMMENT ON COLUMN idgen_nodes.clock_backward_refusals IS 'Service nodes, as their last heartbeat reported: how often since the claim the clock stepped back further than the generator may wait, and it refused to issue. NULL: not reported by this holder.';
 COMMENT ON COLUMN idgen_nodes.sequence_exhaustions IS 'Service nodes, as their last heartbeat reported: how often since the claim the generator used up a millisecond''s sequence and waited for the next. NULL: not reported by this holder.';
 COMMENT ON COLUMN idgen_nodes.pid IS 'Backend rows of this server: the process holding the row, if it still runs (a process that took the slot after the row was last written is not shown: it has not used the row).';
-COMMENT ON COLUMN idgen_nodes."user" IS 'That process''s user (as pg_stat_activity.usename).';
+COMMENT ON COLUMN idgen_nodes."user" IS 'Deprecated (it goes in 0.11.0): usename, under a name SQL reads as CURRENT_USER unless quoted.';
 COMMENT ON COLUMN idgen_nodes.database IS 'That process''s database.';
 COMMENT ON COLUMN idgen_nodes.application_name IS 'That process''s application_name.';
 COMMENT ON COLUMN idgen_nodes.backend_start IS 'When that process started (visible to its own user, superusers and pg_read_all_stats).';
+COMMENT ON COLUMN idgen_nodes.usename IS 'That process''s user (as pg_stat_activity.usename).';
 COMMENT ON COLUMN idgen_nodes.host IS 'The holder''s address.';
 COMMENT ON COLUMN idgen_nodes.port IS 'The holder''s port.';
 COMMENT ON COLUMN idgen_nodes.backend_slot IS 'The backend slot; NULL for service nodes.';
@@ -154,17 +174,19 @@ SELECT s.service,
        s.released,
        o.machine_id AS oldest_idle_machine_id,
        o.holder AS oldest_idle_holder,
-       o.idle AS oldest_idle
+       o.idle AS oldest_idle,
+       s.fenced
   FROM (SELECT n.service,
                pg_catalog.count(*) FILTER (WHERE n.state OPERATOR(pg_catalog.<>) 'released'::text) AS in_use,
                pg_catalog.count(*) FILTER (WHERE n.released_at IS NULL) AS held,
-               pg_catalog.count(*) FILTER (WHERE n.state OPERATOR(pg_catalog.=) 'live'::text) AS live,
+               pg_catalog.count(*) FILTER (WHERE n.state OPERATOR(pg_catalog.=) ANY (ARRAY['live'::text, 'parked'::text])) AS live,
                pg_catalog.count(*) FILTER (WHERE n.state OPERATOR(pg_catalog.=) 'past_lease'::text) AS past_lease,
                pg_catalog.count(*) FILTER (WHERE n.state OPERATOR(pg_catalog.=) 'idle_7d'::text) AS takeable_7d,
                pg_catalog.count(*) FILTER (WHERE n.state OPERATOR(pg_catalog.=) 'idle_1d'::text) AS takeable_1d,
                pg_catalog.count(*) FILTER (WHERE n.state OPERATOR(pg_catalog.=) 'idle_1h'::text) AS takeable_1h,
                pg_catalog.count(*) FILTER (WHERE n.state OPERATOR(pg_catalog.=) 'cooling_down'::text) AS cooling_down,
-               pg_catalog.count(*) FILTER (WHERE n.state OPERATOR(pg_catalog.=) 'released'::text) AS released
+               pg_catalog.count(*) FILTER (WHERE n.state OPERATOR(pg_catalog.=) 'released'::text) AS released,
+               pg_catalog.count(*) FILTER (WHERE n.state OPERATOR(pg_catalog.=) 'fenced'::text) AS fenced
           FROM idgen_nodes n WHERE n.in_range GROUP BY n.service) s
  CROSS JOIN idgen_policy() p
   LEFT JOIN idgen_private.idgen_layouts l ON l.service::text OPERATOR(pg_catalog.=) s.service::text
@@ -178,13 +200,13 @@ COMMENT ON VIEW idgen_capacity IS
     'Per service you may read, within the machine ids this server hands out for it (its pool within idgen.machine_id_range): how many are in use (held, or cooling down after a release), free for the next claim, and takeable per tier, and the oldest idle holder. A claim that leaves a service above idgen.capacity_warning or idgen.capacity_critical raises an idgen_alert with the level.';
 COMMENT ON COLUMN idgen_capacity.service IS 'The service.';
 COMMENT ON COLUMN idgen_capacity.capacity IS 'Machine ids the service can have on this server: its pool (by default the snowflake layout''s 1,024) within idgen.machine_id_range.';
-COMMENT ON COLUMN idgen_capacity.in_use IS 'Held, or released and still cooling down: a claim gets none of them without a take-back.';
+COMMENT ON COLUMN idgen_capacity.in_use IS 'Held, released and still cooling down, or released and fenced: a claim gets none of them without a take-back, or before the fenced ones'' time.';
 COMMENT ON COLUMN idgen_capacity.free IS 'Never registered, or released past the cooldown: the next claims get these first.';
 COMMENT ON COLUMN idgen_capacity.used IS 'in_use / capacity.';
 COMMENT ON COLUMN idgen_capacity.above_alert IS 'used is above idgen.capacity_warning (level is not NULL).';
 COMMENT ON COLUMN idgen_capacity.level IS 'warning (used above idgen.capacity_warning), critical (above idgen.capacity_critical), or NULL below both.';
 COMMENT ON COLUMN idgen_capacity.held IS 'Rows not released (live, past their lease, or idle).';
-COMMENT ON COLUMN idgen_capacity.live IS 'Held inside their lease.';
+COMMENT ON COLUMN idgen_capacity.live IS 'Held inside their lease (parked backend leases included).';
 COMMENT ON COLUMN idgen_capacity.past_lease IS 'Held past their lease, not yet takeable.';
 COMMENT ON COLUMN idgen_capacity.takeable_7d IS 'Held, idle long enough for the 7-day tier.';
 COMMENT ON COLUMN idgen_capacity.takeable_1d IS 'Held, idle long enough for the 1-day tier (and not the 7-day one).';
@@ -194,6 +216,7 @@ COMMENT ON COLUMN idgen_capacity.released IS 'Released past the cooldown (counte
 COMMENT ON COLUMN idgen_capacity.oldest_idle_machine_id IS 'The held machine id seen longest ago.';
 COMMENT ON COLUMN idgen_capacity.oldest_idle_holder IS 'Its holder.';
 COMMENT ON COLUMN idgen_capacity.oldest_idle IS 'How long it has been idle.';
+COMMENT ON COLUMN idgen_capacity.fenced IS 'Released past the cooldown but fenced: released without their holders'' last stamp (by hand), they wait until the holders'' bound (counted in in_use).';
 
 CREATE VIEW idgen_events WITH (security_barrier) AS
 SELECT h.at,
@@ -358,7 +381,7 @@ SELECT c.service,
                  FROM idgen_private.idgen_history_purged p WHERE p.service OPERATOR(pg_catalog.=) c.service) k
   ) t ON true;
 COMMENT ON VIEW idgen_metrics IS
-    'One row per service you may read, numeric columns only, for postgres_exporter (see the README''s queries.yaml). The counters count every event since the extension was created, purged ones included.';
+    'One row per service you may read, numeric columns only, for postgres_exporter (docs/operations.md#metrics-for-postgres_exporter). The counters count every event since the extension was created, purged ones included.';
 COMMENT ON COLUMN idgen_metrics.service IS 'The service (a label).';
 COMMENT ON COLUMN idgen_metrics.held IS 'Machine ids held (not released).';
 COMMENT ON COLUMN idgen_metrics.in_use IS 'Held or cooling down.';
@@ -459,6 +482,12 @@ SELECT f.severity, f.finding, f.subject, f.detail, f.action FROM (
            'Correct the idgen.* settings: ALTER SYSTEM SET each one that must change, then one SELECT pg_reload_conf() (docs/operations.md#changing-the-thresholds). The detail says what claims run by meanwhile.'::text AS action
       FROM idgen_policy() p WHERE p.problem IS NOT NULL
     UNION ALL
+    SELECT 'warning', 'services_hidden', CURRENT_USER::text,
+           pg_catalog.format('%s services are not shown to role %s: this report, idgen_capacity, idgen_nodes, idgen_events and idgen_metrics leave them out, healthy or not.',
+                             v.hidden_services, CURRENT_USER),
+           pg_catalog.format('For monitoring, GRANT pg_monitor TO %I (it reads every service); or grant the role the services it serves: SELECT idgen_grant_service(service, %L) (docs/security.md#who-sees-what).', CURRENT_USER, CURRENT_USER)
+      FROM idgen_visibility v WHERE v.hidden_services OPERATOR(pg_catalog.>) 0
+    UNION ALL
     SELECT 'critical', 'server_clock_behind', 'registry',
            pg_catalog.format('The newest registry write (last_seen %s) is %s ahead of the server clock: the clock stepped back.',
                              x.newest, x.newest OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp()),
@@ -469,7 +498,7 @@ SELECT f.severity, f.finding, f.subject, f.detail, f.action FROM (
     SELECT 'warning', 'tombstone_ahead', t.service,
            pg_catalog.format('%s machine ids whose rows were deleted or truncated by hand may still be stamped by their holders until %s (machine ids %s): claims skip them until then.',
                              t.n, t.until, t.ids),
-           'Nothing else is held back: claims take other ids meanwhile. Next time free ids with idgen_release, not DELETE or TRUNCATE (README: freeing an id by hand).'
+           'Nothing else is held back: claims take other ids meanwhile. Next time free ids with idgen_release, not DELETE or TRUNCATE (docs/operations.md#freeing-an-id-by-hand-safely).'
       FROM (SELECT s.service, pg_catalog.count(*) AS n, pg_catalog.max(s.bound) AS until,
                    pg_catalog.string_agg(s.machine_id::text, ', '::text ORDER BY s.machine_id) AS ids
               FROM idgen_tombstones s WHERE s.ahead GROUP BY s.service) t
@@ -484,7 +513,7 @@ SELECT f.severity, f.finding, f.subject, f.detail, f.action FROM (
                              CASE WHEN c.level OPERATOR(pg_catalog.=) 'critical'::text THEN p.capacity_critical ELSE p.capacity_warning END,
                              c.free, c.takeable_7d, c.takeable_1d, c.takeable_1h,
                              c.oldest_idle_machine_id, c.oldest_idle_holder, c.oldest_idle),
-           pg_catalog.format('Find why so many nodes hold ids: SELECT * FROM idgen_nodes WHERE service = %L ORDER BY last_seen; release the ids of nodes stopped for good (README: freeing an id by hand), or give the nodes their own service names.', c.service)
+           pg_catalog.format('Find why so many nodes hold ids: SELECT * FROM idgen_nodes WHERE service = %L ORDER BY last_seen; release the ids of nodes stopped for good (docs/operations.md#freeing-an-id-by-hand-safely), or give the nodes their own service names (docs/operations.md#a-service-is-full).', c.service)
       FROM idgen_capacity c CROSS JOIN idgen_policy() p WHERE c.level IS NOT NULL
     UNION ALL
     SELECT 'warning', 'holder_clock_skew', pg_catalog.format('%s machine id %s', n.service, n.machine_id),
@@ -543,7 +572,19 @@ SELECT f.severity, f.finding, f.subject, f.detail, f.action FROM (
            'No other node can use this id until then (claims skip it). Check the clocks of the node and of the server.'
       FROM idgen_nodes n CROSS JOIN idgen_policy() p
      WHERE n.issued_until OPERATOR(pg_catalog.>)
-           (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) p.lease OPERATOR(pg_catalog.+) p.heartbeat_interval)
+           (GREATEST(pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) p.lease, n.lease_until) OPERATOR(pg_catalog.+) p.heartbeat_interval)
+    UNION ALL
+    SELECT 'notice', 'released_fenced', r.service,
+           pg_catalog.format('%s machine ids were released without their holders'' last stamp (by hand), so the registry keeps what their holders may have stamped: claims take them from %s (machine ids %s), other ids meanwhile.',
+                             r.n, r.until, r.ids),
+           'Nothing is wrong: they are free once that time is near. A node that releases its own id passes its watermark and frees it at once (docs/operations.md#freeing-an-id-by-hand-safely).'
+      FROM (SELECT n.service, pg_catalog.count(*) AS n, pg_catalog.max(n.issued_until) AS until,
+                   pg_catalog.string_agg(n.machine_id::text, ', '::text ORDER BY n.machine_id) AS ids
+              FROM idgen_nodes n CROSS JOIN idgen_policy() p
+             WHERE n.state OPERATOR(pg_catalog.=) 'fenced'::text
+               AND n.issued_until OPERATOR(pg_catalog.<=)
+                   (GREATEST(pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) p.lease, n.lease_until) OPERATOR(pg_catalog.+) p.heartbeat_interval)
+             GROUP BY n.service) r
     UNION ALL
     SELECT 'warning', 'watermark_behind', pg_catalog.format('%s machine id %s', w.service, w.machine_id),
            pg_catalog.format('%s reported a watermark behind the one the registry holds (last at %s): %s', w.holder, w.at, w.detail),
@@ -557,7 +598,7 @@ SELECT f.severity, f.finding, f.subject, f.detail, f.action FROM (
     SELECT 'warning', 'outside_range', o.service,
            pg_catalog.format('%s rows outside the machine ids this server hands out for the service (its pool within idgen.machine_id_range %s-%s) may still be stamped until %s (machine ids %s): %s of them held.',
                              o.n, p.machine_id_first, p.machine_id_last, o.until, o.ids, o.held),
-           'This server hands them out no more; their holders keep them until they stop, and move inside the range on restart. Do not give these ids to another server before that time has passed and none is held here (README: sharding).'
+           'This server hands them out no more; their holders keep them until they stop, and move inside the range on restart. Do not give these ids to another server before that time has passed and none is held here (docs/ha.md#scale-out-several-primaries-one-id-space).'
       FROM (SELECT n.service, pg_catalog.count(*) AS n, pg_catalog.count(*) FILTER (WHERE n.released_at IS NULL) AS held,
                    pg_catalog.max(n.issued_until) AS until,
                    pg_catalog.string_agg(n.machine_id::text, ', '::text ORDER BY n.machine_id) AS ids
@@ -597,7 +638,7 @@ SELECT f.severity, f.finding, f.subject, f.detail, f.action FROM (
     UNION ALL
     SELECT 'notice', 'stale_backend_rows', b.service,
            pg_catalog.format('%s backend rows idle longer than idgen.takeover_idle_7d (machine ids %s): their slots have not used idgen since.', b.n, b.ids),
-           'Nothing is wrong: the next claims of the service take them back first. To tidy up, see the README (freeing an id by hand).'
+           'Nothing is wrong: the next claims of the service take them back first. To tidy up: docs/operations.md#freeing-an-id-by-hand-safely.'
       FROM (SELECT n.service, pg_catalog.count(*) AS n, pg_catalog.string_agg(n.machine_id::text, ', '::text ORDER BY n.machine_id) AS ids
               FROM idgen_nodes n
              WHERE n.kind OPERATOR(pg_catalog.=) 'backend'::text AND n.state OPERATOR(pg_catalog.=) 'idle_7d'::text
@@ -641,5 +682,7 @@ COMMENT ON FUNCTION idgen_slot_pid(inet, integer, integer) IS
     'For a backend row of this server (host idgen.node_host, this port): the pid of the process in its slot now, whoever it is, or NULL.';
 COMMENT ON FUNCTION idgen_slot_pid(inet, integer, integer, timestamptz) IS
     'For a backend row of this server (host idgen.node_host, this port) last written at last_seen: the pid of the process in its slot if it holds the row (it took up the lease its slot''s last backend left, or it started before last_seen), or NULL.';
+COMMENT ON FUNCTION idgen_backend_row_here(inet, integer, integer) IS
+    'Whether a registry row is a backend row of this server: a backend slot, host idgen.node_host and this server''s port, on a primary (a standby''s rows are its primary''s). idgen_nodes shows such a row inside its lease with no process in its slot as parked.';
 COMMENT ON FUNCTION idgen_explain(bigint, text) IS
     'Who made an ID: decodes it and names the holder of its machine id at its timestamp, with the version then in force, from the history and the registry; one row per service you may read (or the one given). Says when the history does not reach back that far, and warns when two holders overlap.';

@@ -29,7 +29,6 @@ use crate::privilege::as_extension_owner;
 use crate::registry::access;
 use crate::registry::handover;
 use crate::registry::incarnation;
-use crate::registry::layouts;
 use crate::registry::store::{self, BackendCheck};
 use crate::registry::writer::{self, LeaseAnswer, LeaseRequest};
 use crate::server;
@@ -193,6 +192,14 @@ fn renew_lease(function: &str, service: &str) {
         let lease = state.leases.at(index);
         (lease.holding(), lease.held().map(|h| h.terms), lease.authorized_for(|| acting))
     };
+    // Before the grant check, whose answer is remembered: a service this transaction created and then
+    // rolled back must not stay allowed.
+    if holding.is_none()
+        && writable
+        && as_extension_owner(|| Spi::connect_mut(|client| access::created_in_this_transaction(client, service)))
+    {
+        raise(messages::service_created_in_this_transaction(function, service));
+    }
     if !authorized {
         let role = pg_sys::Oid::from(acting.role);
         as_extension_owner(|| {
@@ -263,12 +270,7 @@ fn renew_lease(function: &str, service: &str) {
             Some(writer::renewal(held, terms.registry_epoch, &settings, age_ms))
         }
         _ if !writable => raise(messages::no_lease_read_only(function, service, on_standby)),
-        _ => {
-            if as_extension_owner(|| Spi::connect_mut(|client| layouts::written_in_this_transaction(client, service))) {
-                raise(messages::layout_defined_in_this_transaction(function, service));
-            }
-            None
-        }
+        _ => None,
     };
     let request = LeaseRequest { function: function.to_owned(), node: node.clone(), renew: renewal, settings, who };
     let answer = writer::backend_lease(request);

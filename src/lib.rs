@@ -49,6 +49,7 @@ extension_sql_file!(
         idgen_node_name,
         idgen_slot_pid,
         idgen_slot_holder_pid,
+        idgen_backend_row_here,
         idgen_explain
     ]
 );

@@ -722,15 +722,16 @@ pub fn installed_in_this_transaction(function: &str) -> IdgenError {
     .hint("Commit the CREATE EXTENSION first (in a migration of its own), then mint IDs or claim.")
 }
 
-/// A backend's first ID for `service` in the transaction that defined the service's layout: the
-/// claim commits in a transaction of its own, which would wait for this one's row.
-pub fn layout_defined_in_this_transaction(function: &str, service: &str) -> IdgenError {
+/// A backend's first ID for `service` in a transaction that created the service (defined its
+/// layout, granted it or claimed it) and has not committed: the claim commits in a transaction of its
+/// own, which would not see it (or wait for its row).
+pub fn service_created_in_this_transaction(function: &str, service: &str) -> IdgenError {
     IdgenError::new(
         SqlState::ObjectNotInPrerequisiteState,
-        format!("{function}: the layout of service \"{service}\" was defined in this transaction, which has not committed"),
+        format!("{function}: service \"{service}\" was defined, granted or claimed in this transaction, which has not committed"),
     )
-    .detail("A backend claims its machine id in a transaction of its own, which cannot see this transaction's idgen_define_layout before it commits (and would wait for its row). Nothing was changed.")
-    .hint("Commit the idgen_define_layout first (in a migration step of its own), then mint IDs.")
+    .detail("A backend claims its machine id in a transaction of its own, which cannot see this transaction's idgen_define_layout, idgen_grant_service or idgen_claim before it commits (it would wait for the layout's row, or create the service anyway). Nothing was changed.")
+    .hint("Commit that first (in a migration step of its own), then mint IDs.")
 }
 
 /// A registry write had no background worker to commit it in a transaction of its own.

@@ -223,10 +223,28 @@ fn idgen_slot_holder_pid(
 /// [`idgen_slot_pid`] for a holder's address, port and slot.
 pub fn slot_pid_of(host: &str, port: i32, backend_slot: Option<i32>) -> Option<i32> {
     let slot = backend_slot?;
-    let our_port = server::port();
-    let ours = |text: &str| text.split('/').next().unwrap_or_default().trim().parse::<std::net::IpAddr>().ok();
-    if port != our_port || ours(host).is_none() || ours(host) != ours(&settings::node_host()) {
+    if !holder_here(host, port) {
         return None;
     }
     server::process_in_slot(slot)
+}
+
+/// Whether a holder's address and port are this server's (`idgen.node_host`, its port), on a
+/// primary: a standby's registry rows are its primary's, whatever the addresses.
+fn holder_here(host: &str, port: i32) -> bool {
+    let address = |text: &str| text.split('/').next().unwrap_or_default().trim().parse::<std::net::IpAddr>().ok();
+    // SAFETY: reads shared recovery state.
+    let on_standby = unsafe { pg_sys::RecoveryInProgress() };
+    !on_standby && port == server::port() && address(host).is_some() && address(host) == address(&settings::node_host())
+}
+
+/// Whether a registry row is a backend row of this server (a backend slot, and the address and
+/// port of this server, a primary): the views show such a row inside its lease with no process
+/// in it as `parked`.
+#[pg_extern(stable, parallel_safe)]
+fn idgen_backend_row_here(host: Option<Inet>, port: Option<i32>, backend_slot: Option<i32>) -> bool {
+    match (host, port, backend_slot) {
+        (Some(host), Some(port), Some(_)) => holder_here(&host.0, port),
+        _ => false,
+    }
 }

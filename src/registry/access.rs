@@ -84,7 +84,7 @@ const ALLOWED_KEPT: usize = 256;
 /// What the registry knows of `role` for `service`, read with the latest snapshot: in a
 /// REPEATABLE READ transaction (or one that imported an old snapshot) the transaction's own
 /// snapshot would still show a grant revoked since, and the answer is kept until the grants change.
-fn standing(client: &mut SpiClient, function: &str, role: pg_sys::Oid, service: &str) -> Caller {
+fn standing(_client: &mut SpiClient, function: &str, role: pg_sys::Oid, service: &str) -> Caller {
     let args = [role.into(), service.into()];
     let caller = spi::first_row_with_latest_snapshot(&sql::CALLER_STANDING, &args, |tuple, descriptor| {
         // SAFETY: the row and its descriptor are SPI's, alive while this reads them.
@@ -112,9 +112,48 @@ fn standing(client: &mut SpiClient, function: &str, role: pg_sys::Oid, service: 
     let caller = caller.unwrap_or_else(|| raise(access::acting_role_gone(function, u32::from(role))));
     // The objects before 0.7.0 have no idgen_define_layout to create a service with: there a
     // backend's first ID still creates its service, until the update.
-    let service_known =
-        caller.service_known || !crate::privilege::installed_has_layouts() || super::layouts::recorded(client, service);
+    let service_known = caller.service_known
+        || !crate::privilege::installed_has_layouts()
+        || spi::first_row_with_latest_snapshot(&sql::LAYOUT_EXISTS, &[service.into()], |_, _| ()).is_some();
     Caller { service_known, ..caller }
+}
+
+/// Whether `service` exists for a backend's claim only by what this transaction wrote and has not
+/// committed (an `idgen_define_layout`, an `idgen_grant_service`, an `idgen_claim`), or has its
+/// layout row written by it: the claim, which commits in a transaction of its own, would not see
+/// it (and create the service anyway, or wait for the row). Free for a transaction that has
+/// written nothing (no transaction id), as a new connection's first ID is; always false for the
+/// objects before 0.7.0, where a backend's first ID creates its service.
+pub fn created_in_this_transaction(client: &mut SpiClient, service: &str) -> bool {
+    // SAFETY: reads backend-local transaction state.
+    if unsafe { pg_sys::GetTopTransactionIdIfAny() } == pg_sys::InvalidTransactionId
+        || !crate::privilege::installed_has_layouts()
+    {
+        return false;
+    }
+    let Some(row) = spi::run(client, &sql::SERVICE_EVIDENCE, Some(1), &[service.into()])
+        .unwrap_or_else(|e| panic!("idgen: could not read what makes service {service:?} exist: {e}"))
+        .next()
+        .map(|row| {
+            let layout: Option<i64> = row.get(1).ok().flatten();
+            let grants: Vec<i64> = row.get::<Vec<i64>>(2).ok().flatten().unwrap_or_default();
+            let has_rows: bool = row.get(3).ok().flatten().unwrap_or(false);
+            (layout, grants, has_rows)
+        })
+    else {
+        return false;
+    };
+    let (layout, grants, has_rows) = row;
+    let ours = |xmin: &i64| {
+        // SAFETY: a lookup in this backend's transaction state (its subtransactions included).
+        u32::try_from(*xmin).is_ok_and(|x| unsafe { pg_sys::TransactionIdIsCurrentTransactionId(x.into()) })
+    };
+    if layout.as_ref().is_some_and(ours) {
+        return true;
+    }
+    let evidence: Vec<i64> = layout.into_iter().chain(grants).collect();
+    let own = service == super::own::service();
+    !own && !has_rows && !evidence.is_empty() && evidence.iter().all(ours)
 }
 
 /// The role acting now: the one idgen checks and records. Read before switching to the

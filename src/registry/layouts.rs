@@ -114,27 +114,6 @@ fn read(client: &mut SpiClient, service: &str) -> Option<Recorded> {
     })
 }
 
-/// Whether a layout is recorded for `service` (defined, or fixed by a claim): one way a service
-/// exists (`idgen_core::access`). For the objects of 0.7.0 on, which keep layouts.
-pub fn recorded(client: &mut SpiClient, service: &str) -> bool {
-    remembered(service).is_some() || read(client, service).is_some()
-}
-
-/// Whether this transaction (or a subtransaction of it) wrote `service`'s layout row and has not
-/// committed: a claim in another transaction would wait for it. Free for a transaction that has
-/// written nothing (no transaction id), as a new connection's first ID is.
-pub fn written_in_this_transaction(client: &mut SpiClient, service: &str) -> bool {
-    // SAFETY: reads backend-local transaction state.
-    if unsafe { pg_sys::GetTopTransactionIdIfAny() } == pg_sys::InvalidTransactionId || !installed_has_layouts() {
-        return false;
-    }
-    let xmin: Option<i64> = first_row(run(client, &sql::LAYOUT_ROW_XMIN, Some(1), &[service.into()]))
-        .and_then(|row| row.get(1).ok().flatten());
-    // SAFETY: a lookup in this backend's transaction state.
-    xmin.and_then(|x| u32::try_from(x).ok())
-        .is_some_and(|x| unsafe { pg_sys::TransactionIdIsCurrentTransactionId(pg_sys::TransactionId::from(x)) })
-}
-
 /// The layout IDs of `service` are cut by: the recorded one, or the default (a service never claimed
 /// nor defined, or objects before 0.7.0).
 pub fn recorded_layout(client: &mut SpiClient, service: &str) -> Layout {

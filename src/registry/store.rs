@@ -33,6 +33,7 @@ use idgen_core::guard;
 use idgen_core::input::{GeneratorCounts, Holding, NodeIdentity};
 use idgen_core::layout::Pool;
 use idgen_core::watermark::{self, HolderKind};
+use idgen_core::ClaimPolicy;
 use pgrx::datum::{DatumWithOid, Inet, TimestampWithTimeZone};
 use pgrx::spi::{SpiClient, SpiHeapTupleData};
 
@@ -392,9 +393,12 @@ pub struct Released {
 }
 
 /// How many machine ids of `service` in the range a claim cannot get without a take-back (held or cooling down).
-pub fn count_in_use(client: &mut SpiClient, service: &str, cooldown_secs: i64, times: &ClaimTerms) -> i64 {
+pub fn count_in_use(client: &mut SpiClient, service: &str, policy: &ClaimPolicy, times: &ClaimTerms) -> i64 {
     let [first, last] = range_args(times);
-    let args = [text(service), secs(cooldown_secs), first, last];
+    // A node's claim tolerates a watermark that far ahead (`idgen_core::watermark::tolerance_ms`), as
+    // idgen_capacity does.
+    let tolerance = secs(policy.lease_safety_margin_secs);
+    let args = [text(service), secs(policy.release_cooldown_secs), first, last, tolerance];
     first_value::<i64>(run(client, &sql::COUNT_IN_USE, Some(1), &args)).unwrap_or(0)
 }
 

@@ -389,6 +389,12 @@ fn a_misspelt_service_is_refused_and_creates_nothing_even_for_a_superuser() {
     admin.query_one("SELECT idgen_next_id('billing')", &[]).unwrap();
     claim(&mut admin, "shipping", "10.0.0.1", 1).unwrap();
     admin.query_one("SELECT idgen_next_id('shipping')", &[]).unwrap();
+    // A transaction whose snapshot predates the definition sees the service all the same.
+    let mut early = db.connect();
+    early.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1").unwrap();
+    define_service(&mut admin, "late");
+    early.query_one("SELECT idgen_next_id('late')", &[]).unwrap();
+    early.batch_execute("COMMIT").unwrap();
     // A role granted nothing learns nothing about which services exist: it is refused for its grant.
     admin.batch_execute("GRANT USAGE ON SCHEMA public TO typo_app").unwrap();
     let mut app = postgres::Client::connect(&format!("{} user=typo_app", db.dsn()), postgres::NoTls).unwrap();
@@ -410,9 +416,9 @@ fn a_layout_defined_in_the_minting_transaction_is_refused_at_once_until_it_commi
     assert_eq!(e.code().code(), "55000", "{e:?}");
     assert_eq!(
         e.message(),
-        "idgen_next_id: the layout of service \"orders\" was defined in this transaction, which has not committed"
+        "idgen_next_id: service \"orders\" was defined, granted or claimed in this transaction, which has not committed"
     );
-    assert!(e.hint().unwrap().starts_with("Commit the idgen_define_layout first"), "{e:?}");
+    assert_eq!(e.hint(), Some("Commit that first (in a migration step of its own), then mint IDs."), "{e:?}");
     assert!(started.elapsed() < std::time::Duration::from_secs(5), "refused at once, not after a lock timeout");
     admin.batch_execute("ROLLBACK").unwrap();
     // Inside a savepoint (a subtransaction) too; once committed, the service mints by its layout.
@@ -421,6 +427,23 @@ fn a_layout_defined_in_the_minting_transaction_is_refused_at_once_until_it_commi
         .unwrap();
     assert_eq!(sqlstate(&admin.batch_execute("INSERT INTO t DEFAULT VALUES").unwrap_err()), "55000");
     admin.batch_execute("ROLLBACK").unwrap();
+    // A grant in the transaction: the backend's claim would create the service in a transaction of
+    // its own, left behind by a rollback.
+    ensure_login_role(&mut admin, "define_then_mint_app");
+    admin.batch_execute("BEGIN; SELECT idgen_grant_service('billing', 'define_then_mint_app')").unwrap();
+    let err = admin.query_one("SELECT idgen_next_id('billing')", &[]).unwrap_err();
+    assert_eq!(sqlstate(&err), "55000", "{err:?}");
+    admin.batch_execute("ROLLBACK").unwrap();
+    let left: i64 = admin.query_one("SELECT count(*) FROM system_nodes WHERE service = 'billing'", &[]).unwrap().get(0);
+    assert_eq!(left, 0, "the rollback leaves no service behind");
+    assert_eq!(sqlstate(&admin.query_one("SELECT idgen_next_id('billing')", &[]).unwrap_err()), "42704");
+    // A node's claim in the transaction holds the layout's row (the claim fixes it): refused too. The
+    // claim recorded the service's layout in a transaction of its own, so the service exists after
+    // a rollback, and mints.
+    admin.batch_execute("BEGIN; SELECT idgen_claim('shipping', '10.0.0.1', 1)").unwrap();
+    assert_eq!(sqlstate(&admin.query_one("SELECT idgen_next_id('shipping')", &[]).unwrap_err()), "55000");
+    admin.batch_execute("ROLLBACK").unwrap();
+    admin.query_one("SELECT idgen_next_id('shipping')", &[]).unwrap();
     admin.batch_execute("SELECT idgen_define_layout('orders', 'sonyflake')").unwrap();
     admin
         .batch_execute(

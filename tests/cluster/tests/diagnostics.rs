@@ -201,7 +201,7 @@ fn backend_rows_show_the_live_connection_in_their_slot_and_none_once_it_closed()
     let (slot, pid) = slot_and_pid(&mut backend);
     let row = observer
         .query_one(
-            "SELECT kind, state, pid, \"user\", database, application_name, backend_start IS NOT NULL
+            "SELECT kind, state, pid, usename, database, application_name, backend_start IS NOT NULL, \"user\"
                FROM idgen_nodes WHERE backend_slot = $1",
             &[&slot],
         )
@@ -210,6 +210,7 @@ fn backend_rows_show_the_live_connection_in_their_slot_and_none_once_it_closed()
     assert_eq!(row.get::<_, String>(1), "live");
     assert_eq!(row.get::<_, Option<i32>>(2), Some(pid));
     assert_eq!(row.get::<_, String>(3), "postgres");
+    assert_eq!(row.get::<_, String>(7), "postgres", "\"user\", deprecated, says the same until it goes");
     assert_eq!(row.get::<_, String>(4), db.name);
     assert_eq!(row.get::<_, String>(5), "orders-api");
     assert!(row.get::<_, bool>(6));
@@ -218,9 +219,21 @@ fn backend_rows_show_the_live_connection_in_their_slot_and_none_once_it_closed()
     // The server ends the process after the client closed: wait for that, however long it takes.
     wait_for_exit(&mut observer, pid);
     // The row stays (the next connection in the slot reuses it); no live process of the old connection.
-    let now: Option<i32> =
-        observer.query_one("SELECT pid FROM idgen_nodes WHERE backend_slot = $1", &[&slot]).unwrap().get(0);
-    assert_ne!(now, Some(pid), "a closed connection is not shown as live");
+    let row = observer
+        .query_one("SELECT pid, state, released_at IS NULL, usename FROM idgen_nodes WHERE backend_slot = $1", &[&slot])
+        .unwrap();
+    assert_ne!(row.get::<_, Option<i32>>(0), Some(pid), "a closed connection is not shown as live");
+    assert_eq!(row.get::<_, Option<String>>(3), None);
+    // Its lease is parked for the slot's next backend (or, once the registry writer closed it,
+    // released): never `live` with nobody in it.
+    let (state, held): (String, bool) = (row.get(1), row.get(2));
+    assert_eq!(state, if held { "parked" } else { "cooling_down" }, "the row of a closed connection");
+    if held {
+        // Still held: the capacity view counts it among the live ones, as a claim does.
+        let live: i64 =
+            observer.query_one("SELECT live FROM idgen_capacity WHERE service = $1", &[&db.name]).unwrap().get(0);
+        assert_eq!(live, 1, "the parked lease");
+    }
     // A service row never shows a process.
     claim(&mut observer, "svc", "10.0.0.1", 1).unwrap();
     let service_pid: Option<i32> =
@@ -371,7 +384,28 @@ fn each_role_reads_the_services_it_may_act_for_and_nobody_below_superuser_writes
             .rev()
             .collect();
         assert_eq!(explained, expected, "{role} explaining IDs");
-        c.query("SELECT * FROM idgen_health()", &[]).unwrap();
+        // Never "healthy" by omission: a role that does not see every service is told how many it
+        // does not see, and which grant shows them.
+        let hidden: Vec<(String, String, String, String)> = c
+            .query(
+                "SELECT severity, subject, detail, action FROM idgen_health() WHERE finding = 'services_hidden'",
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+            .collect();
+        let count: i64 = c.query_one("SELECT hidden_services FROM idgen_visibility", &[]).unwrap().get(0);
+        assert_eq!(count, 2 - expected.len() as i64, "{role}: idgen_visibility.hidden_services");
+        if expected.len() == 2 {
+            assert!(hidden.is_empty(), "{role} sees every service: {hidden:?}");
+        } else {
+            assert_eq!(hidden.len(), 1, "{role}: {hidden:?}");
+            let (severity, subject, detail, action) = &hidden[0];
+            assert_eq!((severity.as_str(), subject.as_str()), ("warning", role));
+            assert!(detail.starts_with(&format!("{count} services are not shown to role {role}")), "{detail}");
+            assert!(action.starts_with(&format!("For monitoring, GRANT pg_monitor TO {role} ")), "{action}");
+        }
         if role != "postgres" {
             for statement in [
                 "SELECT * FROM idgen_private.idgen_history",
@@ -559,4 +593,54 @@ fn every_claim_is_in_the_history_when_the_numbering_went_back_under_a_concurrent
         .unwrap()
         .get(0);
     assert_eq!(events, 1, "the claim of 10.0.0.3 is not in the history");
+}
+
+#[test]
+fn ids_released_by_hand_are_one_finding_and_in_use_as_the_claim_counts_them() {
+    // The runbook frees an id by hand with idgen_release and no watermark: the registry keeps the
+    // holder's bound (its last report plus the lease it was granted), and claims skip the id until
+    // then. That is neither a clock ahead nor a free id.
+    let db = TestDb::create("hand_freed");
+    let mut admin = db.connect();
+    admin.query_one("SELECT * FROM idgen_define_layout('hand', 'snowflake', 0, 3)", &[]).unwrap();
+    for port in 1..=4 {
+        claim(&mut admin, "hand", "10.0.0.1", port).unwrap();
+    }
+    admin
+        .batch_execute(
+            "SELECT idgen_release(service, machine_id, host, port, version) FROM system_nodes
+              WHERE service = 'hand' AND port IN (1, 2);
+             -- Granted a lease of two hours under earlier settings, and the cooldown over.
+             UPDATE system_nodes SET released_at = now() - interval '1 day',
+                    lease_until = now() + interval '2 hours', issued_until = now() + interval '2 hours'
+              WHERE service = 'hand' AND port IN (1, 2);",
+        )
+        .unwrap();
+    let states: Vec<String> = admin
+        .query("SELECT state FROM idgen_nodes WHERE service = 'hand' ORDER BY port", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(states, ["fenced", "fenced", "live", "live"]);
+    let row = admin
+        .query_one("SELECT in_use, free, fenced, released FROM idgen_capacity WHERE service = 'hand'", &[])
+        .unwrap();
+    let counts: (i64, i64, i64, i64) = (row.get(0), row.get(1), row.get(2), row.get(3));
+    assert_eq!(counts, (4, 0, 2, 0), "in_use, free, fenced, released: as a claim finds them");
+    let refused = claim(&mut admin, "hand", "10.0.0.2", 1).unwrap_err();
+    assert_eq!(sqlstate(&refused), "53000", "a claim gets none of them: {refused:?}");
+    let detail = db_error(&refused).detail().unwrap();
+    assert!(detail.starts_with("4 of 4 machine ids"), "the claim counts in use what idgen_capacity does: {detail}");
+    let findings: Vec<String> = admin
+        .query("SELECT severity || ' ' || finding FROM idgen_health() WHERE subject LIKE 'hand%' ORDER BY 1", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(findings, ["critical capacity", "notice released_fenced"], "one cause, one finding; no clock is wrong");
+    let detail: String =
+        admin.query_one("SELECT detail FROM idgen_health() WHERE finding = 'released_fenced'", &[]).unwrap().get(0);
+    assert!(detail.starts_with("2 machine ids were released without their holders' last stamp"), "{detail}");
+    assert!(detail.contains("(machine ids 0, 1)"), "{detail}");
 }

@@ -231,7 +231,9 @@ fn no_id_twice_across_a_switchover_and_a_crash_of_the_primary() {
     // On-call reads the standby too: the registry's views, its health and decoding take no
     // transaction id (a standby has none to give). The standby explains an ID the primary minted
     // once it has replayed the claim behind it (until then: 42704, the machine id is not known).
-    let minted: i64 = formation.connect(DB).unwrap().query_one("SELECT idgen_next_id('orders')", &[]).unwrap().get(0);
+    let mut primary = formation.connect(DB).unwrap();
+    define_service(&mut primary, "orders");
+    let minted: i64 = primary.query_one("SELECT idgen_next_id('orders')", &[]).unwrap().get(0);
     let mut standbys = 0;
     for mut node in formation.each_node(DB) {
         if node.query_one("SELECT pg_is_in_recovery()", &[]).unwrap().get(0) {

@@ -189,9 +189,9 @@ fn with_literals(statement: &statements::Statement, literals: &[&str]) -> String
 #[test]
 fn a_claim_counts_in_use_what_idgen_capacity_counts_in_use() {
     // The capacity alert of a claim counts with COUNT_IN_USE (src/statements.rs); idgen_capacity
-    // counts the rows whose idgen_node_state is not `released`. Rows in every state: held and
+    // counts the rows whose idgen_nodes state is not `released`. Rows in every state: held and
     // fresh, held past its lease, idle for each tier, released and cooling down, released past
-    // the cooldown.
+    // the cooldown by hand (fenced: its holder's bound ahead) and by its holder (with its watermark).
     let db = TestDb::create("one_source_in_use");
     let mut client = db.connect();
     let policy = policy_now(&mut client);
@@ -203,7 +203,8 @@ fn a_claim_counts_in_use_what_idgen_capacity_counts_in_use() {
         policy.takeover_idle_1d_secs + 1,
         policy.takeover_idle_7d_secs + 1,
     ];
-    let released_ago = [cooldown / 2, cooldown + 1];
+    // (seconds ago, released with the holder's watermark)
+    let released_ago = [(cooldown / 2, false), (cooldown + 1, false), (cooldown + 1, true)];
     for (i, secs) in held_idle.iter().enumerate() {
         client.query_one("SELECT idgen_claim('in_use', '192.0.2.1', $1)", &[&(2000 + i as i32)]).unwrap();
         client
@@ -216,14 +217,18 @@ fn a_claim_counts_in_use_what_idgen_capacity_counts_in_use() {
             )
             .unwrap();
     }
-    for (i, secs) in released_ago.iter().enumerate() {
+    for (i, (secs, with_watermark)) in released_ago.iter().enumerate() {
         let port = 3000 + i as i32;
         let row = client
             .query_one("SELECT machine_id, version FROM idgen_claim('in_use', '192.0.2.2', $1)", &[&port])
             .unwrap();
         let (machine_id, version): (i32, i64) = (row.get(0), row.get(1));
+        let watermark = if *with_watermark { "now()" } else { "NULL" };
         client
-            .query_one("SELECT idgen_release('in_use', $1, '192.0.2.2', $2, $3)", &[&machine_id, &port, &version])
+            .query_one(
+                &format!("SELECT idgen_release('in_use', $1, '192.0.2.2', $2, $3, {watermark})"),
+                &[&machine_id, &port, &version],
+            )
             .unwrap();
         client
             .execute(
@@ -239,19 +244,23 @@ fn a_claim_counts_in_use_what_idgen_capacity_counts_in_use() {
         .iter()
         .map(|row| row.get(0))
         .collect();
-    assert!(states.len() >= 6, "the rows do not reach every state: {states:?}");
+    assert!(states.len() >= 8, "the rows do not reach every state: {states:?}");
+    assert!(states.contains(&"fenced".to_owned()) && states.contains(&"released".to_owned()), "{states:?}");
     let capacity: i64 =
         client.query_one("SELECT in_use FROM idgen_capacity WHERE service = 'in_use'", &[]).unwrap().get(0);
     let cooldown_literal = format!("'{cooldown} seconds'::interval");
-    let claim_counts =
-        with_literals(&statements::COUNT_IN_USE, &["'in_use'", &cooldown_literal, "0::smallint", "1023::smallint"]);
+    let tolerance_literal = format!("'{} seconds'::interval", policy.lease_safety_margin_secs);
+    let claim_counts = with_literals(
+        &statements::COUNT_IN_USE,
+        &["'in_use'", &cooldown_literal, "0::smallint", "1023::smallint", &tolerance_literal],
+    );
     let claim: i64 = client.query_one(claim_counts.as_str(), &[]).unwrap().get(0);
     assert_eq!(
         claim, capacity,
         "COUNT_IN_USE (src/statements.rs, the claim's capacity alert) counts {claim} in use, idgen_capacity.in_use \
          (idgen_node_state, sql/diagnostics.sql) {capacity}, of rows in the states {states:?}"
     );
-    assert_eq!(capacity, held_idle.len() as i64 + 1, "in use: every held row and the one cooling down");
+    assert_eq!(capacity, held_idle.len() as i64 + 2, "in use: every held row, the one cooling down and the fenced one");
 }
 
 #[test]

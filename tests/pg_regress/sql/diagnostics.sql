@@ -26,14 +26,15 @@ UPDATE system_nodes SET last_seen = last_seen - d, lease_until = lease_until - d
   FROM (VALUES (1, interval '56 minutes'), (2, interval '2 hours'), (3, interval '2 days'), (4, interval '8 days')) b(m, d)
  WHERE service = 'states' AND machine_id = b.m;
 SELECT idgen_release('states', 5::smallint, '10.0.0.6', 8000, 1);
-SELECT idgen_release('states', 6::smallint, '10.0.0.7', 8000, 1);
+-- Machine id 6 by its holder, with its last stamp: free once the cooldown is over.
+SELECT idgen_release('states', 6::smallint, '10.0.0.7', 8000, 1, now());
 UPDATE system_nodes SET released_at = now() - interval '2 minutes' WHERE service = 'states' AND machine_id = 6;
 -- A backend's own row, with the live connection in its slot.
 SELECT idgen_next_id('states') > 0 AS minted;
 SELECT machine_id, kind, state, holder LIKE 'backend slot % of 127.0.0.1:%' AS backend_holder,
        idle < interval '1 hour' AS recent, lease_until > now() AS leased
   FROM idgen_nodes WHERE service = 'states' ORDER BY machine_id;
-SELECT pid = pg_backend_pid() AS this_session, "user", database = current_database() AS this_database, application_name
+SELECT pid = pg_backend_pid() AS this_session, usename, database = current_database() AS this_database, application_name
   FROM idgen_nodes WHERE service = 'states' AND kind = 'backend';
 SELECT service, capacity, in_use, free, used, above_alert, held, live, past_lease,
        takeable_7d, takeable_1d, takeable_1h, cooling_down, released, oldest_idle_machine_id, oldest_idle_holder,

@@ -1,0 +1,131 @@
+//! What idgen tells a person to read exists: every `docs/<file>.md#<section>` that an error, a
+//! hint, an `idgen_health()` action or a comment of the SQL objects names is a heading of that
+//! file, and none names a section by title alone ("README: freeing an id by hand" outlived the
+//! section it named). Reads the sources; needs no cluster.
+
+use idgen_cluster_tests::rust_files;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The texts that reach a user: the SQL objects (not the released update scripts, which do not
+/// change) and the Rust of the extension, the core and the client.
+fn sources() -> Vec<(String, String)> {
+    let root = root();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root.join("sql"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "sql"))
+        .filter(|path| !path.file_name().unwrap().to_string_lossy().starts_with("idgen--"))
+        .collect();
+    for dir in ["src", "core/src", "client/src"] {
+        files.extend(rust_files(&root.join(dir)).into_iter().map(|f| root.join(dir).join(f)));
+    }
+    files.sort();
+    files
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).unwrap();
+            (path.strip_prefix(&root).unwrap().display().to_string(), text)
+        })
+        .collect()
+}
+
+/// A heading's anchor as GitHub makes it: lower case, punctuation dropped but `-` and `_`,
+/// spaces as `-`.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+fn anchors_of(doc: &Path) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(doc).unwrap_or_else(|e| panic!("{}: {e}", doc.display()));
+    let mut in_code = false;
+    let mut found = BTreeSet::new();
+    for line in text.lines() {
+        if line.starts_with("```") {
+            in_code = !in_code;
+        } else if !in_code && line.starts_with('#') {
+            found.insert(anchor(line.trim_start_matches('#')));
+        }
+    }
+    found
+}
+
+/// Every `docs/<name>.md` or `docs/<name>.md#<anchor>` in `text`, with its line.
+fn doc_links(text: &str) -> Vec<(usize, String, Option<String>)> {
+    let mut links = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let mut rest = line;
+        while let Some(at) = rest.find("docs/") {
+            let tail = &rest[at + 5..];
+            let name: String = tail.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            let after = &tail[name.len()..];
+            if let Some(after_md) = after.strip_prefix(".md") {
+                let section = after_md.strip_prefix('#').map(|s| {
+                    s.chars().take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_')).collect::<String>()
+                });
+                links.push((number + 1, format!("{name}.md"), section));
+            }
+            rest = after;
+        }
+    }
+    links
+}
+
+#[test]
+fn every_section_idgen_points_to_exists() {
+    let docs = root().join("docs");
+    let mut checked = 0;
+    let mut broken = Vec::new();
+    for (file, text) in sources() {
+        for (line, doc, section) in doc_links(&text) {
+            let path = docs.join(&doc);
+            if !path.exists() {
+                broken.push(format!("{file}:{line}: docs/{doc} does not exist"));
+                continue;
+            }
+            if let Some(section) = section {
+                checked += 1;
+                if !anchors_of(&path).contains(&section) {
+                    broken.push(format!("{file}:{line}: docs/{doc} has no section #{section}"));
+                }
+            }
+        }
+        for (number, line) in text.lines().enumerate() {
+            if line.contains("README: ") || line.contains("see the README (") {
+                broken.push(format!(
+                    "{file}:{}: names a section by its title: link docs/<file>.md#<section>",
+                    number + 1
+                ));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "links to sections that do not exist:\n{}", broken.join("\n"));
+    // idgen_health()'s actions link the runbook (sql/diagnostics.sql), and errors link it too.
+    assert!(checked >= 6, "only {checked} links found: the scan is broken");
+}
+
+#[test]
+fn the_anchors_are_made_as_github_makes_them() {
+    assert_eq!(anchor(" Freeing an id by hand, safely"), "freeing-an-id-by-hand-safely");
+    assert_eq!(anchor(" Metrics for postgres_exporter"), "metrics-for-postgres_exporter");
+    assert_eq!(anchor(" Scale-out: several primaries, one ID space"), "scale-out-several-primaries-one-id-space");
+    assert_eq!(
+        anchor(" `idgen_next_id()` and `idgen_next_id(service text)`"),
+        "idgen_next_id-and-idgen_next_idservice-text"
+    );
+    let links = doc_links("see docs/ha.md#scale-out-x, and docs/kubernetes.md.");
+    assert_eq!(
+        links,
+        vec![(1, "ha.md".to_owned(), Some("scale-out-x".to_owned())), (1, "kubernetes.md".to_owned(), None)]
+    );
+}
