@@ -66,6 +66,26 @@ fn not_granted(function: &str, service: &str, caller: &Caller) -> IdgenError {
     ))
 }
 
+/// What makes a service exist, each piece marked `true` when this backend's transaction wrote it and
+/// has not committed: its layout row, its grants; and whether it has registry rows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Evidence {
+    pub layout_ours: Option<bool>,
+    pub grants_ours: Vec<bool>,
+    pub has_rows: bool,
+}
+
+/// Whether a backend's claim for a service must wait for this transaction's commit: the claim commits
+/// in a transaction of its own, which would wait for a layout row this transaction wrote, and would
+/// create a service that exists only by this transaction's grants (left behind by a rollback).
+pub fn created_in_this_transaction(evidence: &Evidence, own_service: bool) -> bool {
+    if evidence.layout_ours == Some(true) {
+        return true;
+    }
+    let pieces: Vec<bool> = evidence.layout_ours.into_iter().chain(evidence.grants_ours.iter().copied()).collect();
+    !own_service && !evidence.has_rows && !pieces.is_empty() && pieces.iter().all(|&ours| ours)
+}
+
 /// A backend was asked to mint for a service the registry does not know: a misspelt name, most
 /// likely, which would otherwise become a service of its own.
 pub fn unknown_service(function: &str, service: &str) -> IdgenError {
@@ -144,5 +164,25 @@ mod tests {
         let unasked = || -> Caller { panic!("the caller's standing does not decide this") };
         assert!(may_act_for("idgen_next_id", HolderKind::Backend, "shop", "shop", unasked).is_ok());
         assert!(may_act_for("idgen_claim", HolderKind::Service, "o'rdrs", "shop", || unknown(true, false)).is_ok());
+    }
+
+    #[test]
+    fn a_claim_waits_for_this_transaction_only_for_what_it_wrote_alone() {
+        let evidence = |layout_ours, grants_ours: &[bool], has_rows| Evidence {
+            layout_ours,
+            grants_ours: grants_ours.to_vec(),
+            has_rows,
+        };
+        // A layout row this transaction wrote: the claim would wait for it, whatever else there is.
+        assert!(created_in_this_transaction(&evidence(Some(true), &[false], true), true));
+        // Only this transaction's grants: a rollback would leave the claim's service behind.
+        assert!(created_in_this_transaction(&evidence(None, &[true, true], false), false));
+        // Anything committed, registry rows, or the database's own service: it exists already.
+        assert!(!created_in_this_transaction(&evidence(Some(false), &[true], false), false));
+        assert!(!created_in_this_transaction(&evidence(None, &[true, false], false), false));
+        assert!(!created_in_this_transaction(&evidence(None, &[true], true), false));
+        assert!(!created_in_this_transaction(&evidence(None, &[true], false), true));
+        // Nothing at all: not created here (the existence check refuses it).
+        assert!(!created_in_this_transaction(&Evidence::default(), false));
     }
 }

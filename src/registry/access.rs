@@ -131,29 +131,20 @@ pub fn created_in_this_transaction(client: &mut SpiClient, service: &str) -> boo
     {
         return false;
     }
-    let Some(row) = spi::run(client, &sql::SERVICE_EVIDENCE, Some(1), &[service.into()])
+    let ours = |xmin: i64| {
+        // SAFETY: a lookup in this backend's transaction state (its subtransactions included).
+        u32::try_from(xmin).is_ok_and(|x| unsafe { pg_sys::TransactionIdIsCurrentTransactionId(x.into()) })
+    };
+    let evidence = spi::run(client, &sql::SERVICE_EVIDENCE, Some(1), &[service.into()])
         .unwrap_or_else(|e| panic!("idgen: could not read what makes service {service:?} exist: {e}"))
         .next()
-        .map(|row| {
-            let layout: Option<i64> = row.get(1).ok().flatten();
-            let grants: Vec<i64> = row.get::<Vec<i64>>(2).ok().flatten().unwrap_or_default();
-            let has_rows: bool = row.get(3).ok().flatten().unwrap_or(false);
-            (layout, grants, has_rows)
+        .map(|row| access::Evidence {
+            layout_ours: row.get::<i64>(1).ok().flatten().map(ours),
+            grants_ours: row.get::<Vec<i64>>(2).ok().flatten().unwrap_or_default().into_iter().map(ours).collect(),
+            has_rows: row.get::<bool>(3).ok().flatten().unwrap_or(false),
         })
-    else {
-        return false;
-    };
-    let (layout, grants, has_rows) = row;
-    let ours = |xmin: &i64| {
-        // SAFETY: a lookup in this backend's transaction state (its subtransactions included).
-        u32::try_from(*xmin).is_ok_and(|x| unsafe { pg_sys::TransactionIdIsCurrentTransactionId(x.into()) })
-    };
-    if layout.as_ref().is_some_and(ours) {
-        return true;
-    }
-    let evidence: Vec<i64> = layout.into_iter().chain(grants).collect();
-    let own = service == super::own::service();
-    !own && !has_rows && !evidence.is_empty() && evidence.iter().all(ours)
+        .unwrap_or_default();
+    access::created_in_this_transaction(&evidence, service == super::own::service())
 }
 
 /// The role acting now: the one idgen checks and records. Read before switching to the

@@ -392,7 +392,8 @@ pub struct Released {
     pub issued_until: TimestampWithTimeZone,
 }
 
-/// How many machine ids of `service` in the range a claim cannot get without a take-back (held or cooling down).
+/// How many machine ids of `service` in the range a claim cannot get without a take-back: held, cooling
+/// down, or fenced (released with a watermark further ahead than a node's claim tolerates).
 pub fn count_in_use(client: &mut SpiClient, service: &str, policy: &ClaimPolicy, times: &ClaimTerms) -> i64 {
     let [first, last] = range_args(times);
     // A node's claim tolerates a watermark that far ahead (`idgen_core::watermark::tolerance_ms`), as
