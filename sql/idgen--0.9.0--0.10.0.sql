@@ -3,9 +3,9 @@
 --   is parked (it was live): the slot's next backend of the service takes it up, or the registry
 --   writer closes it. idgen_backend_row_here() tells such rows. idgen_capacity counts parked rows
 --   as live, as before.
--- - idgen_nodes.state: a row released past the cooldown whose watermark is further ahead than
---   idgen.lease_safety_margin (released by hand: the holders' bound) is fenced (it was released):
---   claims skip it, and idgen_capacity counts it in use (new column fenced), as the claim does.
+-- - idgen_nodes.state: a row released past the cooldown whose watermark is still ahead (released
+--   by hand: the holders' bound) is fenced (it was released): claims skip it until its time, and
+--   idgen_capacity counts it in use (new column fenced), as the claim's capacity alert does.
 --   idgen_health() reports such rows once (released_fenced), not as watermark_ahead, which now
 --   looks past the lease each row was granted.
 -- - idgen_nodes.usename: the process's user, as "user" showed it. "user" stays for this release
@@ -53,8 +53,7 @@ SELECT n.service,
                  AND idgen_backend_row_here(n.host, n.port, n.backend_slot)
                  AND idgen_slot_pid(n.host, n.port, n.backend_slot) IS NULL THEN 'parked'::text
             WHEN s.state OPERATOR(pg_catalog.=) 'released'::text
-                 AND n.issued_until OPERATOR(pg_catalog.>) (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) p.lease_safety_margin)
-                 THEN 'fenced'::text
+                 AND n.issued_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp() THEN 'fenced'::text
             ELSE s.state
        END AS state,
        idgen_node_name(n.host, n.port, n.backend_slot) AS holder,
@@ -91,7 +90,7 @@ SELECT n.service,
          ON a.pid OPERATOR(pg_catalog.=) idgen_slot_pid(n.host, n.port, n.backend_slot, n.last_seen)
  WHERE v.reads_all OR n.service::text OPERATOR(pg_catalog.=) ANY (v.services);
 COMMENT ON COLUMN idgen_nodes.state IS
-    'live (inside its lease), parked (a backend row of this server inside its lease with no process in its slot: its backend exited, and the slot''s next backend of the service takes the lease up, or the registry writer closes it; after a server restart, or in a database copied with its registry, it ends with its lease; not takeable before then), past_lease (its holder must have stopped issuing; not takeable yet), idle_1h / idle_1d / idle_7d (idle long enough for that take-back tier), cooling_down (released, within idgen.release_cooldown), fenced (released past the cooldown, with a watermark further ahead than idgen.lease_safety_margin: its holders'' bound after a release without their last stamp, by hand; claims take it once that time is near), released (released, free for the next claim).';
+    'live (inside its lease), parked (a backend row of this server inside its lease with no process in its slot: its backend exited, and the slot''s next backend of the service takes the lease up, or the registry writer closes it; after a server restart, or in a database copied with its registry, it ends with its lease; not takeable before then), past_lease (its holder must have stopped issuing; not takeable yet), idle_1h / idle_1d / idle_7d (idle long enough for that take-back tier), cooling_down (released, within idgen.release_cooldown), fenced (released past the cooldown, with a watermark still ahead: its holders'' bound after a release without their last stamp, by hand, or a holder''s clock ahead; no claim takes it before its time is near: a node''s within idgen.lease_safety_margin, a backend''s within idgen.max_clock_backward), released (released, free for the next claim).';
 COMMENT ON COLUMN idgen_nodes."user" IS 'Deprecated (it goes in 0.11.0): usename, under a name SQL reads as CURRENT_USER unless quoted.';
 COMMENT ON COLUMN idgen_nodes.usename IS 'That process''s user (as pg_stat_activity.usename).';
 
@@ -140,9 +139,11 @@ SELECT s.service,
   LEFT JOIN LATERAL (SELECT n.machine_id, n.holder, n.idle FROM idgen_nodes n
                       WHERE n.service OPERATOR(pg_catalog.=) s.service AND n.in_range AND n.released_at IS NULL
                       ORDER BY n.last_seen, n.machine_id LIMIT 1) o ON true;
+COMMENT ON VIEW idgen_capacity IS
+    'Per service you may read, within the machine ids this server hands out for it (its pool within idgen.machine_id_range): how many are in use (held, cooling down after a release, or fenced until their watermark), free for the next claim, and takeable per tier, and the oldest idle holder. A claim that leaves a service above idgen.capacity_warning or idgen.capacity_critical raises an idgen_alert with the level.';
 COMMENT ON COLUMN idgen_capacity.in_use IS 'Held, released and still cooling down, or released and fenced: a claim gets none of them without a take-back, or before the fenced ones'' time.';
 COMMENT ON COLUMN idgen_capacity.live IS 'Held inside their lease (parked backend leases included).';
-COMMENT ON COLUMN idgen_capacity.fenced IS 'Released past the cooldown but fenced: released without their holders'' last stamp (by hand), they wait until the holders'' bound (counted in in_use).';
+COMMENT ON COLUMN idgen_capacity.fenced IS 'Released past the cooldown with a watermark still ahead (a release by hand keeps the holders'' bound): no claim takes them before that time (counted in in_use).';
 
 COMMENT ON VIEW idgen_metrics IS
     'One row per service you may read, numeric columns only, for postgres_exporter (docs/operations.md#metrics-for-postgres_exporter). The counters count every event since the extension was created, purged ones included.';
@@ -189,11 +190,14 @@ SELECT f.severity, f.finding, f.subject, f.detail, f.action FROM (
                       AND (c.takeable_7d OPERATOR(pg_catalog.+) c.takeable_1d OPERATOR(pg_catalog.+) c.takeable_1h) OPERATOR(pg_catalog.=) 0)
                 THEN 'critical' ELSE 'warning' END,
            'capacity', c.service,
-           pg_catalog.format('%s of %s machine ids in use (%s), above idgen.capacity_%s (%s); %s free, takeable 7d/1d/1h: %s/%s/%s; oldest idle: machine id %s, %s, idle %s.',
+           pg_catalog.format('%s of %s machine ids in use (%s), above idgen.capacity_%s (%s); %s free, takeable 7d/1d/1h: %s/%s/%s; %s',
                              c.in_use, c.capacity, c.used, c.level,
                              CASE WHEN c.level OPERATOR(pg_catalog.=) 'critical'::text THEN p.capacity_critical ELSE p.capacity_warning END,
                              c.free, c.takeable_7d, c.takeable_1d, c.takeable_1h,
-                             c.oldest_idle_machine_id, c.oldest_idle_holder, c.oldest_idle),
+                             CASE WHEN c.oldest_idle_machine_id IS NULL THEN 'none is held (cooling down or fenced).'::text
+                                  ELSE pg_catalog.format('oldest idle: machine id %s, %s, idle %s.',
+                                                         c.oldest_idle_machine_id, c.oldest_idle_holder, c.oldest_idle)
+                             END),
            pg_catalog.format('Find why so many nodes hold ids: SELECT * FROM idgen_nodes WHERE service = %L ORDER BY last_seen; release the ids of nodes stopped for good (docs/operations.md#freeing-an-id-by-hand-safely), or give the nodes their own service names (docs/operations.md#a-service-is-full).', c.service)
       FROM idgen_capacity c CROSS JOIN idgen_policy() p WHERE c.level IS NOT NULL
     UNION ALL
@@ -256,9 +260,9 @@ SELECT f.severity, f.finding, f.subject, f.detail, f.action FROM (
            (GREATEST(pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) p.lease, n.lease_until) OPERATOR(pg_catalog.+) p.heartbeat_interval)
     UNION ALL
     SELECT 'notice', 'released_fenced', r.service,
-           pg_catalog.format('%s machine ids were released without their holders'' last stamp (by hand), so the registry keeps what their holders may have stamped: claims take them from %s (machine ids %s), other ids meanwhile.',
+           pg_catalog.format('%s released machine ids keep a watermark ahead of the clock, until %s (machine ids %s): their holders may have stamped until then (a release by hand keeps the holder''s bound; a holder''s clock ahead reports its own). Claims take other ids meanwhile.',
                              r.n, r.until, r.ids),
-           'Nothing is wrong: they are free once that time is near. A node that releases its own id passes its watermark and frees it at once (docs/operations.md#freeing-an-id-by-hand-safely).'
+           'Nothing is wrong: they come free at that time. A node that releases its own id with a true clock frees it at once (docs/operations.md#freeing-an-id-by-hand-safely).'
       FROM (SELECT n.service, pg_catalog.count(*) AS n, pg_catalog.max(n.issued_until) AS until,
                    pg_catalog.string_agg(n.machine_id::text, ', '::text ORDER BY n.machine_id) AS ids
               FROM idgen_nodes n CROSS JOIN idgen_policy() p

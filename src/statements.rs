@@ -294,9 +294,9 @@ statements! {
         SELECT (SELECT l.xmin::pg_catalog.text::pg_catalog.int8
                 FROM idgen_private.idgen_layouts l
                 WHERE l.service::pg_catalog.text OPERATOR(pg_catalog.=) $1),
-            ARRAY(SELECT m.xmin::pg_catalog.text::pg_catalog.int8
-                  FROM idgen_private.idgen_service_members m
-                  WHERE m.service::pg_catalog.text OPERATOR(pg_catalog.=) $1),
+            (SELECT pg_catalog.array_agg(m.xmin::pg_catalog.text::pg_catalog.int8)
+             FROM idgen_private.idgen_service_members m
+             WHERE m.service::pg_catalog.text OPERATOR(pg_catalog.=) $1),
             EXISTS (SELECT FROM idgen_private.nodes n WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1)
     "#;
 
@@ -980,13 +980,12 @@ statements! {
         UPDATE SKIP LOCKED
     "#;
 
-    /// How many machine ids of the range a claim cannot get without a take-back: held, released less
-    /// than `cooldown` ago, or released with a watermark (its holders' bound, after a release by hand)
-    /// more than `tolerance` ahead, which a node's claim skips. "In use" as `idgen_capacity` counts it:
-    /// every state of `idgen_nodes` but `released` (tests/cluster/tests/one_source.rs ties the two).
+    /// How many machine ids of the range a claim cannot get without a take-back, or before their time:
+    /// held, released less than `cooldown` ago, or released with a watermark still ahead of the clock
+    /// (its holders' bound, after a release by hand). "In use" as `idgen_capacity` counts it: every
+    /// state of `idgen_nodes` but `released` (tests/cluster/tests/one_source.rs ties the two).
     COUNT_IN_USE(
         service: text, cooldown: interval, first_machine_id: integer, last_machine_id: integer,
-        tolerance: interval,
     ) = r#"
         SELECT pg_catalog.count(*)
         FROM idgen_private.nodes n
@@ -995,7 +994,7 @@ statements! {
           AND n.machine_id OPERATOR(pg_catalog.<=) $4
           AND (n.released_at IS NULL
                OR n.released_at OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) $2)
-               OR n.issued_until OPERATOR(pg_catalog.>) (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $5))
+               OR n.issued_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp())
     "#;
 
     /// The highest machine id of the range with a row: no more rows than up to it can be in use (the

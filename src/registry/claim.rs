@@ -351,7 +351,8 @@ fn alert_if_nearly_full(client: &mut SpiClient, cx: &Context, row: &ClaimedRow, 
     if fleet::capacity_level(at_most, capacity, warning, critical).is_none() {
         return;
     }
-    let in_use = store::count_in_use(client, &cx.node.service, &cx.settings.policy, &here_times);
+    let cooldown = cx.settings.policy.release_cooldown_secs;
+    let in_use = store::count_in_use(client, &cx.node.service, cooldown, &here_times);
     if let Some(level) = fleet::capacity_level(in_use, capacity, warning, critical) {
         let threshold = match level {
             CapacityLevel::Warning => warning,

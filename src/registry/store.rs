@@ -33,7 +33,6 @@ use idgen_core::guard;
 use idgen_core::input::{GeneratorCounts, Holding, NodeIdentity};
 use idgen_core::layout::Pool;
 use idgen_core::watermark::{self, HolderKind};
-use idgen_core::ClaimPolicy;
 use pgrx::datum::{DatumWithOid, Inet, TimestampWithTimeZone};
 use pgrx::spi::{SpiClient, SpiHeapTupleData};
 
@@ -392,14 +391,11 @@ pub struct Released {
     pub issued_until: TimestampWithTimeZone,
 }
 
-/// How many machine ids of `service` in the range a claim cannot get without a take-back: held, cooling
-/// down, or fenced (released with a watermark further ahead than a node's claim tolerates).
-pub fn count_in_use(client: &mut SpiClient, service: &str, policy: &ClaimPolicy, times: &ClaimTerms) -> i64 {
+/// How many machine ids of `service` in the range a claim cannot get without a take-back, or before
+/// their time: held, cooling down, or fenced (released with a watermark still ahead).
+pub fn count_in_use(client: &mut SpiClient, service: &str, cooldown_secs: i64, times: &ClaimTerms) -> i64 {
     let [first, last] = range_args(times);
-    // A node's claim tolerates a watermark that far ahead (`idgen_core::watermark::tolerance_ms`), as
-    // idgen_capacity does.
-    let tolerance = secs(policy.lease_safety_margin_secs);
-    let args = [text(service), secs(policy.release_cooldown_secs), first, last, tolerance];
+    let args = [text(service), secs(cooldown_secs), first, last];
     first_value::<i64>(run(client, &sql::COUNT_IN_USE, Some(1), &args)).unwrap_or(0)
 }
 

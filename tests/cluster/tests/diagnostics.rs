@@ -641,6 +641,6 @@ fn ids_released_by_hand_are_one_finding_and_in_use_as_the_claim_counts_them() {
     assert_eq!(findings, ["critical capacity", "notice released_fenced"], "one cause, one finding; no clock is wrong");
     let detail: String =
         admin.query_one("SELECT detail FROM idgen_health() WHERE finding = 'released_fenced'", &[]).unwrap().get(0);
-    assert!(detail.starts_with("2 machine ids were released without their holders' last stamp"), "{detail}");
+    assert!(detail.starts_with("2 released machine ids keep a watermark ahead of the clock"), "{detail}");
     assert!(detail.contains("(machine ids 0, 1)"), "{detail}");
 }

@@ -249,11 +249,8 @@ fn a_claim_counts_in_use_what_idgen_capacity_counts_in_use() {
     let capacity: i64 =
         client.query_one("SELECT in_use FROM idgen_capacity WHERE service = 'in_use'", &[]).unwrap().get(0);
     let cooldown_literal = format!("'{cooldown} seconds'::interval");
-    let tolerance_literal = format!("'{} seconds'::interval", policy.lease_safety_margin_secs);
-    let claim_counts = with_literals(
-        &statements::COUNT_IN_USE,
-        &["'in_use'", &cooldown_literal, "0::smallint", "1023::smallint", &tolerance_literal],
-    );
+    let claim_counts =
+        with_literals(&statements::COUNT_IN_USE, &["'in_use'", &cooldown_literal, "0::smallint", "1023::smallint"]);
     let claim: i64 = client.query_one(claim_counts.as_str(), &[]).unwrap().get(0);
     assert_eq!(
         claim, capacity,
