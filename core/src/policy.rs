@@ -223,10 +223,31 @@ pub enum NodeState {
     Cooling,
     /// Released and past its cooldown: the next claim of the service may take it.
     Released,
+    /// The views only ([`NodeState::as_shown`]): a live backend row of this server with no process in
+    /// its slot. Its backend exited and left the lease for the slot's next backend (or for the
+    /// registry writer to close); the claim treats it as `Live`.
+    Parked,
+    /// The views only ([`NodeState::as_shown`]): released past the cooldown with a watermark still
+    /// ahead (a release by hand keeps the holder's bound); no claim takes it before that time.
+    Fenced,
 }
 
 impl NodeState {
-    pub const ALL: [NodeState; 7] = [
+    pub const ALL: [NodeState; 9] = [
+        NodeState::Live,
+        NodeState::PastLease,
+        NodeState::Idle1h,
+        NodeState::Idle1d,
+        NodeState::Idle7d,
+        NodeState::Cooling,
+        NodeState::Released,
+        NodeState::Parked,
+        NodeState::Fenced,
+    ];
+
+    /// The states of the claim's rule ([`ClaimPolicy::node_state`], SQL `idgen_node_state`): all
+    /// but those only the views show.
+    pub const OF_CLAIM: [NodeState; 7] = [
         NodeState::Live,
         NodeState::PastLease,
         NodeState::Idle1h,
@@ -235,6 +256,17 @@ impl NodeState {
         NodeState::Cooling,
         NodeState::Released,
     ];
+
+    /// The state `idgen_nodes` shows for a row in this state by the claim's rule (the view's CASE in
+    /// sql/diagnostics.sql restates it): `Parked` for a live backend row of this server with no
+    /// process in its slot, `Fenced` for a released row whose watermark is still ahead.
+    pub fn as_shown(self, backend_here_without_process: bool, watermark_ahead: bool) -> NodeState {
+        match self {
+            NodeState::Live if backend_here_without_process => NodeState::Parked,
+            NodeState::Released if watermark_ahead => NodeState::Fenced,
+            state => state,
+        }
+    }
 
     /// The label in `idgen_nodes.state`.
     pub fn label(self) -> &'static str {
@@ -246,6 +278,8 @@ impl NodeState {
             NodeState::Idle7d => "idle_7d",
             NodeState::Cooling => "cooling_down",
             NodeState::Released => "released",
+            NodeState::Parked => "parked",
+            NodeState::Fenced => "fenced",
         }
     }
 }
@@ -451,7 +485,10 @@ mod tests {
             assert_eq!(p.node_state(unrecorded), state, "unrecorded: idle {idle}, released {released:?}");
         }
         let labels: Vec<&str> = NodeState::ALL.iter().map(|s| s.label()).collect();
-        assert_eq!(labels, ["live", "past_lease", "idle_1h", "idle_1d", "idle_7d", "cooling_down", "released"]);
+        assert_eq!(
+            labels,
+            ["live", "past_lease", "idle_1h", "idle_1d", "idle_7d", "cooling_down", "released", "parked", "fenced"]
+        );
     }
 
     #[test]
@@ -468,5 +505,17 @@ mod tests {
         assert_eq!(lowered.node_state(granted(12.0, None)), NodeState::Live, "inside the lease it was given");
         assert_eq!(lowered.node_state(granted(56.0 * 60.0, None)), NodeState::PastLease, "before its takeover_at");
         assert_eq!(lowered.node_state(granted(HOUR as f64 + 1.0, None)), NodeState::Idle7d, "and takeable after it");
+    }
+
+    #[test]
+    fn the_views_show_parked_and_fenced_rows_of_the_claims_live_and_released_ones() {
+        use NodeState::*;
+        assert_eq!(Live.as_shown(true, true), Parked);
+        assert_eq!(Live.as_shown(false, true), Live);
+        assert_eq!(Released.as_shown(true, true), Fenced);
+        assert_eq!(Released.as_shown(true, false), Released);
+        for state in [PastLease, Idle1h, Idle1d, Idle7d, Cooling] {
+            assert_eq!(state.as_shown(true, true), state, "only live and released rows are shown otherwise");
+        }
     }
 }

@@ -438,6 +438,7 @@ fn the_comments_that_list_events_outcomes_and_states_name_every_one() {
     let events: Vec<&str> = EventKind::ALL.iter().map(|k| k.label()).collect();
     let outcomes: Vec<&str> = Outcome::ALL.iter().map(|o| o.label()).collect();
     let states: Vec<&str> = NodeState::ALL.iter().map(|s| s.label()).collect();
+    let claim_states: Vec<&str> = NodeState::OF_CLAIM.iter().map(|s| s.label()).collect();
     let lists = [
         (&HISTORY, "COLUMN idgen_private.idgen_history.event", "EventKind::ALL", &events),
         (&DIAGNOSTICS, "COLUMN idgen_events.event", "EventKind::ALL", &events),
@@ -448,8 +449,8 @@ fn the_comments_that_list_events_outcomes_and_states_name_every_one() {
         (
             &DIAGNOSTICS,
             "FUNCTION idgen_node_state(timestamptz, timestamptz, timestamptz, timestamptz)",
-            "NodeState::ALL",
-            &states,
+            "NodeState::OF_CLAIM",
+            &claim_states,
         ),
     ];
     for (sql, object, rust_place, labels) in lists {
