@@ -433,14 +433,23 @@ fn every_alter_system_example_in_the_docs_works_as_written_in_a_fresh_session() 
 }
 
 /// Appends `line` to the server's postgresql.auto.conf as an editor would (ALTER SYSTEM would check
-/// it once idgen is loaded); its other lines, shared_preload_libraries among them, stay.
+/// it once idgen is loaded); its other lines, shared_preload_libraries among them, stay. The server
+/// writes the file (it owns the data directory), read whole before COPY truncates it, and runs no
+/// program: on the clock-step cluster a program starts under libfaketime, which fails in a child
+/// once the shared memory of the faketime that started the server is gone (`cat` exited 1).
 fn append_to_the_files(admin: &mut postgres::Client, line: &str) {
     admin.execute("SELECT set_config('idgen_test.line', $1, false)", &[&line]).unwrap();
     admin
         .batch_execute(
-            "DO $$ BEGIN
-                 EXECUTE format('COPY (SELECT %L) TO PROGRAM %L', current_setting('idgen_test.line'),
-                                'cat >> ' || current_setting('data_directory') || '/postgresql.auto.conf');
+            "DO $$
+             DECLARE
+                 path text := current_setting('data_directory') || '/postgresql.auto.conf';
+                 content text := pg_read_file(path);
+             BEGIN
+                 EXECUTE format(
+                     'COPY (SELECT l FROM (SELECT l, n FROM regexp_split_to_table(%L, E''\n'') WITH ORDINALITY AS t(l, n)
+                                           WHERE l <> '''' UNION ALL SELECT %L, 2147483647) x ORDER BY n) TO %L',
+                     content, current_setting('idgen_test.line'), path);
              END $$",
         )
         .unwrap();
