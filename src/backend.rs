@@ -23,6 +23,7 @@
 //! window, so that the next connection in its slot need not wait.
 
 use crate::clock::{timestamptz, unix_ms, SystemClock};
+use crate::durability;
 use crate::errors::{or_raise, raise};
 use crate::history::Who;
 use crate::privilege::as_extension_owner;
@@ -379,6 +380,11 @@ unsafe extern "C-unwind" fn close_leases_at_exit(code: std::ffi::c_int, _arg: pg
     // A session's own settings (read only, a short statement_timeout) must not make the record fail.
     writer::settle_for_registry_writes();
     let closed = writer::in_own_transaction(|| {
+        // Without waiting for a standby: a fast shutdown (a switchover's demotion) ends backends
+        // with one SIGTERM, and a commit waiting for a standby the switchover took away would then
+        // hang the backend and the server's shutdown for good. The record only narrows the rows'
+        // windows: a standby that misses it keeps them whole, which fences more, never less.
+        durability::commit_without_standby();
         as_extension_owner(|| Spi::connect_mut(|client| record_closings(client, &unparked)));
         ((), true)
     });

@@ -23,8 +23,8 @@ pub fn make_commit_durable() {
 
 /// Lowers `synchronous_commit` to `local` for the current transaction: the commit flushes the WAL
 /// here and does not wait for a standby. Only for writes that narrow nothing a standby must know
-/// (a registry writer closing parked leases as it is ended: a standby without the close keeps the
-/// wider windows).
+/// (a registry writer closing parked leases as it is ended, a backend closing its leases on its
+/// way out: a standby without the close keeps the wider windows).
 pub fn commit_without_standby() {
     set_synchronous_commit_locally(c"local");
 }

@@ -311,6 +311,33 @@ fn a_registry_writer_waiting_for_a_standby_that_is_gone_ends_at_sigterm_and_hand
 }
 
 #[test]
+fn a_backend_ended_while_no_synchronous_standby_streams_exits_at_once() {
+    // A fast shutdown (a switchover's demotion) ends each backend with one SIGTERM. A backend that
+    // holds a lease records its last stamp on the way out; had that commit waited for the standby
+    // the switchover took away, the backend, and the server's shutdown with it, would hang for good
+    // (a fresh machine's failover test hung so for 20 minutes).
+    let (clock, _turn) = clock_cluster_turn();
+    let db = TestDb::create_on(&clock.dsn, "exit_no_standby");
+    let mut backend = db.connect();
+    backend.query_one("SELECT idgen_next_id()", &[]).unwrap();
+    let (pid, slot): (i32, i32) =
+        backend.query_one("SELECT pg_backend_pid(), backend_slot FROM idgen_backend_leases()", &[]).map(|r| (r.get(0), r.get(1))).unwrap();
+    let _standby = SystemSettings::set(&clock.dsn, &[("synchronous_standby_names", "idgen_missing_standby")]);
+    let mut observer = db.connect();
+    observer.query_one("SELECT pg_terminate_backend($1)", &[&pid]).unwrap();
+    wait_for_exit(&mut observer, pid);
+    // Its last stamp was recorded: the row is released, its watermark not past the clock.
+    let (released, stamped): (bool, bool) = observer
+        .query_one(
+            "SELECT released_at IS NOT NULL, issued_until <= clock_timestamp() FROM system_nodes WHERE backend_slot = $1",
+            &[&slot],
+        )
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert!(released && stamped, "released {released}, watermark not ahead {stamped}");
+}
+
+#[test]
 fn claims_can_be_refused_while_no_synchronous_standby_streams() {
     let (clock, _turn) = clock_cluster_turn();
     let db = TestDb::create_on(&clock.dsn, "require_standby");
