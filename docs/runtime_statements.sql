@@ -349,6 +349,16 @@ SELECT EXISTS (
     WHERE g.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
       AND g.bucket OPERATOR(pg_catalog.=) $2 FOR UPDATE SKIP LOCKED);
 
+-- GUARD_EXISTS
+-- Whether a guard row exists (a guard not taken may be held by another transaction, or missing).
+--   $1 service text
+--   $2 bucket integer
+SELECT EXISTS (
+    SELECT
+    FROM idgen_private.idgen_claim_guards g
+    WHERE g.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
+      AND g.bucket OPERATOR(pg_catalog.=) $2);
+
 -- RELEASE_OWN_ROW_AHEAD
 -- Releases the claimant's held row if its bound is further ahead of the clock than the claimant
 -- may wait, keeping the bound as the row's watermark.
@@ -1031,6 +1041,22 @@ FROM idgen_private.nodes n
 WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
   AND n.machine_id OPERATOR(pg_catalog.>=) $2
   AND n.machine_id OPERATOR(pg_catalog.<=) $3;
+
+-- CAPACITY_ANNOUNCED
+-- The capacity level announced last for a service: the kind of its newest capacity event (the
+-- three kinds are the parameters, `EventKind::of_capacity`), newest by the order of recording,
+-- which a clock stepped back does not change; no row: none announced since the history began
+-- or was purged.
+--   $1 service text
+--   $2 warning_event text
+--   $3 critical_event text
+--   $4 cleared_event text
+SELECT h.event
+FROM idgen_private.idgen_history h
+WHERE h.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
+  AND h.event OPERATOR(pg_catalog.=) ANY (ARRAY[$2, $3, $4])
+ORDER BY h.event_id DESC
+LIMIT 1;
 
 -- SYNCHRONOUS_STANDBY_STREAMING
 -- Whether a synchronous standby streams from this server now.

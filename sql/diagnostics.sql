@@ -245,11 +245,11 @@ SELECT h.at,
  CROSS JOIN idgen_visibility v
  WHERE v.reads_all OR h.service::text OPERATOR(pg_catalog.=) ANY (v.services);
 COMMENT ON VIEW idgen_events IS
-    'The ownership history (idgen_history) of the services you may read: who got which machine id when and how, who it was taken from, restarts, releases, losses and refused claims. A database backend''s reuse of its slot''s held row is not recorded (ownership does not move); a service node''s claim of the row it still held is a restart.';
+    'The ownership history (idgen_history) of the services you may read: who got which machine id when and how, who it was taken from, restarts, releases, losses, refused claims and the capacity levels announced. A database backend''s reuse of its slot''s held row is not recorded (ownership does not move); a service node''s claim of the row it still held is a restart.';
 COMMENT ON COLUMN idgen_events.at IS 'When it happened.';
-COMMENT ON COLUMN idgen_events.event IS 'claim, take_back, restart (a service node claimed the id it still held), release, set_aside, ownership_lost, refused_full, refused_watermark, refused_no_standby or watermark_behind.';
+COMMENT ON COLUMN idgen_events.event IS 'claim, take_back, restart (a service node claimed the id it still held), release, set_aside, ownership_lost, refused_full, refused_watermark, refused_no_standby, watermark_behind, or capacity_warning, capacity_critical, capacity_cleared (a claim changed the service''s capacity level from the one announced last, with an alert).';
 COMMENT ON COLUMN idgen_events.service IS 'The service.';
-COMMENT ON COLUMN idgen_events.machine_id IS 'The machine id; NULL for refused_full and refused_no_standby.';
+COMMENT ON COLUMN idgen_events.machine_id IS 'The machine id; NULL for refused_full, refused_no_standby and capacity levels announced.';
 COMMENT ON COLUMN idgen_events.version IS 'Ownership epoch after the event (or the one a loser held).';
 COMMENT ON COLUMN idgen_events.outcome IS 'Claims, take-backs and restarts: new, reused, released, idle_7d, idle_1d, idle_1h.';
 COMMENT ON COLUMN idgen_events.holder IS 'The node: host:port, or backend slot N of host:port.';
@@ -261,7 +261,7 @@ COMMENT ON COLUMN idgen_events.previous_idle IS 'Take-backs: how long it had bee
 COMMENT ON COLUMN idgen_events.not_before IS 'Claims, take-backs and restarts: the holder stamps after this.';
 COMMENT ON COLUMN idgen_events.issued_until IS 'Releases and set-asides: the watermark left.';
 COMMENT ON COLUMN idgen_events.previous_bound IS 'Take-backs: the latest time the previous holder may have stamped; restarts: the node''s earlier process.';
-COMMENT ON COLUMN idgen_events.detail IS 'Refusals and losses: what the caller was told.';
+COMMENT ON COLUMN idgen_events.detail IS 'Refusals and losses: what the caller was told; capacity levels announced: the alert.';
 COMMENT ON COLUMN idgen_events.event_id IS 'Order of recording.';
 COMMENT ON COLUMN idgen_events.host IS 'The node''s address.';
 COMMENT ON COLUMN idgen_events.port IS 'The node''s port.';
@@ -560,6 +560,38 @@ SELECT f.severity, f.finding, f.subject, f.detail, f.action FROM (
            'ALTER SYSTEM SET idgen.capacity_warning = ... (at or below idgen.capacity_critical); SELECT pg_reload_conf();'
       FROM idgen_policy() p
      WHERE p.inverted_capacity_warning IS NOT NULL
+    UNION ALL
+    SELECT 'warning', 'setting_ignored', pg_catalog.format('%s (%s)', g.name, o.scope),
+           pg_catalog.format('%s sets %s, a server-wide setting no role or database can have its own of. Sessions refuse it when idgen loads (a WARNING at connect): the server''s value (%s) applies, or, where falling back would be unsafe, their claims are refused (22023) until it is reset.',
+                             o.scope, c.setting, pg_catalog.current_setting(g.name)),
+           pg_catalog.format('%s RESET %s; to change it for the whole server: ALTER SYSTEM SET %s = ...; SELECT pg_reload_conf(); (docs/operations.md#changing-the-thresholds).',
+                             o.statement, g.name, g.name)
+      FROM pg_catalog.pg_db_role_setting s
+     CROSS JOIN LATERAL pg_catalog.unnest(s.setconfig) c(setting)
+      -- pg_show_all_settings(), not the view pg_settings: a pinned function no DROP ... CASCADE reaches.
+      JOIN pg_catalog.pg_show_all_settings() g
+        ON g.name OPERATOR(pg_catalog.=) pg_catalog.lower(pg_catalog.split_part(c.setting, '='::text, 1))
+     CROSS JOIN LATERAL (
+           SELECT CASE WHEN s.setrole OPERATOR(pg_catalog.=) 0::oid AND s.setdatabase OPERATOR(pg_catalog.=) 0::oid
+                       THEN 'all roles'::text
+                       WHEN s.setrole OPERATOR(pg_catalog.=) 0::oid
+                       THEN pg_catalog.format('database %I', pg_catalog.current_database())
+                       WHEN s.setdatabase OPERATOR(pg_catalog.=) 0::oid
+                       THEN pg_catalog.format('role %I', pg_catalog.pg_get_userbyid(s.setrole))
+                       ELSE pg_catalog.format('role %I in database %I', pg_catalog.pg_get_userbyid(s.setrole), pg_catalog.current_database())
+                  END AS scope,
+                  CASE WHEN s.setrole OPERATOR(pg_catalog.=) 0::oid AND s.setdatabase OPERATOR(pg_catalog.=) 0::oid
+                       THEN 'ALTER ROLE ALL'::text
+                       WHEN s.setrole OPERATOR(pg_catalog.=) 0::oid
+                       THEN pg_catalog.format('ALTER DATABASE %I', pg_catalog.current_database())
+                       WHEN s.setdatabase OPERATOR(pg_catalog.=) 0::oid
+                       THEN pg_catalog.format('ALTER ROLE %I', pg_catalog.pg_get_userbyid(s.setrole))
+                       ELSE pg_catalog.format('ALTER ROLE %I IN DATABASE %I', pg_catalog.pg_get_userbyid(s.setrole), pg_catalog.current_database())
+                  END AS statement) o
+     WHERE g.name OPERATOR(pg_catalog.~~) 'idgen.%'::text
+       AND g.context OPERATOR(pg_catalog.=) ANY (ARRAY['sighup'::text, 'postmaster'::text])
+       AND s.setdatabase OPERATOR(pg_catalog.=) ANY (ARRAY[0::oid,
+           (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())])
     UNION ALL
     SELECT 'warning', 'holder_past_lease', pg_catalog.format('%s machine id %s', n.service, n.machine_id),
            pg_catalog.format('%s last heartbeat %s ago; its lease ended at %s, so it must have stopped issuing IDs.', n.holder, n.idle, n.lease_until),

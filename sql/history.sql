@@ -30,7 +30,8 @@ CREATE TABLE idgen_private.idgen_history (
     detail                TEXT,
     CONSTRAINT idgen_history_event_known CHECK (event OPERATOR(pg_catalog.=) ANY (ARRAY[
         'claim', 'take_back', 'release', 'set_aside', 'ownership_lost', 'refused_full', 'refused_watermark',
-        'refused_no_standby', 'watermark_behind', 'restart'])),
+        'refused_no_standby', 'watermark_behind', 'restart', 'capacity_warning', 'capacity_critical',
+        'capacity_cleared'])),
     CONSTRAINT idgen_history_outcome_known CHECK (outcome OPERATOR(pg_catalog.=) ANY (ARRAY[
         'new', 'reused', 'released', 'idle_7d', 'idle_1d', 'idle_1h']))
 );
@@ -40,14 +41,14 @@ CREATE INDEX idgen_history_at ON idgen_private.idgen_history (at);
 CREATE INDEX idgen_history_refusals ON idgen_private.idgen_history (service, event, at);
 
 COMMENT ON TABLE idgen_private.idgen_history IS
-    'idgen ownership history, append-only: claims, take-backs, releases, ownership losses and refused claims (at most one refusal of each kind per service and minute). Read it through the view idgen_events; purge it with idgen_purge_history().';
+    'idgen ownership history, append-only: claims, take-backs, releases, ownership losses, refused claims (at most one refusal of each kind per service and minute) and the capacity levels announced. Read it through the view idgen_events; purge it with idgen_purge_history().';
 COMMENT ON SEQUENCE idgen_private.idgen_history_event_id_seq IS 'Numbers the history''s events in the order they were recorded (idgen_history.event_id); dumped with the history.';
 COMMENT ON COLUMN idgen_private.idgen_history.event_id IS 'Order of recording.';
 COMMENT ON COLUMN idgen_private.idgen_history.at IS 'When it happened (server clock).';
 COMMENT ON COLUMN idgen_private.idgen_history.event IS
-    'claim (a new id, or a node''s own released id back), take_back (from a released or idle holder; outcome names the tier), release, set_aside (a node''s own id left because its bound was too far ahead, or it is outside idgen.machine_id_range), ownership_lost (a holder learnt it lost the id), refused_full, refused_watermark, refused_no_standby (idgen.require_synchronous_standby), watermark_behind (a node reported a watermark behind the registry''s: its clock is behind), restart (a service node claimed the id it still held: it restarted without releasing). Losses, refusals and watermarks behind: at most one of each kind per service and minute.';
+    'claim (a new id, or a node''s own released id back), take_back (from a released or idle holder; outcome names the tier), release, set_aside (a node''s own id left because its bound was too far ahead, or it is outside idgen.machine_id_range), ownership_lost (a holder learnt it lost the id), refused_full, refused_watermark, refused_no_standby (idgen.require_synchronous_standby), watermark_behind (a node reported a watermark behind the registry''s: its clock is behind), restart (a service node claimed the id it still held: it restarted without releasing), capacity_warning, capacity_critical, capacity_cleared (a claim changed the service''s capacity level from the one announced last, with an alert; later claims compare with the newest). Losses, refusals and watermarks behind: at most one of each kind per service and minute.';
 COMMENT ON COLUMN idgen_private.idgen_history.service IS 'The service.';
-COMMENT ON COLUMN idgen_private.idgen_history.machine_id IS 'The machine id concerned; NULL for a claim refused because the service is full or no synchronous standby streams (refused_full, refused_no_standby).';
+COMMENT ON COLUMN idgen_private.idgen_history.machine_id IS 'The machine id concerned; NULL for a claim refused because the service is full or no synchronous standby streams (refused_full, refused_no_standby), and for capacity levels announced.';
 COMMENT ON COLUMN idgen_private.idgen_history.version IS 'Ownership epoch after the event (claims, take-backs, releases) or the one the holder had (losses).';
 COMMENT ON COLUMN idgen_private.idgen_history.outcome IS 'For claims, take-backs and restarts: new, reused, released, idle_7d, idle_1d or idle_1h.';
 COMMENT ON COLUMN idgen_private.idgen_history.host IS 'The node''s address (for a backend: idgen.node_host).';
@@ -63,10 +64,10 @@ COMMENT ON COLUMN idgen_private.idgen_history.previous_backend_slot IS 'For take
 COMMENT ON COLUMN idgen_private.idgen_history.previous_version IS 'For take-backs: its version; for restarts: the version of the node''s earlier process.';
 COMMENT ON COLUMN idgen_private.idgen_history.previous_idle_seconds IS 'For take-backs: how long it had been idle.';
 COMMENT ON COLUMN idgen_private.idgen_history.previous_bound IS 'For take-backs: the latest time it may have stamped, as the claim assumed; for restarts: the latest time the node''s earlier process may have stamped.';
-COMMENT ON COLUMN idgen_private.idgen_history.detail IS 'For refusals and losses: what the caller was told.';
+COMMENT ON COLUMN idgen_private.idgen_history.detail IS 'For refusals and losses: what the caller was told; for capacity levels announced: the alert.';
 COMMENT ON INDEX idgen_private.idgen_history_machine_id IS 'idgen_explain reads one machine id''s events in order.';
 COMMENT ON INDEX idgen_private.idgen_history_at IS 'idgen_purge_history deletes by age.';
-COMMENT ON INDEX idgen_private.idgen_history_refusals IS 'A refusal is recorded only if none of its kind was for the service within a minute.';
+COMMENT ON INDEX idgen_private.idgen_history_refusals IS 'A refusal is recorded only if none of its kind was for the service within a minute; a claim reads the capacity level announced last.';
 
 -- Append-only: not even the owner updates an event. A function of the library
 -- (src/registry/triggers.rs), not PL/pgSQL: nothing of idgen depends on an object outside

@@ -14,6 +14,10 @@
 --   see every service is told how many it does not see, and which grant shows them. The actions
 --   of idgen_health() link the docs' sections (the README had none of them any more).
 -- - A backend mints only for a service that exists (the library's rule, no object changes).
+-- - Capacity alerts on crossings: the history records each capacity level announced
+--   (capacity_warning, capacity_critical, capacity_cleared) and the claim guards get the turn to
+--   announce one (bucket 2048).
+-- - idgen_health()'s setting_ignored: a server-wide idgen setting set for a role or a database.
 -- The 0.10.0 library also runs against 0.9.0's objects until this update (and those before, as
 -- 0.9.0's library did).
 \echo Use "ALTER EXTENSION idgen UPDATE TO '0.10.0'" to load this file. \quit
@@ -244,6 +248,38 @@ SELECT f.severity, f.finding, f.subject, f.detail, f.action FROM (
       FROM idgen_policy() p
      WHERE p.inverted_capacity_warning IS NOT NULL
     UNION ALL
+    SELECT 'warning', 'setting_ignored', pg_catalog.format('%s (%s)', g.name, o.scope),
+           pg_catalog.format('%s sets %s, a server-wide setting no role or database can have its own of. Sessions refuse it when idgen loads (a WARNING at connect): the server''s value (%s) applies, or, where falling back would be unsafe, their claims are refused (22023) until it is reset.',
+                             o.scope, c.setting, pg_catalog.current_setting(g.name)),
+           pg_catalog.format('%s RESET %s; to change it for the whole server: ALTER SYSTEM SET %s = ...; SELECT pg_reload_conf(); (docs/operations.md#changing-the-thresholds).',
+                             o.statement, g.name, g.name)
+      FROM pg_catalog.pg_db_role_setting s
+     CROSS JOIN LATERAL pg_catalog.unnest(s.setconfig) c(setting)
+      -- pg_show_all_settings(), not the view pg_settings: a pinned function no DROP ... CASCADE reaches.
+      JOIN pg_catalog.pg_show_all_settings() g
+        ON g.name OPERATOR(pg_catalog.=) pg_catalog.lower(pg_catalog.split_part(c.setting, '='::text, 1))
+     CROSS JOIN LATERAL (
+           SELECT CASE WHEN s.setrole OPERATOR(pg_catalog.=) 0::oid AND s.setdatabase OPERATOR(pg_catalog.=) 0::oid
+                       THEN 'all roles'::text
+                       WHEN s.setrole OPERATOR(pg_catalog.=) 0::oid
+                       THEN pg_catalog.format('database %I', pg_catalog.current_database())
+                       WHEN s.setdatabase OPERATOR(pg_catalog.=) 0::oid
+                       THEN pg_catalog.format('role %I', pg_catalog.pg_get_userbyid(s.setrole))
+                       ELSE pg_catalog.format('role %I in database %I', pg_catalog.pg_get_userbyid(s.setrole), pg_catalog.current_database())
+                  END AS scope,
+                  CASE WHEN s.setrole OPERATOR(pg_catalog.=) 0::oid AND s.setdatabase OPERATOR(pg_catalog.=) 0::oid
+                       THEN 'ALTER ROLE ALL'::text
+                       WHEN s.setrole OPERATOR(pg_catalog.=) 0::oid
+                       THEN pg_catalog.format('ALTER DATABASE %I', pg_catalog.current_database())
+                       WHEN s.setdatabase OPERATOR(pg_catalog.=) 0::oid
+                       THEN pg_catalog.format('ALTER ROLE %I', pg_catalog.pg_get_userbyid(s.setrole))
+                       ELSE pg_catalog.format('ALTER ROLE %I IN DATABASE %I', pg_catalog.pg_get_userbyid(s.setrole), pg_catalog.current_database())
+                  END AS statement) o
+     WHERE g.name OPERATOR(pg_catalog.~~) 'idgen.%'::text
+       AND g.context OPERATOR(pg_catalog.=) ANY (ARRAY['sighup'::text, 'postmaster'::text])
+       AND s.setdatabase OPERATOR(pg_catalog.=) ANY (ARRAY[0::oid,
+           (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())])
+    UNION ALL
     SELECT 'warning', 'holder_past_lease', pg_catalog.format('%s machine id %s', n.service, n.machine_id),
            pg_catalog.format('%s last heartbeat %s ago; its lease ended at %s, so it must have stopped issuing IDs.', n.holder, n.idle, n.lease_until),
            'If the node still runs, it lost the database or its heartbeat died: restart it (it claims its id back). If it is gone for good, nothing is needed: the id is taken back after idgen.takeover_idle_1h, or release it by hand.'
@@ -343,3 +379,30 @@ SELECT f.severity, f.finding, f.subject, f.detail, f.action FROM (
 ORDER BY CASE WHEN f.severity OPERATOR(pg_catalog.=) 'critical'::text THEN 1
               WHEN f.severity OPERATOR(pg_catalog.=) 'warning'::text THEN 2 ELSE 3 END, f.finding, f.subject;
 END;
+
+-- The capacity levels announced (alerts on crossings): the history records each, and the claim guards
+-- have the turn to announce one (bucket 2048) for every service that has guards.
+ALTER TABLE idgen_private.idgen_history DROP CONSTRAINT idgen_history_event_known,
+    ADD CONSTRAINT idgen_history_event_known CHECK (event OPERATOR(pg_catalog.=) ANY (ARRAY[
+            'claim', 'take_back', 'release', 'set_aside', 'ownership_lost', 'refused_full', 'refused_watermark',
+            'refused_no_standby', 'watermark_behind', 'restart', 'capacity_warning', 'capacity_critical',
+            'capacity_cleared']));
+ALTER TABLE idgen_private.idgen_claim_guards DROP CONSTRAINT idgen_claim_guards_bucket_in_range,
+    ADD CONSTRAINT idgen_claim_guards_bucket_in_range CHECK (bucket BETWEEN 0 AND 2048);
+INSERT INTO idgen_private.idgen_claim_guards (service, bucket)
+    SELECT DISTINCT g.service, 2048 FROM idgen_private.idgen_claim_guards g
+    ON CONFLICT DO NOTHING;
+COMMENT ON TABLE idgen_private.idgen_history IS
+    'idgen ownership history, append-only: claims, take-backs, releases, ownership losses, refused claims (at most one refusal of each kind per service and minute) and the capacity levels announced. Read it through the view idgen_events; purge it with idgen_purge_history().';
+COMMENT ON COLUMN idgen_private.idgen_history.event IS
+    'claim (a new id, or a node''s own released id back), take_back (from a released or idle holder; outcome names the tier), release, set_aside (a node''s own id left because its bound was too far ahead, or it is outside idgen.machine_id_range), ownership_lost (a holder learnt it lost the id), refused_full, refused_watermark, refused_no_standby (idgen.require_synchronous_standby), watermark_behind (a node reported a watermark behind the registry''s: its clock is behind), restart (a service node claimed the id it still held: it restarted without releasing), capacity_warning, capacity_critical, capacity_cleared (a claim changed the service''s capacity level from the one announced last, with an alert; later claims compare with the newest). Losses, refusals and watermarks behind: at most one of each kind per service and minute.';
+COMMENT ON COLUMN idgen_private.idgen_history.machine_id IS 'The machine id concerned; NULL for a claim refused because the service is full or no synchronous standby streams (refused_full, refused_no_standby), and for capacity levels announced.';
+COMMENT ON COLUMN idgen_private.idgen_history.detail IS 'For refusals and losses: what the caller was told; for capacity levels announced: the alert.';
+COMMENT ON INDEX idgen_private.idgen_history_refusals IS 'A refusal is recorded only if none of its kind was for the service within a minute; a claim reads the capacity level announced last.';
+COMMENT ON COLUMN idgen_private.idgen_claim_guards.bucket IS
+    'Buckets 0 to 1023: one per never-registered machine id; 1024 to 2047: service node identities hash onto these; 2048: the turn to announce a change of the service''s capacity level. Machine ids past 1023 (the pools of wider fields) share the first 1,024, modulo 1,024.';
+COMMENT ON VIEW idgen_events IS
+    'The ownership history (idgen_history) of the services you may read: who got which machine id when and how, who it was taken from, restarts, releases, losses, refused claims and the capacity levels announced. A database backend''s reuse of its slot''s held row is not recorded (ownership does not move); a service node''s claim of the row it still held is a restart.';
+COMMENT ON COLUMN idgen_events.event IS 'claim, take_back, restart (a service node claimed the id it still held), release, set_aside, ownership_lost, refused_full, refused_watermark, refused_no_standby, watermark_behind, or capacity_warning, capacity_critical, capacity_cleared (a claim changed the service''s capacity level from the one announced last, with an alert).';
+COMMENT ON COLUMN idgen_events.machine_id IS 'The machine id; NULL for refused_full, refused_no_standby and capacity levels announced.';
+COMMENT ON COLUMN idgen_events.detail IS 'Refusals and losses: what the caller was told; capacity levels announced: the alert.';

@@ -262,14 +262,14 @@ COMMENT ON TRIGGER idgen_key_unchanged ON system_nodes IS
 -- own, when it first needs them.
 CREATE TABLE idgen_private.idgen_claim_guards (
     service VARCHAR(64) NOT NULL,
-    bucket  INTEGER NOT NULL CONSTRAINT idgen_claim_guards_bucket_in_range CHECK (bucket BETWEEN 0 AND 2047),
+    bucket  INTEGER NOT NULL CONSTRAINT idgen_claim_guards_bucket_in_range CHECK (bucket BETWEEN 0 AND 2048),
     PRIMARY KEY (service, bucket)
 );
 COMMENT ON TABLE idgen_private.idgen_claim_guards IS
     'Row locks that serialise claims of one node identity, and inserts of one new machine id, within one service and without waiting (FOR UPDATE SKIP LOCKED). Private to the extension owner, so no other role can hold them; a claim of one service never takes a guard of another.';
 COMMENT ON COLUMN idgen_private.idgen_claim_guards.service IS 'The service whose claims the guard serialises.';
 COMMENT ON COLUMN idgen_private.idgen_claim_guards.bucket IS
-    'Buckets 0 to 1023: one per never-registered machine id; 1024 to 2047: service node identities hash onto these. Machine ids past 1023 (the pools of wider fields) share the first 1,024, modulo 1,024.';
+    'Buckets 0 to 1023: one per never-registered machine id; 1024 to 2047: service node identities hash onto these; 2048: the turn to announce a change of the service''s capacity level. Machine ids past 1023 (the pools of wider fields) share the first 1,024, modulo 1,024.';
 REVOKE ALL ON idgen_private.idgen_claim_guards FROM PUBLIC;
 
 -- Which roles may act for which service (besides superusers and the extension owner;

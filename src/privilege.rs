@@ -36,6 +36,9 @@ const WITHOUT_LAYOUTS: [&str; 4] = ["0.6.0", "0.5.1", "0.5.0", "0.4.0"];
 /// `restart` events (0.6.0).
 const WITHOUT_FLEET_REPORTS: [&str; 3] = ["0.5.1", "0.5.0", "0.4.0"];
 
+/// The SQL versions before the history recorded capacity announcements (0.10.0).
+const WITHOUT_CAPACITY_ANNOUNCEMENTS: [&str; 7] = ["0.9.0", "0.8.0", "0.7.0", "0.6.0", "0.5.1", "0.5.0", "0.4.0"];
+
 /// The SQL version whose history has no `watermark_behind` event (the kind came with 0.5.0).
 const WITHOUT_WATERMARK_BEHIND: &str = "0.4.0";
 
@@ -159,6 +162,13 @@ pub fn installed_has_layouts() -> bool {
 /// Whether the installed registry draws the version its new rows start after (0.7.0 on, with the layouts).
 pub fn installed_draws_version_base() -> bool {
     installed_has_layouts()
+}
+
+/// Whether the installed objects record the capacity level each alert announced, and have the
+/// capacity turn among the claim guards (0.10.0 on). Before, a capacity alert comes with every claim
+/// that leaves a service above a level, as it did.
+pub fn installed_announces_capacity_changes() -> bool {
+    !WITHOUT_CAPACITY_ANNOUNCEMENTS.contains(&checked_installation().version.as_str())
 }
 
 /// Whether the installed history records `watermark_behind` events.

@@ -402,6 +402,15 @@ statements! {
               AND g.bucket OPERATOR(pg_catalog.=) $2 FOR UPDATE SKIP LOCKED)
     "#;
 
+    /// Whether a guard row exists (a guard not taken may be held by another transaction, or missing).
+    GUARD_EXISTS(service: text, bucket: integer) = r#"
+        SELECT EXISTS (
+            SELECT
+            FROM idgen_private.idgen_claim_guards g
+            WHERE g.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
+              AND g.bucket OPERATOR(pg_catalog.=) $2)
+    "#;
+
     /// Releases the claimant's held row if its bound is further ahead of the clock than the claimant
     /// may wait, keeping the bound as the row's watermark.
     RELEASE_OWN_ROW_AHEAD(
@@ -1005,6 +1014,19 @@ statements! {
         WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
           AND n.machine_id OPERATOR(pg_catalog.>=) $2
           AND n.machine_id OPERATOR(pg_catalog.<=) $3
+    "#;
+
+    /// The capacity level announced last for a service: the kind of its newest capacity event (the
+    /// three kinds are the parameters, `EventKind::of_capacity`), newest by the order of recording,
+    /// which a clock stepped back does not change; no row: none announced since the history began
+    /// or was purged.
+    CAPACITY_ANNOUNCED(service: text, warning_event: text, critical_event: text, cleared_event: text) = r#"
+        SELECT h.event
+        FROM idgen_private.idgen_history h
+        WHERE h.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
+          AND h.event OPERATOR(pg_catalog.=) ANY (ARRAY[$2, $3, $4])
+        ORDER BY h.event_id DESC
+        LIMIT 1
     "#;
 
     /// Whether a synchronous standby streams from this server now.

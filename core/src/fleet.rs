@@ -73,6 +73,57 @@ pub fn capacity_level(in_use: i64, capacity: i64, warning: f64, critical: f64) -
     }
 }
 
+/// How far (a fraction of the pool, rounded down to whole machine ids) a service must fall below a
+/// level's threshold before the level is announced as cleared: a service that hovers at a threshold, a claim and a release at a time,
+/// would otherwise alert up and down at every claim.
+pub const CLEAR_MARGIN: f64 = 0.05;
+
+/// A change of a service's capacity level worth an alert, from the level announced last: up as
+/// soon as a threshold is passed, down (to the lower level, or cleared: `None`) once the service is
+/// [`CLEAR_MARGIN`] below the threshold of the level announced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LevelChange {
+    Up(CapacityLevel),
+    Down(Option<CapacityLevel>),
+}
+
+impl LevelChange {
+    /// The level announced after this change.
+    pub fn level(self) -> Option<CapacityLevel> {
+        match self {
+            LevelChange::Up(level) => Some(level),
+            LevelChange::Down(level) => level,
+        }
+    }
+}
+
+/// The change to announce for a service with `in_use` of `capacity` machine ids in use, whose
+/// level announced last was `announced` (`None`: none, or cleared); `None` when nothing changed.
+pub fn level_change(
+    announced: Option<CapacityLevel>,
+    in_use: i64,
+    capacity: i64,
+    warning: f64,
+    critical: f64,
+) -> Option<LevelChange> {
+    let now = capacity_level(in_use, capacity, warning, critical);
+    if now > announced {
+        return now.map(LevelChange::Up);
+    }
+    // The margin in whole machine ids (rounded down): a level is kept while that many more in use
+    // would still be above it.
+    let margin = (CLEAR_MARGIN * capacity as f64).floor() as i64;
+    let kept = capacity_level(in_use.saturating_add(margin), capacity, warning, critical);
+    (kept < announced).then_some(LevelChange::Down(kept))
+}
+
+/// Whether a service of which at most `at_most` machine ids are in use may need an alert: only a
+/// service with a level announced can clear, and only one that may be above a threshold can rise.
+/// Counting what is in use reads every row of the service; this spares it.
+pub fn level_may_change(announced: Option<CapacityLevel>, at_most: i64, capacity: i64, warning: f64, critical: f64) -> bool {
+    announced.is_some() || capacity_level(at_most, capacity, warning, critical).is_some()
+}
+
 /// The warning level in force: one set above the critical level is taken as the critical one. An
 /// alert threshold set wrong must not stop claims (and with them every new connection's
 /// `DEFAULT idgen_next_id()`): `idgen_health()` reports it instead.
@@ -94,6 +145,38 @@ mod tests {
         assert_eq!(capacity_level(0, 0, 0.7, 0.85), None);
         assert_eq!(CapacityLevel::metric(level(86)), 2);
         assert_eq!(CapacityLevel::metric(None), 0);
+    }
+
+    #[test]
+    fn a_level_is_announced_once_when_it_is_passed_and_once_when_it_clears_by_the_margin() {
+        use LevelChange::{Down, Up};
+        let change = |announced, in_use| level_change(announced, in_use, 100, 0.70, 0.85);
+        let (warning, critical) = (Some(CapacityLevel::Warning), Some(CapacityLevel::Critical));
+        assert_eq!(change(None, 70), None);
+        assert_eq!(change(None, 71), Some(Up(CapacityLevel::Warning)));
+        assert_eq!(change(warning, 71), None, "announced already");
+        assert_eq!(change(warning, 85), None);
+        assert_eq!(change(warning, 86), Some(Up(CapacityLevel::Critical)));
+        assert_eq!(change(None, 90), Some(Up(CapacityLevel::Critical)), "both passed at once: one alert");
+        // Hovering at a threshold announces nothing; falling by the margin does, once.
+        assert_eq!(change(warning, 70), None);
+        assert_eq!(change(warning, 66), None);
+        assert_eq!(change(warning, 65), Some(Down(None)));
+        assert_eq!(change(None, 65), None);
+        assert_eq!(change(critical, 85), None);
+        assert_eq!(change(critical, 80), Some(Down(warning)));
+        assert_eq!(change(critical, 40), Some(Down(None)));
+        assert_eq!(Down(warning).level(), warning);
+        // A tiny pool has no margin (5 % of 4 ids is none): 3 of 4 is above 70 %, 2 of 4 clears it.
+        assert_eq!(level_change(None, 3, 4, 0.70, 0.85), Some(Up(CapacityLevel::Warning)));
+        assert_eq!(level_change(warning, 2, 4, 0.70, 0.85), Some(Down(None)));
+    }
+
+    #[test]
+    fn only_a_service_that_may_be_above_a_level_or_has_one_announced_is_counted() {
+        assert!(!level_may_change(None, 70, 100, 0.70, 0.85));
+        assert!(level_may_change(None, 71, 100, 0.70, 0.85));
+        assert!(level_may_change(Some(CapacityLevel::Warning), 3, 100, 0.70, 0.85));
     }
 
     #[test]

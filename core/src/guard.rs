@@ -19,6 +19,8 @@
 //! - A database backend needs no identity guard: one process at a time holds a
 //!   backend slot, and each waits for its own registry write before the next.
 //! - A node whose own row exists needs no guard: the row's lock serialises it.
+//! - A change of a service's capacity level is announced by the claim that holds its
+//!   [`CAPACITY_TURN`]; a claim that finds it taken leaves the announcement to a later one.
 
 use crate::input::NodeIdentity;
 
@@ -29,10 +31,20 @@ pub const MACHINE_ID_BUCKETS: i32 = 1_024;
 /// Buckets of service node identities, after the machine-id ones.
 pub const IDENTITY_BUCKETS: i32 = 1_024;
 
+/// The guard of a service's capacity announcements, after the identity buckets: one claim at a
+/// time announces a change of the service's level (`crate::fleet::level_change`), so that
+/// claims that cross a threshold together announce it once.
+pub const CAPACITY_TURN: i32 = MACHINE_ID_BUCKETS + IDENTITY_BUCKETS;
+
 /// Every bucket of a service, as its guard rows are created: `0..MACHINE_ID_BUCKETS` for
-/// machine ids, then the identity buckets.
+/// machine ids, then the identity buckets, then the capacity turn.
 pub fn buckets() -> std::ops::Range<i32> {
-    0..MACHINE_ID_BUCKETS + IDENTITY_BUCKETS
+    0..CAPACITY_TURN + 1
+}
+
+/// The buckets of the SQL objects before 0.10.0, which have no capacity turn.
+pub fn buckets_without_capacity_turn() -> std::ops::Range<i32> {
+    0..CAPACITY_TURN
 }
 
 /// The guard of a service node's identity: claims of one identity take turns.
@@ -83,7 +95,9 @@ mod tests {
             assert_eq!(new_id_guard(m), m, "one bucket per machine id of the default layout");
         }
         assert_eq!(new_id_guard(65_535), 1_023, "a 16-bit field's ids share them");
-        assert_eq!(buckets().len(), 2_048);
+        assert_eq!(buckets().len(), 2_049);
+        assert_eq!(buckets().last(), Some(CAPACITY_TURN), "the capacity turn is a bucket of its own, after them");
+        assert_eq!(buckets_without_capacity_turn().len(), 2_048);
     }
 
     #[test]

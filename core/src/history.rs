@@ -17,6 +17,7 @@
 //! reuse that ends a release is recorded as a claim, because the row was free
 //! in between.
 
+use crate::fleet::CapacityLevel;
 use crate::format::iso_utc;
 use crate::input::node_name;
 use crate::policy::{Outcome, DAY};
@@ -57,10 +58,17 @@ pub enum EventKind {
     /// (a crash, a kill). Outcome `reused`; `previous_version` and `previous_bound` are its
     /// earlier process's version and the latest time that process may have stamped.
     Restart,
+    /// A claim left the service above `idgen.capacity_warning`, announced with an alert; the
+    /// level announced last is the one later claims compare with (`idgen_core::fleet::level_change`).
+    CapacityWarning,
+    /// A claim left the service above `idgen.capacity_critical`, announced with an alert.
+    CapacityCritical,
+    /// A claim found the service back below the level announced last, by the margin: announced once.
+    CapacityCleared,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 10] = [
+    pub const ALL: [EventKind; 13] = [
         EventKind::Claim,
         EventKind::TakeBack,
         EventKind::Release,
@@ -71,6 +79,9 @@ impl EventKind {
         EventKind::RefusedNoStandby,
         EventKind::WatermarkBehind,
         EventKind::Restart,
+        EventKind::CapacityWarning,
+        EventKind::CapacityCritical,
+        EventKind::CapacityCleared,
     ];
 
     pub fn label(self) -> &'static str {
@@ -85,6 +96,9 @@ impl EventKind {
             EventKind::RefusedNoStandby => "refused_no_standby",
             EventKind::WatermarkBehind => "watermark_behind",
             EventKind::Restart => "restart",
+            EventKind::CapacityWarning => "capacity_warning",
+            EventKind::CapacityCritical => "capacity_critical",
+            EventKind::CapacityCleared => "capacity_cleared",
         }
     }
 
@@ -103,7 +117,10 @@ impl EventKind {
             | EventKind::SetAside
             | EventKind::OwnershipLost
             | EventKind::WatermarkBehind
-            | EventKind::Restart => false,
+            | EventKind::Restart
+            | EventKind::CapacityWarning
+            | EventKind::CapacityCritical
+            | EventKind::CapacityCleared => false,
         }
     }
 
@@ -112,6 +129,24 @@ impl EventKind {
     pub fn is_gain(self) -> bool {
         matches!(self, EventKind::Claim | EventKind::TakeBack | EventKind::Restart)
     }
+
+    /// The event that announces a service's capacity level (`None`: cleared).
+    pub fn of_capacity(level: Option<CapacityLevel>) -> EventKind {
+        match level {
+            Some(CapacityLevel::Warning) => EventKind::CapacityWarning,
+            Some(CapacityLevel::Critical) => EventKind::CapacityCritical,
+            None => EventKind::CapacityCleared,
+        }
+    }
+
+    /// The capacity level this event announced: `Some(None)` for a clearing, `None` for an event
+    /// that announces no level.
+    pub fn capacity_announced(self) -> Option<Option<CapacityLevel>> {
+        EventKind::ALL_CAPACITY_LEVELS.into_iter().find(|level| EventKind::of_capacity(*level) == self)
+    }
+
+    const ALL_CAPACITY_LEVELS: [Option<CapacityLevel>; 3] =
+        [None, Some(CapacityLevel::Warning), Some(CapacityLevel::Critical)];
 
     /// The event of a successful claim with this outcome.
     pub fn of_claim(outcome: Outcome) -> EventKind {
@@ -247,7 +282,10 @@ pub fn tenures(events: &[Recorded]) -> Vec<Tenure> {
             | EventKind::RefusedFull
             | EventKind::RefusedWatermark
             | EventKind::RefusedNoStandby
-            | EventKind::WatermarkBehind => {}
+            | EventKind::WatermarkBehind
+            | EventKind::CapacityWarning
+            | EventKind::CapacityCritical
+            | EventKind::CapacityCleared => {}
         }
     }
     out

@@ -4,7 +4,7 @@
 use crate::alert::Alert;
 use crate::error::{IdgenError, SqlState};
 use crate::facts::{RowFacts, StillStamping, WatermarkAhead};
-use crate::fleet::CapacityLevel;
+use crate::fleet::{CapacityLevel, LevelChange};
 use crate::format::{human_duration, iso_utc};
 use crate::input::{Holding, NodeIdentity};
 use crate::layout::{Layout, Pool, ServiceLayout};
@@ -288,8 +288,10 @@ pub fn exhausted(
     (error, alert)
 }
 
-/// A claim left the service above the threshold of `level` (`threshold`): `used` of `capacity`
-/// machine ids are held or cooling down (a claim gets none of them without taking it back).
+/// A claim changed the service's capacity level from the one announced last (`previous`): up past
+/// a threshold, or down below the level announced by the margin (`fleet::level_change`). `used` of
+/// `capacity` machine ids are held or cooling down (a claim gets none of them without taking it
+/// back); `warning` and `critical` are the levels' settings.
 #[allow(clippy::too_many_arguments)]
 pub fn capacity_alert(
     function: &str,
@@ -298,19 +300,40 @@ pub fn capacity_alert(
     new_version: i64,
     used: i64,
     capacity: i64,
-    level: CapacityLevel,
-    threshold: f64,
+    change: LevelChange,
+    previous: Option<CapacityLevel>,
+    (warning, critical): (f64, f64),
 ) -> Alert {
     let fraction = used as f64 / capacity as f64;
-    Alert {
-        message: format!(
-            "{function}: service \"{}\" is {:.0}% full ({used} of {capacity} machine ids in use), above {} ({:.0}%): {}",
+    let threshold_of = |level: CapacityLevel| match level {
+        CapacityLevel::Warning => warning,
+        CapacityLevel::Critical => critical,
+    };
+    // The threshold passed: the new level's going up, the level left's going down.
+    let passed = match change {
+        LevelChange::Up(level) => level,
+        LevelChange::Down(_) => previous.unwrap_or(CapacityLevel::Warning),
+    };
+    let threshold = threshold_of(passed);
+    let now = change.level().map_or("cleared", CapacityLevel::label);
+    let message = match change {
+        LevelChange::Up(_) => format!(
+            "{function}: service \"{}\" is {:.0}% full ({used} of {capacity} machine ids in use), above {} ({:.0}%): {now}",
             claimant.service,
             fraction * 100.0,
-            level.setting(),
+            passed.setting(),
             threshold * 100.0,
-            level.label()
         ),
+        LevelChange::Down(_) => format!(
+            "{function}: service \"{}\" is down to {:.0}% full ({used} of {capacity} machine ids in use), below {} ({:.0}%): {now}",
+            claimant.service,
+            fraction * 100.0,
+            passed.setting(),
+            threshold * 100.0,
+        ),
+    };
+    Alert {
+        message,
         payload: json!({
             "event": "capacity",
             "service": claimant.service,
@@ -319,7 +342,8 @@ pub fn capacity_alert(
             "held": used,
             "capacity": capacity,
             "used_fraction": (fraction * 1000.0).round() / 1000.0,
-            "level": level.label(),
+            "level": now,
+            "previous_level": previous.map(CapacityLevel::label),
             "threshold": threshold,
         }),
     }

@@ -15,7 +15,7 @@ use crate::durability;
 use crate::history::{self, Who};
 use crate::settings::ClaimSettings;
 use idgen_core::facts::{RowFacts, WatermarkAhead};
-use idgen_core::fleet::{self, CapacityLevel};
+use idgen_core::fleet;
 use idgen_core::format::iso_utc;
 use idgen_core::generator::Clock;
 use idgen_core::history::{Event, EventKind};
@@ -222,9 +222,10 @@ pub fn claim(
         let not_before_unix_ms = watermark::not_before(claimed_at_ms, row.bound.map(unix_ms));
         record_gain(client, &cx, &claimed_id, not_before_unix_ms);
         // Only claims that take a free id make the service fuller (a take-back from an idle
-        // holder leaves it as full as it was, and the 1-hour tier alerts on its own).
+        // holder leaves it as full as it was, and the 1-hour tier alerts on its own); they also
+        // announce that a level cleared, the next time one finds it so.
         if matches!(claimed_id.outcome, Outcome::New | Outcome::Released) || claimed_id.was_released {
-            alert_if_nearly_full(client, &cx, row, &mut notices);
+            announce_capacity_change(client, &cx, row, &mut notices);
         }
         let claim = Claim {
             layout: recorded.service_layout.layout,
@@ -338,38 +339,56 @@ fn record_gain(client: &mut SpiClient, cx: &Context, claimed_id: &ClaimedId, not
     history::record(client, &event);
 }
 
-/// Alerts when the claim left the service above `idgen.capacity_warning` (or `idgen.capacity_critical`), with the
-/// level. Counting what is in use reads every row of the service: it is done only when the highest
-/// registered machine id says enough rows could be in use to pass the warning level.
-fn alert_if_nearly_full(client: &mut SpiClient, cx: &Context, row: &ClaimedRow, notices: &mut Vec<Notice>) {
+/// Alerts when the claim changed the service's capacity level from the one announced last: up
+/// past `idgen.capacity_warning` or `idgen.capacity_critical`, or down below the level announced by
+/// the margin (`fleet::level_change`); the history records each announcement, which later claims
+/// compare with. Counting what is in use reads every row of the service: it is done only when a
+/// level is announced or the highest registered machine id says enough rows could be in use to
+/// pass one. One claim at a time announces (the service's capacity turn): claims that cross a
+/// threshold together alert once.
+fn announce_capacity_change(client: &mut SpiClient, cx: &Context, row: &ClaimedRow, notices: &mut Vec<Notice>) {
+    let service = cx.node.service.as_str();
     let capacity = i64::from(cx.here.size());
-    let (warning, critical) = (cx.settings.capacity_warning, cx.settings.capacity_critical);
+    let levels = (cx.settings.capacity_warning, cx.settings.capacity_critical);
+    let (warning, critical) = levels;
+    // Before 0.10.0's objects, no announcement is recorded: every claim above a level alerts.
+    let recorded = crate::privilege::installed_announces_capacity_changes();
+    let announced = if recorded { store::capacity_announced(client, service) } else { None };
     let here_times =
         ClaimTerms { first_machine_id: i32::from(cx.here.first), last_machine_id: i32::from(cx.here.last), ..cx.times };
-    let at_most = store::highest_registered(client, &cx.node.service, &here_times)
+    let at_most = store::highest_registered(client, service, &here_times)
         .map_or(0, |highest| i64::from(highest) - i64::from(cx.here.first) + 1);
-    if fleet::capacity_level(at_most, capacity, warning, critical).is_none() {
+    if !fleet::level_may_change(announced, at_most, capacity, warning, critical) {
         return;
     }
     let cooldown = cx.settings.policy.release_cooldown_secs;
-    let in_use = store::count_in_use(client, &cx.node.service, cooldown, &here_times);
-    if let Some(level) = fleet::capacity_level(in_use, capacity, warning, critical) {
-        let threshold = match level {
-            CapacityLevel::Warning => warning,
-            CapacityLevel::Critical => critical,
-        };
-        let alert = messages::capacity_alert(
-            cx.function,
-            cx.node,
-            row.machine_id,
-            row.version,
-            in_use,
-            capacity,
-            level,
-            threshold,
-        );
-        notices.push(Notice::Alert(alert));
+    let count = |client: &mut SpiClient| store::count_in_use(client, service, cooldown, &here_times);
+    let mut in_use = count(client);
+    if fleet::level_change(announced, in_use, capacity, warning, critical).is_none() {
+        return;
     }
+    let announced = if recorded {
+        if store::take_capacity_turn(client, service) == store::CapacityTurn::Busy {
+            return;
+        }
+        // Read both again with the turn: a claim that held it before may have announced a change,
+        // and claims committed since the count.
+        in_use = count(client);
+        store::capacity_announced(client, service)
+    } else {
+        announced
+    };
+    let Some(change) = fleet::level_change(announced, in_use, capacity, warning, critical) else {
+        return;
+    };
+    let alert =
+        messages::capacity_alert(cx.function, cx.node, row.machine_id, row.version, in_use, capacity, change, announced, levels);
+    if recorded {
+        let mut event = history::event(EventKind::of_capacity(change.level()), cx.node, cx.who);
+        event.detail = Some(alert.message.clone());
+        history::record(client, &event);
+    }
+    notices.push(Notice::Alert(alert));
 }
 
 fn run_step(

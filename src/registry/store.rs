@@ -29,7 +29,9 @@ use crate::settings::ClaimSettings;
 use crate::spi::{first_row, first_value, milliseconds as millis, ok as spi, run, seconds as secs};
 use crate::statements as sql;
 use idgen_core::facts::RowFacts;
+use idgen_core::fleet::CapacityLevel;
 use idgen_core::guard;
+use idgen_core::history::EventKind;
 use idgen_core::input::{GeneratorCounts, Holding, NodeIdentity};
 use idgen_core::layout::Pool;
 use idgen_core::watermark::{self, HolderKind};
@@ -129,7 +131,12 @@ pub fn guards_exist(client: &mut SpiClient, service: &str) -> bool {
 /// Creates the guard rows of `service`; only in a transaction of its own (a background worker),
 /// so that no claim ever waits for another session's uncommitted guard row.
 pub fn create_guards(client: &mut SpiClient, service: &str) {
-    let (first, end) = (guard::buckets().start, guard::buckets().end - 1);
+    let buckets = if crate::privilege::installed_announces_capacity_changes() {
+        guard::buckets()
+    } else {
+        guard::buckets_without_capacity_turn()
+    };
+    let (first, end) = (buckets.start, buckets.end - 1);
     spi(run(client, &sql::CREATE_GUARDS, None, &[text(service), first.into(), end.into()]));
 }
 
@@ -138,6 +145,40 @@ pub fn create_guards(client: &mut SpiClient, service: &str) {
 pub fn take_identity_guard(client: &mut SpiClient, node: &NodeIdentity) -> bool {
     let args = [text(&node.service), guard::identity_guard(node).into()];
     first_value::<bool>(run(client, &sql::TAKE_GUARD, Some(1), &args)).unwrap_or(false)
+}
+
+/// The turn to announce a change of a service's capacity level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CapacityTurn {
+    /// Taken, until the transaction ends.
+    Taken,
+    /// Another transaction holds it: it announces; this claim leaves it.
+    Busy,
+    /// The service has no such guard row (its guard rows were created by the 0.10.0 library against
+    /// older objects while they were being updated): announce without one.
+    Missing,
+}
+
+pub fn take_capacity_turn(client: &mut SpiClient, service: &str) -> CapacityTurn {
+    let args = [text(service), guard::CAPACITY_TURN.into()];
+    if first_value::<bool>(run(client, &sql::TAKE_GUARD, Some(1), &args)).unwrap_or(false) {
+        return CapacityTurn::Taken;
+    }
+    let args = [text(service), guard::CAPACITY_TURN.into()];
+    if first_value::<bool>(run(client, &sql::GUARD_EXISTS, Some(1), &args)).unwrap_or(false) {
+        CapacityTurn::Busy
+    } else {
+        CapacityTurn::Missing
+    }
+}
+
+/// The capacity level announced last for the service (`None`: none, or cleared).
+pub fn capacity_announced(client: &mut SpiClient, service: &str) -> Option<CapacityLevel> {
+    let [warning, critical, cleared] =
+        [Some(CapacityLevel::Warning), Some(CapacityLevel::Critical), None].map(|l| text(EventKind::of_capacity(l).label()));
+    let args = [text(service), warning, critical, cleared];
+    let label = first_value::<String>(run(client, &sql::CAPACITY_ANNOUNCED, Some(1), &args))?;
+    EventKind::from_label(&label).and_then(EventKind::capacity_announced).flatten()
 }
 
 /// Step 1, part 1: the caller's own held row, if its watermark is further

@@ -56,7 +56,7 @@ fn capacity_findings(client: &mut Client) -> Vec<String> {
 }
 
 #[test]
-fn a_claim_that_leaves_a_service_above_a_capacity_level_is_heard_by_listeners_with_the_level() {
+fn a_capacity_level_is_announced_once_when_crossed_and_once_when_it_clears() {
     // A pool of 20 machine ids (idgen.machine_id_range): above 70 % (14 in use) is the warning
     // level, above 85 % (17) the critical one. The settings are cluster-wide: the clock-step
     // cluster's turn (its clock left real).
@@ -95,13 +95,15 @@ fn a_claim_that_leaves_a_service_above_a_capacity_level_is_heard_by_listeners_wi
     };
     assert_eq!(level(&mut admin), (Some("warning".to_owned()), true, 1));
     assert_eq!(capacity_findings(&mut admin), ["warning capacity cap"]);
-    // 16 and 17 of 20 stay warnings (85 % is not above 85 %); 18 is critical. A backend's claim
-    // of a free id alerts too, with its slot in the full payload.
-    claim(&mut claimant, "cap", "10.0.0.3", 1).unwrap();
-    claim(&mut claimant, "cap", "10.0.0.4", 1).unwrap();
-    notices.take();
+    // 16 and 17 of 20 stay warnings (85 % is not above 85 %): announced already, no alert. 18 is
+    // critical. A backend's claim of a free id alerts too, with its slot in the full payload.
+    let third = claim(&mut claimant, "cap", "10.0.0.3", 1).unwrap();
+    let fourth = claim(&mut claimant, "cap", "10.0.0.4", 1).unwrap();
+    let quiet = notices.take();
+    assert!(quiet.is_empty(), "the warning level was announced already: {quiet:?}");
     claimant.batch_execute("SELECT idgen_next_id('cap')").unwrap();
     let critical = notices.take();
+    assert_eq!(critical.len(), 1, "{critical:?}");
     assert!(critical[0].message().ends_with("above idgen.capacity_critical (85%): critical"), "{critical:?}");
     let detail = critical[0].detail().unwrap();
     let full: Value = serde_json::from_str(detail.strip_prefix("idgen_alert ").unwrap()).unwrap();
@@ -109,20 +111,68 @@ fn a_claim_that_leaves_a_service_above_a_capacity_level_is_heard_by_listeners_wi
     assert_eq!(level(&mut admin), (Some("critical".to_owned()), true, 2));
     assert_eq!(capacity_findings(&mut admin), ["critical capacity cap"]);
 
-    // What listeners heard: one alert per claim above a level, with the level and its threshold.
-    let heard = alerts_so_far(&mut listener);
-    assert_eq!(heard.len(), 4, "{heard:?}");
+    // What listeners heard: one alert per crossing, with the level, the one before and the threshold.
+    let heard_up = alerts_so_far(&mut listener);
+    let heard = &heard_up;
+    assert_eq!(heard.len(), 2, "{heard:?}");
     assert_eq!(
         heard[0],
         serde_json::json!({"event": "capacity", "service": "cap", "machine_id": 14, "held": 15, "capacity": 20,
-                           "used_fraction": 0.75, "level": "warning", "threshold": 0.7})
+                           "used_fraction": 0.75, "level": "warning", "previous_level": null, "threshold": 0.7})
     );
     assert_eq!(
-        (&heard[3]["held"], &heard[3]["level"], &heard[3]["threshold"]),
-        (&18.into(), &"critical".into(), &0.85.into())
+        (&heard[1]["held"], &heard[1]["level"], &heard[1]["previous_level"], &heard[1]["threshold"]),
+        (&18.into(), &"critical".into(), &"warning".into(), &0.85.into())
     );
+
+    // Down: with no cooldown, ids released are free at once. 14 in use, then a claim: 15 of 20 is
+    // 5 % of the pool (1 id) below the critical level: announced once, as warning.
+    let _no_cooldown = SystemSettings::set(&cluster.dsn, &[("idgen.release_cooldown", "0")]);
+    let (mut claimant, claimant_notices) = db.connect_recording();
+    let mut admin = db.connect(); // a session that started after the reload
+    for (host, held) in [("10.0.0.1", 13), ("10.0.0.2", 14)] {
+        let version: i64 = admin
+            .query_one("SELECT version FROM system_nodes WHERE service = 'cap' AND machine_id = $1", &[&held])
+            .unwrap()
+            .get(0);
+        assert!(release(&mut claimant, "cap", held, host, 1, version).unwrap());
+    }
+    for (host, held) in [("10.0.0.3", &third), ("10.0.0.4", &fourth)] {
+        assert!(release(&mut claimant, "cap", held.machine_id, host, 1, held.version).unwrap());
+    }
+    claimant_notices.take();
+    let down = claim(&mut claimant, "cap", "10.0.0.5", 1).unwrap();
+    let warned = claimant_notices.take();
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert_eq!(
+        warned[0].message(),
+        "idgen_claim: service \"cap\" is down to 75% full (15 of 20 machine ids in use), below idgen.capacity_critical (85%): warning"
+    );
+    assert_eq!(level(&mut admin), (Some("warning".to_owned()), true, 1));
+    // Hovering: a release and a claim at the level announced say nothing.
+    assert!(release(&mut claimant, "cap", down.machine_id, "10.0.0.5", 1, down.version).unwrap());
+    let again = claim(&mut claimant, "cap", "10.0.0.5", 1).unwrap();
+    assert!(claimant_notices.take().is_empty());
+    // Cleared: 13 of 20 after the claim, 65 %: 5 % below the warning level.
+    assert!(release(&mut claimant, "cap", again.machine_id, "10.0.0.5", 1, again.version).unwrap());
+    admin.batch_execute("DELETE FROM system_nodes WHERE service = 'cap' AND machine_id IN (0, 1)").unwrap();
+    claim(&mut claimant, "cap", "10.0.0.6", 1).unwrap();
+    let cleared = claimant_notices.take();
+    assert_eq!(cleared.len(), 1, "{cleared:?}");
+    assert!(cleared[0].message().ends_with("(13 of 20 machine ids in use), below idgen.capacity_warning (70%): cleared"), "{cleared:?}");
+    assert_eq!(level(&mut admin), (None, false, 0));
+    let announced: Vec<String> = admin
+        .query("SELECT event FROM idgen_events WHERE service = 'cap' AND event LIKE 'capacity%' ORDER BY event_id", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(announced, ["capacity_warning", "capacity_critical", "capacity_warning", "capacity_cleared"]);
+    let heard = alerts_so_far(&mut listener);
+    assert_eq!(heard.len(), 2, "{heard:?}");
+    assert_eq!((&heard[1]["level"], &heard[1]["previous_level"]), (&"cleared".into(), &"warning".into()));
     let validator = alert_schema();
-    for payload in heard.iter().chain([&full]) {
+    for payload in heard_up.iter().chain(&heard).chain([&full]) {
         assert_valid(&validator, payload);
     }
 
@@ -147,7 +197,64 @@ fn a_claim_that_leaves_a_service_above_a_capacity_level_is_heard_by_listeners_wi
             && inverted[0].contains("idgen.capacity_warning (0.9) is above idgen.capacity_critical (0.85)"),
         "{inverted:?}"
     );
-    assert_eq!(claim(&mut claimant, "cap", "10.0.0.9", 1).unwrap().machine_id, 18, "a claim goes on");
+    assert!(claim(&mut claimant, "cap", "10.0.0.9", 1).is_ok(), "a claim goes on");
+}
+
+#[test]
+fn filling_a_service_in_one_block_alerts_once_per_level_and_hovering_alerts_not_at_all() {
+    // 0.9.0 alerted at every claim above a level: 308 WARNINGs filling a service in one DO block.
+    let db = TestDb::create("capacity_fill");
+    let mut admin = db.connect();
+    admin
+        .batch_execute(
+            "INSERT INTO system_nodes (service, machine_id, host, port, version)
+             SELECT 'fill', m, '192.0.2.1', 1000 + m, 1 FROM generate_series(0, 699) m",
+        )
+        .unwrap();
+    let (mut claimant, notices) = db.connect_recording();
+    claimant
+        .batch_execute("DO $$ BEGIN FOR k IN 1..324 LOOP PERFORM idgen_claim('fill', '10.1.0.1'::inet, k); END LOOP; END $$")
+        .unwrap();
+    let alerts: Vec<String> =
+        notices.take().iter().filter(|n| n.message().contains("% full (")).map(|n| n.message().to_owned()).collect();
+    assert_eq!(alerts.len(), 2, "{alerts:#?}");
+    assert!(alerts[0].contains("(717 of 1024 machine ids in use), above idgen.capacity_warning (70%): warning"), "{alerts:?}");
+    assert!(alerts[1].contains("(871 of 1024 machine ids in use), above idgen.capacity_critical (85%): critical"), "{alerts:?}");
+    // A node that releases and claims its id again, 20 times, leaves the service as full: nothing.
+    let (machine_id, version): (i32, i64) = claimant
+        .query_one("SELECT machine_id, version FROM system_nodes WHERE service = 'fill' AND port = 1", &[])
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert!(release(&mut claimant, "fill", machine_id, "10.1.0.1", 1, version).unwrap());
+    for _ in 0..20 {
+        let held = claim(&mut claimant, "fill", "10.1.0.1", 1).unwrap();
+        assert!(release(&mut claimant, "fill", held.machine_id, "10.1.0.1", 1, held.version).unwrap());
+    }
+    let quiet: Vec<String> = notices.take().iter().map(|n| n.message().to_owned()).collect();
+    assert!(quiet.is_empty(), "{quiet:#?}");
+}
+
+#[test]
+fn a_service_whose_guard_rows_lack_the_capacity_turn_still_announces() {
+    // Guard rows created by the 0.10.0 library against 0.9.0's objects while ALTER EXTENSION
+    // UPDATE ran have no capacity turn (bucket 2048): its claims announce without one.
+    let db = TestDb::create("capacity_no_turn");
+    let mut admin = db.connect();
+    let (mut claimant, notices) = db.connect_recording();
+    claim(&mut claimant, "noturn", "10.2.0.1", 1).unwrap();
+    admin
+        .batch_execute(
+            "DELETE FROM idgen_private.idgen_claim_guards WHERE service = 'noturn' AND bucket = 2048;
+             INSERT INTO system_nodes (service, machine_id, host, port, version)
+             SELECT 'noturn', m, '192.0.2.1', 1000 + m, 1 FROM generate_series(1, 715) m",
+        )
+        .unwrap();
+    notices.take();
+    claim(&mut claimant, "noturn", "10.2.0.2", 1).unwrap();
+    let alerts: Vec<String> =
+        notices.take().iter().filter(|n| n.message().contains("% full (")).map(|n| n.message().to_owned()).collect();
+    assert_eq!(alerts.len(), 1, "{alerts:#?}");
+    assert!(alerts[0].contains("(717 of 1024 machine ids in use)"), "{alerts:?}");
 }
 
 #[test]

@@ -235,6 +235,70 @@ fn thresholds_cannot_differ_per_session_role_or_database() {
     }
 }
 
+#[test]
+fn a_threshold_set_for_a_role_or_a_database_is_reported_with_the_statement_that_resets_it() {
+    // Without idgen loaded, Postgres takes ALTER ROLE/DATABASE ... SET idgen.takeover_idle_1h as a
+    // placeholder and stores it; sessions refuse it only when idgen loads. idgen_health() says so.
+    // The clock-step cluster's turn: one setting is for all roles of every database (ALTER ROLE ALL).
+    let (cluster, _turn) = clock_cluster_turn();
+    let db = TestDb::create_on(&cluster.dsn, "settings_role_threshold");
+    let role = "idgen_t_role_threshold";
+    let mut admin = db.connect(); // a new session: idgen is not loaded in it unless preloaded
+    ensure_login_role(&mut admin, role);
+    let for_role = format!("ALTER ROLE {role} IN DATABASE {} SET idgen.takeover_idle_1h = '3min'", db.name);
+    let for_database = format!("ALTER DATABASE {} SET idgen.release_cooldown = '0'", db.name);
+    let for_all = "ALTER ROLE ALL SET idgen.takeover_idle_1d = '2d'".to_owned();
+    if idgen_preloaded(&mut admin) {
+        // Loaded everywhere: refused where it is set.
+        for attempt in [&for_role, &for_database, &for_all] {
+            assert_eq!(sqlstate(&admin.batch_execute(attempt).unwrap_err()), "55P02", "{attempt}");
+        }
+        return;
+    }
+    admin.batch_execute(&for_role).unwrap();
+    admin.batch_execute(&for_database).unwrap();
+    // A plain role reads it too (pg_db_role_setting is readable by all).
+    let findings = |client: &mut postgres::Client| -> Vec<(String, String, String, String)> {
+        client
+            .query(
+                "SELECT severity, subject, detail, action FROM idgen_health() WHERE finding = 'setting_ignored' ORDER BY subject",
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+            .collect()
+    };
+    let mut plain = postgres::Client::connect(&format!("{} user={role}", db.dsn()), postgres::NoTls).unwrap();
+    // For all roles of every database: the finding names it, and its RESET ends it.
+    admin.batch_execute(&for_all).unwrap();
+    let all = findings(&mut plain);
+    admin.batch_execute("ALTER ROLE ALL RESET idgen.takeover_idle_1d").unwrap();
+    let all: Vec<_> = all.iter().filter(|f| f.1.contains("takeover_idle_1d")).collect();
+    assert_eq!(all.len(), 1, "{all:#?}");
+    assert_eq!(all[0].1, "idgen.takeover_idle_1d (all roles)");
+    assert!(all[0].3.starts_with("ALTER ROLE ALL RESET idgen.takeover_idle_1d;"), "{:?}", all[0].3);
+    let seen = findings(&mut plain);
+    assert_eq!(seen.len(), 2, "{seen:#?}");
+    let (severity, subject, detail, action) = &seen[0];
+    assert_eq!(
+        (severity.as_str(), subject.as_str()),
+        ("warning", format!("idgen.release_cooldown (database {})", db.name).as_str())
+    );
+    assert!(detail.starts_with(&format!("database {} sets idgen.release_cooldown=0, a server-wide setting", db.name)), "{detail}");
+    assert!(action.starts_with(&format!("ALTER DATABASE {} RESET idgen.release_cooldown;", db.name)), "{action}");
+    let (_, subject, _, action) = &seen[1];
+    assert_eq!(subject, &format!("idgen.takeover_idle_1h (role {role} in database {})", db.name));
+    // The role's sessions go on minting; the actions, run as written, end the findings.
+    plain.query_one("SELECT idgen_next_id()", &[]).unwrap();
+    for (_, _, _, action) in &seen {
+        let reset = action.split(';').next().unwrap();
+        admin.batch_execute(reset).unwrap();
+    }
+    assert!(findings(&mut admin).is_empty());
+    assert!(action.starts_with(&format!("ALTER ROLE {role} IN DATABASE {} RESET idgen.takeover_idle_1h;", db.name)));
+}
+
 /// The thresholds come down to seconds, consistently, after `holder` was granted machine id 0 of
 /// "svc" under the defaults (a lease of 55 minutes, no take-back for an hour); every other id is
 /// busy for good. Returns the holder and the lowered settings (restored when dropped).
