@@ -120,7 +120,13 @@ pub fn level_change(
 /// Whether a service of which at most `at_most` machine ids are in use may need an alert: only a
 /// service with a level announced can clear, and only one that may be above a threshold can rise.
 /// Counting what is in use reads every row of the service; this spares it.
-pub fn level_may_change(announced: Option<CapacityLevel>, at_most: i64, capacity: i64, warning: f64, critical: f64) -> bool {
+pub fn level_may_change(
+    announced: Option<CapacityLevel>,
+    at_most: i64,
+    capacity: i64,
+    warning: f64,
+    critical: f64,
+) -> bool {
     announced.is_some() || capacity_level(at_most, capacity, warning, critical).is_some()
 }
 

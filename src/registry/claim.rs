@@ -381,8 +381,17 @@ fn announce_capacity_change(client: &mut SpiClient, cx: &Context, row: &ClaimedR
     let Some(change) = fleet::level_change(announced, in_use, capacity, warning, critical) else {
         return;
     };
-    let alert =
-        messages::capacity_alert(cx.function, cx.node, row.machine_id, row.version, in_use, capacity, change, announced, levels);
+    let alert = messages::capacity_alert(
+        cx.function,
+        cx.node,
+        row.machine_id,
+        row.version,
+        in_use,
+        capacity,
+        change,
+        announced,
+        levels,
+    );
     if recorded {
         let mut event = history::event(EventKind::of_capacity(change.level()), cx.node, cx.who);
         event.detail = Some(alert.message.clone());

@@ -174,8 +174,8 @@ pub fn take_capacity_turn(client: &mut SpiClient, service: &str) -> CapacityTurn
 
 /// The capacity level announced last for the service (`None`: none, or cleared).
 pub fn capacity_announced(client: &mut SpiClient, service: &str) -> Option<CapacityLevel> {
-    let [warning, critical, cleared] =
-        [Some(CapacityLevel::Warning), Some(CapacityLevel::Critical), None].map(|l| text(EventKind::of_capacity(l).label()));
+    let [warning, critical, cleared] = [Some(CapacityLevel::Warning), Some(CapacityLevel::Critical), None]
+        .map(|l| text(EventKind::of_capacity(l).label()));
     let args = [text(service), warning, critical, cleared];
     let label = first_value::<String>(run(client, &sql::CAPACITY_ANNOUNCED, Some(1), &args))?;
     EventKind::from_label(&label).and_then(EventKind::capacity_announced).flatten()

@@ -159,7 +159,10 @@ fn a_capacity_level_is_announced_once_when_crossed_and_once_when_it_clears() {
     claim(&mut claimant, "cap", "10.0.0.6", 1).unwrap();
     let cleared = claimant_notices.take();
     assert_eq!(cleared.len(), 1, "{cleared:?}");
-    assert!(cleared[0].message().ends_with("(13 of 20 machine ids in use), below idgen.capacity_warning (70%): cleared"), "{cleared:?}");
+    assert!(
+        cleared[0].message().ends_with("(13 of 20 machine ids in use), below idgen.capacity_warning (70%): cleared"),
+        "{cleared:?}"
+    );
     assert_eq!(level(&mut admin), (None, false, 0));
     let announced: Vec<String> = admin
         .query("SELECT event FROM idgen_events WHERE service = 'cap' AND event LIKE 'capacity%' ORDER BY event_id", &[])
@@ -213,13 +216,21 @@ fn filling_a_service_in_one_block_alerts_once_per_level_and_hovering_alerts_not_
         .unwrap();
     let (mut claimant, notices) = db.connect_recording();
     claimant
-        .batch_execute("DO $$ BEGIN FOR k IN 1..324 LOOP PERFORM idgen_claim('fill', '10.1.0.1'::inet, k); END LOOP; END $$")
+        .batch_execute(
+            "DO $$ BEGIN FOR k IN 1..324 LOOP PERFORM idgen_claim('fill', '10.1.0.1'::inet, k); END LOOP; END $$",
+        )
         .unwrap();
     let alerts: Vec<String> =
         notices.take().iter().filter(|n| n.message().contains("% full (")).map(|n| n.message().to_owned()).collect();
     assert_eq!(alerts.len(), 2, "{alerts:#?}");
-    assert!(alerts[0].contains("(717 of 1024 machine ids in use), above idgen.capacity_warning (70%): warning"), "{alerts:?}");
-    assert!(alerts[1].contains("(871 of 1024 machine ids in use), above idgen.capacity_critical (85%): critical"), "{alerts:?}");
+    assert!(
+        alerts[0].contains("(717 of 1024 machine ids in use), above idgen.capacity_warning (70%): warning"),
+        "{alerts:?}"
+    );
+    assert!(
+        alerts[1].contains("(871 of 1024 machine ids in use), above idgen.capacity_critical (85%): critical"),
+        "{alerts:?}"
+    );
     // A node that releases and claims its id again, 20 times, leaves the service as full: nothing.
     let (machine_id, version): (i32, i64) = claimant
         .query_one("SELECT machine_id, version FROM system_nodes WHERE service = 'fill' AND port = 1", &[])

@@ -320,8 +320,10 @@ fn a_backend_ended_while_no_synchronous_standby_streams_exits_at_once() {
     let db = TestDb::create_on(&clock.dsn, "exit_no_standby");
     let mut backend = db.connect();
     backend.query_one("SELECT idgen_next_id()", &[]).unwrap();
-    let (pid, slot): (i32, i32) =
-        backend.query_one("SELECT pg_backend_pid(), backend_slot FROM idgen_backend_leases()", &[]).map(|r| (r.get(0), r.get(1))).unwrap();
+    let (pid, slot): (i32, i32) = backend
+        .query_one("SELECT pg_backend_pid(), backend_slot FROM idgen_backend_leases()", &[])
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
     let _standby = SystemSettings::set(&clock.dsn, &[("synchronous_standby_names", "idgen_missing_standby")]);
     let mut observer = db.connect();
     observer.query_one("SELECT pg_terminate_backend($1)", &[&pid]).unwrap();

@@ -285,7 +285,10 @@ fn a_threshold_set_for_a_role_or_a_database_is_reported_with_the_statement_that_
         (severity.as_str(), subject.as_str()),
         ("warning", format!("idgen.release_cooldown (database {})", db.name).as_str())
     );
-    assert!(detail.starts_with(&format!("database {} sets idgen.release_cooldown=0, a server-wide setting", db.name)), "{detail}");
+    assert!(
+        detail.starts_with(&format!("database {} sets idgen.release_cooldown=0, a server-wide setting", db.name)),
+        "{detail}"
+    );
     assert!(action.starts_with(&format!("ALTER DATABASE {} RESET idgen.release_cooldown;", db.name)), "{action}");
     let (_, subject, _, action) = &seen[1];
     assert_eq!(subject, &format!("idgen.takeover_idle_1h (role {role} in database {})", db.name));
