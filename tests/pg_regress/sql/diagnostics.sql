@@ -105,15 +105,17 @@ RESET client_min_messages;
 SELECT event, machine_id, version, outcome, holder, previous_holder, previous_version,
        previous_bound > not_before - interval '1 second' AS bound_before_next_start
   FROM idgen_events WHERE service = 'chain' ORDER BY event_id;
+-- (A's claim filled the service: the capacity_critical event is its announcement, of no machine id.)
 -- An ID just after each holder's start, and one while B held it.
 SELECT e.holder AS minted_by, x.service, x.machine_id, x.sequence, x.finding, x.holder, x.version, x.role
   FROM idgen_events e, idgen_explain(idgen_min_id(e.not_before + interval '1 millisecond')) x
- WHERE e.service = 'chain' ORDER BY e.event_id;
+ WHERE e.service = 'chain' AND e.machine_id IS NOT NULL ORDER BY e.event_id;
 SELECT finding, holder, version FROM idgen_explain(idgen_min_id(now() + interval '210 seconds') | (0 << 12) | 5, 'chain');
 -- Before A: machine id 0 was never registered, so no holder made such an ID.
 SELECT finding, holder FROM idgen_explain(idgen_min_id(now() - interval '1 day'), 'chain');
--- With A's claim purged, the history no longer reaches back that far, and says so.
-SELECT idgen_purge_history(now() - (SELECT at FROM idgen_private.idgen_history WHERE host = '10.0.0.1') - interval '1 microsecond') AS purged;
+-- With A's claim (and the capacity announcement that came with it) purged, the history no longer
+-- reaches back that far, and says so.
+SELECT idgen_purge_history(now() - (SELECT at FROM idgen_private.idgen_history WHERE host = '10.0.0.1' AND event = 'capacity_critical') - interval '1 microsecond') AS purged;
 SELECT finding, holder FROM idgen_explain(idgen_min_id(now() - interval '1 day'), 'chain');
 -- A history that shows two holders at once (written here by hand): a WARNING, and both holders.
 INSERT INTO idgen_private.idgen_history (event, service, machine_id, version, outcome, host, port, not_before,
