@@ -121,6 +121,12 @@ BEGIN ATOMIC
     ), purged AS (
         DELETE FROM idgen_private.idgen_history h USING cutoff c
          WHERE h.at OPERATOR(pg_catalog.<) c.at
+           -- Each service's newest capacity announcement stays, however old: claims compare with it.
+           AND (h.event OPERATOR(pg_catalog.<>) ALL (ARRAY['capacity_warning'::text, 'capacity_critical'::text, 'capacity_cleared'::text])
+                OR EXISTS (SELECT FROM idgen_private.idgen_history k
+                            WHERE k.service::pg_catalog.text OPERATOR(pg_catalog.=) h.service::pg_catalog.text
+                              AND k.event OPERATOR(pg_catalog.=) ANY (ARRAY['capacity_warning'::text, 'capacity_critical'::text, 'capacity_cleared'::text])
+                              AND k.event_id OPERATOR(pg_catalog.>) h.event_id))
         RETURNING h.service, h.event, COALESCE(h.outcome, ''::text) AS outcome
     ), counted AS (
         INSERT INTO idgen_private.idgen_history_purged AS t (service, event, outcome, events, last_purged_at)
@@ -133,7 +139,7 @@ BEGIN ATOMIC
     SELECT pg_catalog.count(*) FROM purged;
 END;
 COMMENT ON FUNCTION idgen_purge_history(interval) IS
-    'Removes history events older than older_than (default: the setting idgen.history_retention, 90 days) and returns how many; the metrics keep counting them. Superusers and the extension owner, or roles granted EXECUTE. Schedule it daily (cron, pg_cron).';
+    'Removes history events older than older_than (default: the setting idgen.history_retention, 90 days) and returns how many; the metrics keep counting them. Each service''s newest capacity announcement stays: later claims compare with it. Superusers and the extension owner, or roles granted EXECUTE. Schedule it daily (cron, pg_cron).';
 REVOKE EXECUTE ON FUNCTION idgen_purge_history(interval) FROM PUBLIC;
 COMMENT ON FUNCTION idgen_private.purge_age(interval, interval) IS
     'The age idgen_purge_history removes events by: older_than, or the retention when it is NULL. Refuses (22023) an age of zero or less, which would remove every event.';

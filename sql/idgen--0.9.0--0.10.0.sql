@@ -16,7 +16,7 @@
 -- - A backend mints only for a service that exists (the library's rule, no object changes).
 -- - Capacity alerts on crossings: the history records each capacity level announced
 --   (capacity_warning, capacity_critical, capacity_cleared) and the claim guards get the turn to
---   announce one (bucket 2048).
+--   announce one (bucket 2048); idgen_purge_history() keeps each service's newest announcement.
 -- - idgen_health()'s setting_ignored: a server-wide idgen setting set for a role or a database.
 -- The 0.10.0 library also runs against 0.9.0's objects until this update (and those before, as
 -- 0.9.0's library did).
@@ -406,3 +406,35 @@ COMMENT ON VIEW idgen_events IS
 COMMENT ON COLUMN idgen_events.event IS 'claim, take_back, restart (a service node claimed the id it still held), release, set_aside, ownership_lost, refused_full, refused_watermark, refused_no_standby, watermark_behind, or capacity_warning, capacity_critical, capacity_cleared (a claim changed the service''s capacity level from the one announced last, with an alert).';
 COMMENT ON COLUMN idgen_events.machine_id IS 'The machine id; NULL for refused_full, refused_no_standby and capacity levels announced.';
 COMMENT ON COLUMN idgen_events.detail IS 'Refusals and losses: what the caller was told; capacity levels announced: the alert.';
+
+-- Each service's newest capacity announcement outlives the purge: claims compare with it.
+CREATE OR REPLACE FUNCTION idgen_purge_history(older_than interval DEFAULT NULL)
+    RETURNS bigint
+    LANGUAGE sql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    WITH cutoff AS (
+        SELECT pg_catalog.now() OPERATOR(pg_catalog.-) idgen_private.purge_age(older_than, p.history_retention) AS at
+          FROM @extschema@.idgen_policy() p
+    ), purged AS (
+        DELETE FROM idgen_private.idgen_history h USING cutoff c
+         WHERE h.at OPERATOR(pg_catalog.<) c.at
+           -- Each service's newest capacity announcement stays, however old: claims compare with it.
+           AND (h.event OPERATOR(pg_catalog.<>) ALL (ARRAY['capacity_warning'::text, 'capacity_critical'::text, 'capacity_cleared'::text])
+                OR EXISTS (SELECT FROM idgen_private.idgen_history k
+                            WHERE k.service::pg_catalog.text OPERATOR(pg_catalog.=) h.service::pg_catalog.text
+                              AND k.event OPERATOR(pg_catalog.=) ANY (ARRAY['capacity_warning'::text, 'capacity_critical'::text, 'capacity_cleared'::text])
+                              AND k.event_id OPERATOR(pg_catalog.>) h.event_id))
+        RETURNING h.service, h.event, COALESCE(h.outcome, ''::text) AS outcome
+    ), counted AS (
+        INSERT INTO idgen_private.idgen_history_purged AS t (service, event, outcome, events, last_purged_at)
+        SELECT p.service, p.event, p.outcome, pg_catalog.count(*), pg_catalog.now() FROM purged p
+         GROUP BY p.service, p.event, p.outcome
+        ON CONFLICT (service, event, outcome) DO UPDATE
+           SET events = t.events OPERATOR(pg_catalog.+) excluded.events, last_purged_at = excluded.last_purged_at
+        RETURNING t.events
+    )
+    SELECT pg_catalog.count(*) FROM purged;
+END;
+COMMENT ON FUNCTION idgen_purge_history(interval) IS
+    'Removes history events older than older_than (default: the setting idgen.history_retention, 90 days) and returns how many; the metrics keep counting them. Each service''s newest capacity announcement stays: later claims compare with it. Superusers and the extension owner, or roles granted EXECUTE. Schedule it daily (cron, pg_cron).';

@@ -78,6 +78,24 @@ fn every_field_of_a_history_event_is_a_column_of_idgen_history() {
     );
 }
 
+#[test]
+fn the_purge_keeps_the_newest_event_of_every_capacity_announcement_kind() {
+    let purge = from(&HISTORY, "CREATE FUNCTION idgen_purge_history(");
+    let purge = &purge[..purge.find("END;").expect("the purge's body ends")];
+    let rust: Vec<&str> =
+        EventKind::ALL.iter().filter(|k| k.capacity_announced().is_some()).map(|k| k.label()).collect();
+    assert_eq!(rust.len(), 3, "EventKind::capacity_announced: warning, critical, cleared");
+    for column in ["h.event", "k.event"] {
+        let sql = compared_with(purge, column);
+        assert_same_labels(
+            &format!("sql/history.sql, idgen_purge_history's {column} ARRAY"),
+            &sql,
+            "core/src/history.rs, EventKind::capacity_announced",
+            &rust,
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The diagnostics' lists
 
@@ -527,7 +545,7 @@ fn clause_ending_at<'a>(text: &'a str, start: &str, end: &str) -> Option<&'a str
 }
 
 /// The labels `column` is compared with in `text`: `column OPERATOR(pg_catalog.=) 'label'` (or
-/// `<>`), and `column OPERATOR(pg_catalog.=) ANY (ARRAY['a', 'b'])`. Comparisons with anything
+/// `<>`), and `column OPERATOR(pg_catalog.=) ANY (ARRAY['a', 'b'])` (or `<> ALL`). Comparisons with anything
 /// but literals are left out.
 fn compared_with(text: &str, column: &str) -> Vec<String> {
     let pattern = format!("{column} OPERATOR(pg_catalog.");
@@ -539,7 +557,7 @@ fn compared_with(text: &str, column: &str) -> Vec<String> {
         }
         let rest = &text[at + pattern.len()..];
         let rest = rest[rest.find(") ").expect("an operator is closed") + 2..].trim_start();
-        if rest.starts_with("ANY (ARRAY[") {
+        if rest.starts_with("ANY (ARRAY[") || rest.starts_with("ALL (ARRAY[") {
             labels.extend(array_literals(rest));
         } else if rest.starts_with('\'') {
             labels.extend(literals(rest).into_iter().next());

@@ -113,8 +113,8 @@ SELECT e.holder AS minted_by, x.service, x.machine_id, x.sequence, x.finding, x.
 SELECT finding, holder, version FROM idgen_explain(idgen_min_id(now() + interval '210 seconds') | (0 << 12) | 5, 'chain');
 -- Before A: machine id 0 was never registered, so no holder made such an ID.
 SELECT finding, holder FROM idgen_explain(idgen_min_id(now() - interval '1 day'), 'chain');
--- With A's claim (and the capacity announcement that came with it) purged, the history no longer
--- reaches back that far, and says so.
+-- With A's claim purged, the history no longer reaches back that far, and says so (the capacity
+-- announcement that came with the claim stays: it is the service's newest).
 SELECT idgen_purge_history(now() - (SELECT at FROM idgen_private.idgen_history WHERE host = '10.0.0.1' AND event = 'capacity_critical') - interval '1 microsecond') AS purged;
 SELECT finding, holder FROM idgen_explain(idgen_min_id(now() - interval '1 day'), 'chain');
 -- A history that shows two holders at once (written here by hand): a WARNING, and both holders.
