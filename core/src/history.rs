@@ -58,10 +58,11 @@ pub enum EventKind {
     /// (a crash, a kill). Outcome `reused`; `previous_version` and `previous_bound` are its
     /// earlier process's version and the latest time that process may have stamped.
     Restart,
-    /// A claim left the service above `idgen.capacity_warning`, announced with an alert; the
-    /// level announced last is the one later claims compare with (`idgen_core::fleet::level_change`).
+    /// A claim changed the service's capacity level to warning (up past `idgen.capacity_warning`,
+    /// or down from critical by the margin), announced with an alert; the level announced last is
+    /// the one later claims compare with (`crate::fleet::level_change`).
     CapacityWarning,
-    /// A claim left the service above `idgen.capacity_critical`, announced with an alert.
+    /// A claim took the service above `idgen.capacity_critical`, announced with an alert.
     CapacityCritical,
     /// A claim found the service back below the level announced last, by the margin: announced once.
     CapacityCleared,
