@@ -74,8 +74,8 @@ pub fn capacity_level(in_use: i64, capacity: i64, warning: f64, critical: f64) -
 }
 
 /// How far (a fraction of the pool, rounded down to whole machine ids) a service must fall below a
-/// level's threshold before the level is announced as cleared: a service that hovers at a threshold, a claim and a release at a time,
-/// would otherwise alert up and down at every claim.
+/// level's threshold before the level is announced as cleared: a service that hovers at a
+/// threshold, a claim and a release at a time, would otherwise alert up and down at every claim.
 pub const CLEAR_MARGIN: f64 = 0.05;
 
 /// A change of a service's capacity level worth an alert, from the level announced last: up as

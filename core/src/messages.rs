@@ -316,24 +316,18 @@ pub fn capacity_alert(
     };
     let threshold = threshold_of(passed);
     let now = change.level().map_or("cleared", CapacityLevel::label);
-    let message = match change {
-        LevelChange::Up(_) => format!(
-            "{function}: service \"{}\" is {:.0}% full ({used} of {capacity} machine ids in use), above {} ({:.0}%): {now}",
-            claimant.service,
-            fraction * 100.0,
-            passed.setting(),
-            threshold * 100.0,
-        ),
-        LevelChange::Down(_) => format!(
-            "{function}: service \"{}\" is down to {:.0}% full ({used} of {capacity} machine ids in use), below {} ({:.0}%): {now}",
-            claimant.service,
-            fraction * 100.0,
-            passed.setting(),
-            threshold * 100.0,
-        ),
+    let (is, side) = match change {
+        LevelChange::Up(_) => ("is", "above"),
+        LevelChange::Down(_) => ("is down to", "below"),
     };
     Alert {
-        message,
+        message: format!(
+            "{function}: service \"{}\" {is} {:.0}% full ({used} of {capacity} machine ids in use), {side} {} ({:.0}%): {now}",
+            claimant.service,
+            fraction * 100.0,
+            passed.setting(),
+            threshold * 100.0,
+        ),
         payload: json!({
             "event": "capacity",
             "service": claimant.service,

@@ -159,12 +159,12 @@ pub enum CapacityTurn {
     Missing,
 }
 
+/// Takes the service's capacity turn until the transaction ends, or says why it cannot.
 pub fn take_capacity_turn(client: &mut SpiClient, service: &str) -> CapacityTurn {
     let args = [text(service), guard::CAPACITY_TURN.into()];
     if first_value::<bool>(run(client, &sql::TAKE_GUARD, Some(1), &args)).unwrap_or(false) {
         return CapacityTurn::Taken;
     }
-    let args = [text(service), guard::CAPACITY_TURN.into()];
     if first_value::<bool>(run(client, &sql::GUARD_EXISTS, Some(1), &args)).unwrap_or(false) {
         CapacityTurn::Busy
     } else {
