@@ -1004,6 +1004,12 @@ SELECT EXISTS (
       AND h.event OPERATOR(pg_catalog.=) $2
       AND h.at OPERATOR(pg_catalog.>) (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) $3));
 
+-- SERVICE_VISIBLE
+-- Whether the caller may read `service` in the idgen views (`idgen_visibility`, as the caller).
+--   $1 service text
+SELECT v.reads_all OR $1 OPERATOR(pg_catalog.=) ANY (v.services)
+FROM idgen_private.visibility v;
+
 -- TAKE_REFUSAL_TURN
 -- The turn to record a refusal: one session at a time (the registry's row, locked until the refused
 -- call's transaction ends; a session that finds it taken records nothing), so that concurrent

@@ -323,6 +323,21 @@ COMMENT ON COLUMN idgen_flapping_ids.first_at IS 'The first of them in the windo
 COMMENT ON COLUMN idgen_flapping_ids.last_at IS 'The last of them.';
 COMMENT ON COLUMN idgen_flapping_ids.holders IS 'The holders that took it.';
 
+-- Every refused claim and ownership loss since the server started, recorded in the history or not
+-- (it records one of each kind per service and minute): counted in shared memory
+-- (src/history.rs, core/src/tally.rs). NULL for a service the caller may not read, which it
+-- learns through the view below, as the caller.
+CREATE VIEW idgen_private.visibility AS SELECT v.reads_all, v.services FROM idgen_visibility v;
+COMMENT ON VIEW idgen_private.visibility IS 'idgen_visibility, as idgen_private.refusals_since_start() reads it (bound when created).';
+GRANT SELECT ON idgen_private.visibility TO PUBLIC;
+CREATE FUNCTION idgen_private.refusals_since_start(service text)
+    RETURNS TABLE (refused_claims bigint, ownership_losses bigint)
+    LANGUAGE c STABLE STRICT PARALLEL RESTRICTED ROWS 1
+    AS 'MODULE_PATHNAME', 'refusals_since_start_wrapper';
+COMMENT ON FUNCTION idgen_private.refusals_since_start(text) IS
+    'The claims of a service refused and the ownership losses its holders were told in this database since the server started, every one (the history records one of each kind per minute); NULL for a service the caller may not read, or when the server could not keep the count.';
+GRANT EXECUTE ON FUNCTION idgen_private.refusals_since_start(text) TO PUBLIC;
+
 CREATE VIEW idgen_metrics WITH (security_barrier) AS
 SELECT c.service,
        c.held,
@@ -347,8 +362,11 @@ SELECT c.service,
        LEAST(COALESCE(g.clock_backward_refusals, 0), 9223372036854775807)::bigint AS clock_backward_refusals,
        LEAST(COALESCE(g.sequence_exhaustions, 0), 9223372036854775807)::bigint AS sequence_exhaustions,
        CASE WHEN c.level OPERATOR(pg_catalog.=) 'critical'::text THEN 2
-            WHEN c.level OPERATOR(pg_catalog.=) 'warning'::text THEN 1 ELSE 0 END AS capacity_level
+            WHEN c.level OPERATOR(pg_catalog.=) 'warning'::text THEN 1 ELSE 0 END AS capacity_level,
+       s.refused_claims AS refused_claims_since_start,
+       s.ownership_losses AS ownership_losses_since_start
   FROM idgen_capacity c
+  LEFT JOIN LATERAL idgen_private.refusals_since_start(c.service::text) s ON true
   LEFT JOIN (SELECT n.service,
                     pg_catalog.max(pg_catalog.abs(pg_catalog.date_part('epoch'::text, n.clock_offset))) AS max_clock_offset_seconds,
                     pg_catalog.sum(n.clock_backward_waits) AS clock_backward_waits,
@@ -391,8 +409,8 @@ COMMENT ON COLUMN idgen_metrics.take_backs_released IS 'Counter: released ids ta
 COMMENT ON COLUMN idgen_metrics.take_backs_7d IS 'Counter: take-backs in the 7-day tier.';
 COMMENT ON COLUMN idgen_metrics.take_backs_1d IS 'Counter: take-backs in the 1-day tier.';
 COMMENT ON COLUMN idgen_metrics.take_backs_1h IS 'Counter: take-backs in the 1-hour tier (each also alerted).';
-COMMENT ON COLUMN idgen_metrics.ownership_losses IS 'Counter: holders that learnt their id had moved (at most one per minute).';
-COMMENT ON COLUMN idgen_metrics.refused_claims IS 'Counter: claims refused (service full, watermark ahead, or no synchronous standby), at most one of each kind per minute.';
+COMMENT ON COLUMN idgen_metrics.ownership_losses IS 'Counter: holders that learnt their id had moved, as the history records them (a service node''s at most one per minute); every one is in ownership_losses_since_start.';
+COMMENT ON COLUMN idgen_metrics.refused_claims IS 'Counter: claims refused (service full, watermark ahead, or no synchronous standby) as the history records them, at most one of each kind per minute; every one is in refused_claims_since_start.';
 COMMENT ON COLUMN idgen_metrics.oldest_idle_seconds IS 'Idle time of the held id seen longest ago, in seconds.';
 COMMENT ON COLUMN idgen_metrics.history_events_purged IS 'Counter: history events removed by idgen_purge_history().';
 COMMENT ON COLUMN idgen_metrics.restarts IS 'Counter: service nodes that claimed the id they still held (restarts without a release).';
@@ -403,6 +421,8 @@ COMMENT ON COLUMN idgen_metrics.clock_backward_waits IS 'The holders'' clock ste
 COMMENT ON COLUMN idgen_metrics.clock_backward_refusals IS 'The holders'' clock steps back refused, as their last heartbeats reported (each since its claim).';
 COMMENT ON COLUMN idgen_metrics.sequence_exhaustions IS 'The holders'' waits for the next millisecond after using up one''s sequence, as their last heartbeats reported (each since its claim).';
 COMMENT ON COLUMN idgen_metrics.capacity_level IS '0 below idgen.capacity_warning, 1 above it (warning), 2 above idgen.capacity_critical (critical).';
+COMMENT ON COLUMN idgen_metrics.refused_claims_since_start IS 'Counter: every claim refused since the server started, recorded in the history or not (NULL: the server could not keep the count); starts at 0 again at a restart or a failover, as Prometheus counters do.';
+COMMENT ON COLUMN idgen_metrics.ownership_losses_since_start IS 'Counter: every holder told its id had moved since the server started, recorded in the history or not (NULL: the server could not keep the count); starts at 0 again at a restart or a failover.';
 
 CREATE VIEW idgen_tombstones WITH (security_barrier) AS
 SELECT t.service,

@@ -5,13 +5,14 @@
 //! id moved) come with an error that rolls the caller back, so they are written
 //! in a transaction of their own, and at most one of each kind per service per
 //! [`REFUSAL_INTERVAL_SECS`]: a flood of refused calls starts next to nothing
-//! and writes next to nothing.
+//! and writes next to nothing. Each of them is counted all the same ([`tally`]).
 
 use crate::errors::or_raise;
 use crate::spi;
 use crate::statements as sql;
 use idgen_core::history::{Event, EventKind};
 use idgen_core::input::{self, Holding, NodeIdentity};
+use idgen_core::tally::Counter;
 use idgen_core::IdgenError;
 use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::prelude::*;
@@ -65,9 +66,48 @@ pub fn record(client: &mut SpiClient, event: &Event) {
 /// its service within the interval or another session is recording a refusal now: for a
 /// transaction that returns normally (a refused release).
 pub fn record_refusal_here(client: &mut SpiClient, event: &Event) {
+    tally(event);
     if refusal_due(client, event) {
         record(client, event);
     }
+}
+
+/// Counts refused claim or ownership loss `event` in the server's tally (`idgen_core::tally`),
+/// which `idgen_metrics` reads: every one, also those the history does not record. Called where
+/// a refusal is met, once for each, whatever becomes of the transaction.
+pub fn tally(event: &Event) {
+    let (Some(area), Some(counter)) = (crate::shared::area(), EventKind::from_label(event.event).and_then(Counter::of))
+    else {
+        return;
+    };
+    // SAFETY: set at process start, never changed.
+    let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
+    if !area.tally.add(database, &event.service, counter) {
+        pgrx::debug1!("idgen: the refusal tally is full: a refusal of service {} is not counted", event.service);
+    }
+}
+
+/// `idgen_private.refusals_since_start(service)`, which `idgen_metrics` reads: the claims of
+/// `service` refused and the ownership losses its holders were told in this database since the
+/// server started, or NULL for a service the caller may not read (`idgen_visibility`) or a count
+/// the server could not keep (no shared memory; its tally full).
+#[pg_extern(stable, parallel_restricted, sql = false)]
+fn refusals_since_start(
+    service: &str,
+) -> TableIterator<'static, (name!(refused_claims, Option<i64>), name!(ownership_losses, Option<i64>))> {
+    let visible = crate::privilege::with_pinned_search_path(|| {
+        Spi::connect(|client| {
+            let mut rows = spi::ok(spi::read(client, &sql::SERVICE_VISIBLE, Some(1), &[service.into()]));
+            rows.next().and_then(|row| row.get::<bool>(1).ok().flatten()).unwrap_or(false)
+        })
+    });
+    // SAFETY: set at process start, never changed.
+    let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
+    let count = |counter| {
+        let area = crate::shared::area().filter(|_| visible)?;
+        area.tally.count(database, service, counter).and_then(|n| i64::try_from(n).ok())
+    };
+    TableIterator::once((count(Counter::RefusedClaims), count(Counter::OwnershipLosses)))
 }
 
 /// Writes refusal `event` (as JSON) unless one of its kind was recorded for its service within

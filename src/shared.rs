@@ -1,7 +1,8 @@
 //! idgen's shared memory: one area for the whole server, with
 //! - the registry writers (`registry::writer`): which process serves which database, how to wake it;
 //! - for each backend slot, its mailbox to the writers (a request posted, taken, answered) and the
-//!   leases its last backend left for the next one (`registry::handover`).
+//!   leases its last backend left for the next one (`registry::handover`);
+//! - every refusal counted, recorded in the history or not (`idgen_core::tally`, read by `idgen_metrics`).
 //!
 //! With idgen in `shared_preload_libraries` the area is requested at server start, as every
 //! preloaded library requests its memory. Without, the first backend that needs it allocates it
@@ -27,7 +28,7 @@ pub const PARKED_BYTES: usize = idgen_core::lease::Parked::MAX_ENCODED;
 
 const NAME: &std::ffi::CStr = c"idgen";
 /// Changes whenever the layout below does: a library of another layout never shares an area.
-const MAGIC: u64 = 0x6964_6765_6e5f_0004;
+const MAGIC: u64 = 0x6964_6765_6e5f_0005;
 
 /// One registry writer's place. `pid` 0: nobody serves from it.
 #[repr(C)]
@@ -139,6 +140,8 @@ pub struct Area {
     pub last_slot_refusal_ms: AtomicI64,
     /// The last consistent thresholds a process of the server ran by (`settings::policy_in_force`).
     pub last_consistent: KeptPolicy,
+    /// Refused claims and ownership losses per (database, service), since the server started.
+    pub tally: idgen_core::tally::Tally,
     // followed by `slots` SlotEntry records
 }
 

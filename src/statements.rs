@@ -980,6 +980,12 @@ statements! {
               AND h.at OPERATOR(pg_catalog.>) (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) $3))
     "#;
 
+    /// Whether the caller may read `service` in the idgen views (`idgen_visibility`, as the caller).
+    SERVICE_VISIBLE(service: text) = r#"
+        SELECT v.reads_all OR $1 OPERATOR(pg_catalog.=) ANY (v.services)
+        FROM idgen_private.visibility v
+    "#;
+
     /// The turn to record a refusal: one session at a time (the registry's row, locked until the refused
     /// call's transaction ends; a session that finds it taken records nothing), so that concurrent
     /// refusals never start workers together, nor record one kind twice.

@@ -10,6 +10,7 @@
 //! - [`watermark`]: what a claim must know of the times earlier holders stamped.
 //! - [`history`]: the ownership history's events, and the tenures they show.
 //! - [`fleet`]: what the diagnostics tell of a fleet: capacity levels, clock skew, restart loops.
+//! - [`tally`]: every refusal counted, recorded in the history or not (shared memory's layout).
 //! - [`guard`]: which private guard row a claim locks instead of an advisory lock.
 //! - [`input`]: validation of the registry functions' arguments.
 //! - [`messages`]: the errors, warnings and alerts people read, made of [`facts`] the edge
@@ -31,6 +32,7 @@ pub mod layout;
 pub mod lease;
 pub mod messages;
 pub mod policy;
+pub mod tally;
 pub mod watermark;
 
 pub use error::{IdgenError, SqlState};

@@ -125,11 +125,13 @@ pub fn prepare_service(function: &str, service: &str) {
     run(function, &Request::PrepareService { service: service.to_owned() });
 }
 
-/// Records refusal `event` in a transaction of its own, if it is due (`history::refusal_due`;
-/// rate-limited in the writer too). It never waits for a worker slot: a refusal that finds no
-/// writer is left out (the caller's error is raised either way, and is in the server log), so that
-/// a flood of refusals never keeps the slots from the server's other work.
+/// Counts refusal `event` (`history::tally`) and records it in a transaction of its own, if it is
+/// due (`history::refusal_due`; rate-limited in the writer too). It never waits for a worker
+/// slot: a refusal that finds no writer is left unrecorded (the caller's error is raised either
+/// way, and is in the server log), so that a flood of refusals never keeps the slots from the
+/// server's other work.
 pub fn record_refusal(client: &mut SpiClient, mut event: Event) {
+    history::tally(&event);
     if !history::refusal_due(client, &event) {
         return;
     }

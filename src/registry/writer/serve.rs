@@ -164,7 +164,9 @@ fn lease_step(
                     notices.push(Notice::Warning(warning));
                 } else {
                     let warning = messages::backend_lease_lost(function, &renewal.held, now.as_ref());
-                    record_after.push((history::lost_event(&renewal.held, &warning, who), false));
+                    let lost = history::lost_event(&renewal.held, &warning, who);
+                    history::tally(&lost);
+                    record_after.push((lost, false));
                     notices.push(Notice::Warning(warning));
                 }
             }

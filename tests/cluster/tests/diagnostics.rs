@@ -433,6 +433,74 @@ fn events_that_come_with_an_error_are_recorded_though_the_caller_rolls_back() {
     assert_eq!((counted.get::<_, i64>(0), counted.get::<_, i64>(1)), (2, 0));
 }
 
+/// `refused_claims` and `ownership_losses` count what the history records: one of each kind per
+/// service and minute. `*_since_start` count every one, backends' losses included, and only for
+/// services the reader may see (a direct call for another service answers NULL).
+#[test]
+fn every_refusal_counts_in_idgen_metrics_though_the_history_records_one_a_minute() {
+    let db = TestDb::create("refusals_counted");
+    let mut admin = db.connect();
+    let mut node = db.connect();
+    let counts = |c: &mut Client, service: &str| -> (i64, Option<i64>, i64, Option<i64>) {
+        let r = c
+            .query_one(
+                "SELECT refused_claims, refused_claims_since_start, ownership_losses, ownership_losses_since_start
+                   FROM idgen_metrics WHERE service = $1",
+                &[&service],
+            )
+            .unwrap();
+        (r.get(0), r.get(1), r.get(2), r.get(3))
+    };
+    fill_registry(&mut admin, "full");
+    assert_eq!(counts(&mut admin, "full"), (0, Some(0), 0, Some(0)));
+    for port in 1..=4 {
+        assert_eq!(sqlstate(&claim(&mut node, "full", "10.0.0.9", port).unwrap_err()), "53000");
+    }
+    // A refusal inside a transaction that rolls back counts too.
+    node.batch_execute("BEGIN").unwrap();
+    assert_eq!(sqlstate(&claim(&mut node, "full", "10.0.0.9", 5).unwrap_err()), "53000");
+    node.batch_execute("ROLLBACK").unwrap();
+    assert_eq!(counts(&mut admin, "full"), (1, Some(5), 0, Some(0)));
+
+    // A service node told three times that its id moved; a backend told once at its lease check.
+    let a = claim(&mut node, "svc", "10.0.0.1", 1).unwrap();
+    admin.batch_execute("UPDATE system_nodes SET version = version + 1 WHERE service = 'svc'").unwrap();
+    for _ in 0..3 {
+        let err = heartbeat(&mut node, "svc", a.machine_id, "10.0.0.1", 1, a.version).unwrap_err();
+        assert_eq!(sqlstate(&err), "55000");
+    }
+    let mut backend = db.connect();
+    backend.batch_execute("SELECT idgen_next_id('svc')").unwrap();
+    admin
+        .batch_execute(
+            "UPDATE system_nodes SET version = version + 1 WHERE service = 'svc' AND backend_slot IS NOT NULL",
+        )
+        .unwrap();
+    wait_past_backend_watermark(&mut backend, "svc");
+    backend.batch_execute("SELECT idgen_next_id('svc')").unwrap();
+    assert_eq!(counts(&mut admin, "svc"), (0, Some(0), 2, Some(4)));
+
+    // Counted per database: another database's service of the same name starts at 0.
+    let other = TestDb::create("refusals_counted_other");
+    let mut other_admin = other.connect();
+    claim(&mut other_admin, "full", "10.0.0.1", 1).unwrap();
+    assert_eq!(counts(&mut other_admin, "full"), (0, Some(0), 0, Some(0)));
+
+    // A role that may not read a service gets NULL from the function itself.
+    admin
+        .batch_execute(
+            "DO $$ BEGIN
+                 IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'idgen_t_nobody') THEN CREATE ROLE idgen_t_nobody LOGIN; END IF;
+             END $$;",
+        )
+        .unwrap();
+    let mut nobody = Client::connect(&format!("{} user=idgen_t_nobody", db.dsn()), postgres::NoTls).unwrap();
+    let direct = nobody.query_one("SELECT * FROM idgen_private.refusals_since_start('full')", &[]).unwrap();
+    assert_eq!((direct.get::<_, Option<i64>>(0), direct.get::<_, Option<i64>>(1)), (None, None));
+    let direct = admin.query_one("SELECT * FROM idgen_private.refusals_since_start('full')", &[]).unwrap();
+    assert_eq!((direct.get::<_, Option<i64>>(0), direct.get::<_, Option<i64>>(1)), (Some(5), Some(0)));
+}
+
 #[test]
 fn purge_removes_events_past_the_retention_and_the_counters_keep_them() {
     let db = TestDb::create("history_purge");

@@ -8,7 +8,7 @@ use idgen_cluster_tests::*;
 use postgres::Client;
 
 /// The version `ALTER EXTENSION idgen UPDATE` reaches: the library's (Cargo.toml).
-const LATEST: &str = "0.10.0";
+const LATEST: &str = "0.10.1";
 
 #[test]
 fn the_latest_version_here_is_the_librarys() {
@@ -266,11 +266,12 @@ fn calls_of_every_function(client: &mut Client) -> Vec<String> {
 #[test]
 fn every_function_of_an_older_installation_answers_clearly_and_none_crashes() {
     // Between installing a new build and ALTER EXTENSION UPDATE, the new library serves the old
-    // version's functions, whatever their signatures were. 0.4.0's to 0.9.0's keep working (this
+    // version's functions, whatever their signatures were. 0.4.0's to 0.10.0's keep working (this
     // library runs against their objects); older ones refuse with 55000 and the hint. Never a
     // crash, an internal error (XX000) or a missing relation (42P01).
-    for version in ["0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.5.1", "0.6.0", "0.7.0", "0.8.0", "0.9.0"] {
-        let runs_against = ["0.4.0", "0.5.0", "0.5.1", "0.6.0", "0.7.0", "0.8.0", "0.9.0"].contains(&version);
+    for version in ["0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.5.1", "0.6.0", "0.7.0", "0.8.0", "0.9.0", "0.10.0"]
+    {
+        let runs_against = ["0.4.0", "0.5.0", "0.5.1", "0.6.0", "0.7.0", "0.8.0", "0.9.0", "0.10.0"].contains(&version);
         let db = TestDb::empty_on(&base_dsn(), &format!("upgrade_calls_{}", version.replace('.', "_")));
         let mut client = db.connect();
         client.batch_execute(&format!("CREATE EXTENSION idgen VERSION '{version}'")).unwrap();
