@@ -260,7 +260,18 @@ fn renew_lease(function: &str, service: &str) {
                     );
                     return;
                 }
-                BackendCheck::Busy | BackendCheck::Lost(_) => {
+                BackendCheck::Busy => {
+                    STATE.lock().leases.get_or_add(service).lost();
+                    raise(messages::no_lease_read_only(function, service, on_standby));
+                }
+                BackendCheck::Lost(now) => {
+                    // A loss all the same, which a read cannot record in the history: counted
+                    // (as the registry writer counts one), unless the registry was created again.
+                    let epoch = as_extension_owner(|| Spi::connect_mut(store::read_epoch));
+                    if epoch == terms.registry_epoch {
+                        let told = messages::backend_lease_lost(function, &held, now.as_ref());
+                        crate::history::tally(&crate::history::lost_event(&held, &told, &who));
+                    }
                     STATE.lock().leases.get_or_add(service).lost();
                     raise(messages::no_lease_read_only(function, service, on_standby));
                 }

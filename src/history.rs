@@ -62,11 +62,16 @@ pub fn record(client: &mut SpiClient, event: &Event) {
     insert(client, &[event.to_json().into()]);
 }
 
-/// Records refusal `event` in the current transaction, unless one of its kind was recorded for
-/// its service within the interval or another session is recording a refusal now: for a
-/// transaction that returns normally (a refused release).
+/// Counts refusal `event` ([`tally`]) and records it in the current transaction, unless one of
+/// its kind was recorded for its service within the interval or another session is recording a
+/// refusal now: for a transaction that returns normally (a refused release).
 pub fn record_refusal_here(client: &mut SpiClient, event: &Event) {
     tally(event);
+    record_refusal_if_due(client, event);
+}
+
+/// [`record_refusal_here`] for a refusal counted where it was met (the registry writer's).
+pub fn record_refusal_if_due(client: &mut SpiClient, event: &Event) {
     if refusal_due(client, event) {
         record(client, event);
     }

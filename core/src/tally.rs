@@ -6,16 +6,18 @@
 //! as the server, as Prometheus expects of a counter: a restart starts it at zero again.
 //!
 //! No lock: a key's entry is found by probing from its hash, taken with one compare-and-swap, and
-//! never given back; counts are atomic additions. Two processes that take an entry for one key at
-//! once make two entries, which a reader adds up. A process that dies halfway leaves an entry
-//! nobody matches. When every entry is taken, a key without one is not counted, and a reader
-//! learns its count is unknown (`None`), never a number that is too small.
+//! never given back (counts are since the server started: a dropped database's or extension's
+//! stay); counts are atomic additions. Two processes that take an entry for one key at once make
+//! two entries, which a reader adds up. A process that dies halfway leaves an entry nobody
+//! matches. When every entry is taken, an addition that finds none of its key is not counted and
+//! marks the place its probe starts from: a reader of any key starting there learns its count is
+//! unknown (`None`), never a number that is too small, and the other keys keep theirs.
 
 use crate::history::EventKind;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// How many (database, service) pairs a server's tally holds.
-pub const ENTRIES: usize = 512;
+pub const ENTRIES: usize = 1024;
 
 /// What a refusal adds to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,13 +77,16 @@ impl Entry {
 #[repr(C)]
 pub struct Tally {
     entries: [Entry; ENTRIES],
-    /// Additions that found every entry taken and none of their key.
-    uncounted: AtomicU64,
+    /// Per place a probe starts from: additions that found every entry taken and none of their key.
+    uncounted: [AtomicU64; ENTRIES],
 }
 
 impl Default for Tally {
     fn default() -> Tally {
-        Tally { entries: std::array::from_fn(|_| Entry::default()), uncounted: AtomicU64::new(0) }
+        Tally {
+            entries: std::array::from_fn(|_| Entry::default()),
+            uncounted: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
     }
 }
 
@@ -102,36 +107,43 @@ impl Tally {
                 return true;
             }
         }
-        self.uncounted.fetch_add(1, Ordering::Relaxed);
+        // Also when another process is taking the last entry for this key: its reader learns
+        // that one addition is missing.
+        self.uncounted[start(database, hash)].fetch_add(1, Ordering::Relaxed);
         false
     }
 
     /// The count of `counter` for `service` in `database` since the table was created; `None`
-    /// when refusals went uncounted for want of room and none of them was this service's for sure.
+    /// when an addition whose probe starts where this key's does went uncounted for want of room.
     pub fn count(&self, database: u32, service: &str, counter: Counter) -> Option<u64> {
         let hash = service_hash(service);
-        let mut found = false;
+        if self.uncounted[start(database, hash)].load(Ordering::Relaxed) > 0 {
+            return None;
+        }
         let mut sum = 0u64;
         for entry in self.probe(database, hash) {
             match entry.state.load(Ordering::Acquire) {
                 EMPTY => break,
                 _ if entry.holds(database, hash) => {
-                    found = true;
                     sum = sum.saturating_add(entry.counter(counter).load(Ordering::Relaxed));
                 }
                 _ => {}
             }
         }
-        // An entry once taken keeps its key: a service that has one has missed nothing.
-        (found || self.uncounted.load(Ordering::Relaxed) == 0).then_some(sum)
+        Some(sum)
     }
 
     /// The entries a key may have, in the order it takes them: from its hash on, round the table.
     /// Entries are never emptied, so a key's entries all come before the first empty one.
     fn probe(&self, database: u32, hash: u64) -> impl Iterator<Item = &Entry> {
-        let start = (hash ^ u64::from(database).wrapping_mul(0x9e37_79b9_7f4a_7c15)) as usize % ENTRIES;
+        let start = start(database, hash);
         (0..ENTRIES).map(move |i| &self.entries[(start + i) % ENTRIES])
     }
+}
+
+/// Where a key's probe starts.
+fn start(database: u32, hash: u64) -> usize {
+    (hash ^ u64::from(database).wrapping_mul(0x9e37_79b9_7f4a_7c15)) as usize % ENTRIES
 }
 
 /// FNV-1a (64 bits) of the service's name: stable across builds, so that two libraries that share
@@ -201,8 +213,33 @@ mod tests {
         assert_eq!(tally.count(1, "late", Counter::RefusedClaims), Some(0), "nothing missed yet");
         assert!(!tally.add(1, "late", Counter::RefusedClaims));
         assert_eq!(tally.count(1, "late", Counter::RefusedClaims), None);
-        assert!(tally.add(1, "s3", Counter::RefusedClaims));
-        assert_eq!(tally.count(1, "s3", Counter::RefusedClaims), Some(2));
+        // The services that have an entry keep counting, and read their counts, but for the few
+        // whose probe starts where the missed one's does.
+        let late = start(1, service_hash("late"));
+        let others: Vec<String> =
+            (0..ENTRIES).map(|i| format!("s{i}")).filter(|s| start(1, service_hash(s)) != late).collect();
+        assert!(others.len() >= ENTRIES - 8, "{} of {ENTRIES}", others.len());
+        for s in &others {
+            assert!(tally.add(1, s, Counter::RefusedClaims));
+            assert_eq!(tally.count(1, s, Counter::RefusedClaims), Some(2), "{s}");
+        }
+    }
+
+    #[test]
+    fn an_addition_that_misses_makes_its_keys_count_unknown_not_too_small() {
+        // Another process took the last entry for this very key and has not made it ready yet.
+        let tally = Tally::default();
+        for i in 0..ENTRIES - 1 {
+            assert!(tally.add(1, &format!("s{i}"), Counter::RefusedClaims));
+        }
+        let last = tally.entries.iter().find(|e| e.state.load(Ordering::Relaxed) == EMPTY).unwrap();
+        last.state.store(WRITING, Ordering::Relaxed);
+        assert!(!tally.add(1, "orders", Counter::RefusedClaims));
+        last.database.store(1, Ordering::Relaxed);
+        last.service_hash.store(service_hash("orders"), Ordering::Relaxed);
+        last.state.store(READY, Ordering::Release);
+        last.refused_claims.fetch_add(1, Ordering::Relaxed);
+        assert_eq!(tally.count(1, "orders", Counter::RefusedClaims), None, "2 refusals, 1 counted");
     }
 
     #[test]

@@ -87,7 +87,7 @@ fn serve_backend_lease(
                     durability::make_commit_durable();
                     for (event, refusal) in &step.record_after {
                         if *refusal {
-                            history::record_refusal_here(client, event);
+                            history::record_refusal_if_due(client, event);
                         } else {
                             history::record(client, event);
                         }
@@ -164,9 +164,7 @@ fn lease_step(
                     notices.push(Notice::Warning(warning));
                 } else {
                     let warning = messages::backend_lease_lost(function, &renewal.held, now.as_ref());
-                    let lost = history::lost_event(&renewal.held, &warning, who);
-                    history::tally(&lost);
-                    record_after.push((lost, false));
+                    record_after.push((history::lost_event(&renewal.held, &warning, who), false));
                     notices.push(Notice::Warning(warning));
                 }
             }
@@ -193,13 +191,16 @@ fn lease_step(
             };
             // The lost event recorded with the claim, in its transaction.
             for (event, _) in record_after.drain(..) {
+                history::tally(&event);
                 history::record(client, &event);
             }
             LeaseStep { result: Ok(LeaseAnswer::Claimed(terms)), notices, record_after }
         }
         Err(Refused { error, event, notices: refusal_notices }) => {
             notices.extend(refusal_notices);
+            // Counted here, where they are met; recorded in a transaction of their own (below).
             record_after.extend(event.map(|e| (e, true)));
+            record_after.iter().for_each(|(event, _)| history::tally(event));
             LeaseStep { result: Err(error), notices, record_after }
         }
     }

@@ -479,6 +479,23 @@ fn every_refusal_counts_in_idgen_metrics_though_the_history_records_one_a_minute
     wait_past_backend_watermark(&mut backend, "svc");
     backend.batch_execute("SELECT idgen_next_id('svc')").unwrap();
     assert_eq!(counts(&mut admin, "svc"), (0, Some(0), 2, Some(4)));
+    // A backend that learns it in a read-only transaction is refused, and the loss counted (a read
+    // records nothing in the history).
+    let mut reader = db.connect();
+    reader.batch_execute("SELECT idgen_next_id('svc')").unwrap();
+    let reader_pid: i32 = reader.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+    admin
+        .execute(
+            "UPDATE system_nodes SET version = version + 1
+              WHERE service = 'svc' AND (service, machine_id) IN (SELECT service, machine_id FROM idgen_nodes WHERE pid = $1)",
+            &[&reader_pid],
+        )
+        .unwrap();
+    wait_past_backend_watermark(&mut reader, "svc");
+    reader.batch_execute("BEGIN READ ONLY").unwrap();
+    assert!(reader.batch_execute("SELECT idgen_next_id('svc')").is_err());
+    reader.batch_execute("ROLLBACK").unwrap();
+    assert_eq!(counts(&mut admin, "svc"), (0, Some(0), 2, Some(5)));
 
     // Counted per database: another database's service of the same name starts at 0.
     let other = TestDb::create("refusals_counted_other");
