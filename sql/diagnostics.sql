@@ -584,8 +584,9 @@ SELECT f.severity, f.finding, f.subject, f.detail, f.action FROM (
     SELECT 'warning', 'setting_ignored', pg_catalog.format('%s (%s)', g.name, o.scope),
            pg_catalog.format('%s sets %s, a server-wide setting no role or database can have its own of. Sessions refuse it when idgen loads (a WARNING at connect): the server''s value (%s) applies, or, where falling back would be unsafe, their claims are refused (22023) until it is reset.',
                              o.scope, c.setting, pg_catalog.current_setting(g.name)),
-           pg_catalog.format('%s RESET %s; to change it for the whole server: ALTER SYSTEM SET %s = ...; SELECT pg_reload_conf(); (docs/operations.md#changing-the-thresholds).',
-                             o.statement, g.name, g.name)
+           -- PostgreSQL refuses the RESET (55P02) in a session that has loaded idgen, as this one has.
+           pg_catalog.format('%1$s RESET %2$s; from a new session that has not used idgen (psql -c ''%1$s RESET %2$s''): one that has refuses it (55P02), and with idgen in shared_preload_libraries every session has: then %1$s RESET ALL, and set its other settings again. To change it for the whole server: ALTER SYSTEM SET %2$s = ...; SELECT pg_reload_conf(); (docs/operations.md#changing-the-thresholds).',
+                             o.statement, g.name)
       FROM pg_catalog.pg_db_role_setting s
      CROSS JOIN LATERAL pg_catalog.unnest(s.setconfig) c(setting)
       -- pg_show_all_settings(), not the view pg_settings: a pinned function no DROP ... CASCADE reaches.
