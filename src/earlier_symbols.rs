@@ -6,7 +6,8 @@
 //! installation gets 55000 and the HINT to update; 0.4.0's declarations, which match, reach
 //! the functions. Since 0.5.0 the SQL binds those functions to their own symbols; 0.6.0's
 //! heartbeat, with nine arguments, is `node_heartbeat_reporting_wrapper`, and
-//! `node_heartbeat_wrapper` keeps serving 0.5.x's six (`registry::api`).
+//! `node_heartbeat_wrapper` keeps serving 0.5.x's six (`registry::api`). 0.4.0 to 0.5.1 declare
+//! `idgen_policy()` with their own columns under `idgen_policy_wrapper` (`policy_of_0_5`).
 
 use pgrx::pg_sys;
 
@@ -61,4 +62,11 @@ guarded!(
     "idgen_node_state",
     4,
     crate::diagnostics::nodes::node_state_wrapper
+);
+guarded!(
+    pg_finfo_idgen_policy_wrapper,
+    idgen_policy_wrapper,
+    "idgen_policy",
+    0,
+    crate::diagnostics::nodes::policy_of_0_5_wrapper
 );

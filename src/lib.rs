@@ -6,13 +6,15 @@
 //! - `registry`: `system_nodes`, `idgen_claim` / `idgen_heartbeat` / `idgen_release`, the
 //!   registry writes that commit on their own, the leases handed from a backend to the next, and
 //!   the triggers that keep what is removed by hand.
-//! - `shared`: idgen's shared memory (the writers, the slots' mailboxes and parked leases).
+//! - `history`: writing the ownership history, and counting every refusal (the tally).
+//! - `shared`: idgen's shared memory (the writers, the slots' mailboxes and parked leases, the tally).
 //! - `ids`: `idgen_next_id` and the functions that read IDs back.
 //! - `backend`: each backend's own leases (hot path, slow path, the record it leaves at exit).
 //! - `privilege`: the switch to the extension owner's rights, with the search_path pinned.
-//! - `diagnostics`: alerts, the ownership history, and what the views and `idgen_explain` compute.
+//! - `statements`, `spi`: every statement idgen runs, and the one module that runs them.
+//! - `diagnostics`: alerts, and what the views, `idgen_health()` and `idgen_explain` compute.
 //! - `earlier_symbols`: the C symbols older versions' SQL declared with other arguments, guarded.
-//! - `clock`, `settings`, `errors`: the small pieces around them.
+//! - `clock`, `settings`, `errors`, `durability`, `server`: the small pieces around them.
 
 use pgrx::prelude::*;
 

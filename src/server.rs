@@ -26,10 +26,10 @@ pub fn port() -> i32 {
 /// This backend's slot on the server: the same number for every connection
 /// that lands in the slot, so reconnects reuse the slot's registry row.
 pub fn backend_slot() -> i32 {
-    #[cfg(any(feature = "pg13", feature = "pg14", feature = "pg15", feature = "pg16"))]
+    #[cfg(any(feature = "pg15", feature = "pg16"))]
     // SAFETY: set once at backend start.
     let slot = unsafe { pg_sys::MyBackendId };
-    #[cfg(not(any(feature = "pg13", feature = "pg14", feature = "pg15", feature = "pg16")))]
+    #[cfg(not(any(feature = "pg15", feature = "pg16")))]
     // SAFETY: set once at backend start.
     let slot = unsafe { pg_sys::MyProcNumber };
     slot
@@ -49,18 +49,18 @@ pub fn process_start(pid: i32) -> Option<pg_sys::TimestampTz> {
     }
 }
 
-#[cfg(any(feature = "pg13", feature = "pg14", feature = "pg15"))]
+#[cfg(feature = "pg15")]
 unsafe fn local_status(index: i32) -> *mut pg_sys::LocalPgBackendStatus {
     pg_sys::pgstat_fetch_stat_local_beentry(index)
 }
 
-#[cfg(not(any(feature = "pg13", feature = "pg14", feature = "pg15")))]
+#[cfg(not(feature = "pg15"))]
 unsafe fn local_status(index: i32) -> *mut pg_sys::LocalPgBackendStatus {
     pg_sys::pgstat_get_local_beentry_by_index(index)
 }
 
 /// The pid of the live process in `slot`, if any.
-#[cfg(any(feature = "pg13", feature = "pg14", feature = "pg15", feature = "pg16"))]
+#[cfg(any(feature = "pg15", feature = "pg16"))]
 pub fn process_in_slot(slot: i32) -> Option<i32> {
     // A PGPROC keeps its backendId after its process exits, so the slot is looked up where
     // backends register it (sinvaladt.c), which clears it at exit.
@@ -78,7 +78,7 @@ pub fn process_in_slot(slot: i32) -> Option<i32> {
 
 /// From 17 on a slot is the PGPROC's index (`ProcNumber`); ProcArrayLock
 /// (`MainLWLockArray[4]`) keeps it from changing while it is read.
-#[cfg(not(any(feature = "pg13", feature = "pg14", feature = "pg15", feature = "pg16")))]
+#[cfg(not(any(feature = "pg15", feature = "pg16")))]
 pub fn process_in_slot(slot: i32) -> Option<i32> {
     const PROC_ARRAY_LOCK: usize = 4;
     // SAFETY: ProcGlobal is set up at startup; the entry is read under ProcArrayLock, shared.

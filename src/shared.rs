@@ -306,28 +306,18 @@ pub fn request_at_server_start(on_ready: fn()) {
     PRELOADED.store(true, Ordering::Relaxed);
     // SAFETY: the postmaster, single-threaded, before shared memory is created.
     unsafe { ON_READY = Some(on_ready) };
-    #[cfg(any(feature = "pg13", feature = "pg14"))]
-    // SAFETY: called while shared_preload_libraries is processed.
-    unsafe {
-        pg_sys::RequestAddinShmemSpace(area_size());
-    }
     // SAFETY: hooks chained as every preloaded library chains them, once, in the postmaster.
     unsafe {
-        #[cfg(not(any(feature = "pg13", feature = "pg14")))]
-        {
-            PREVIOUS_REQUEST_HOOK = pg_sys::shmem_request_hook;
-            pg_sys::shmem_request_hook = Some(request_hook);
-        }
+        PREVIOUS_REQUEST_HOOK = pg_sys::shmem_request_hook;
+        pg_sys::shmem_request_hook = Some(request_hook);
         PREVIOUS_STARTUP_HOOK = pg_sys::shmem_startup_hook;
         pg_sys::shmem_startup_hook = Some(startup_hook);
     }
 }
 
-#[cfg(not(any(feature = "pg13", feature = "pg14")))]
 static mut PREVIOUS_REQUEST_HOOK: pg_sys::shmem_request_hook_type = None;
 static mut PREVIOUS_STARTUP_HOOK: pg_sys::shmem_startup_hook_type = None;
 
-#[cfg(not(any(feature = "pg13", feature = "pg14")))]
 #[pgrx::pg_guard]
 unsafe extern "C-unwind" fn request_hook() {
     // SAFETY: the postmaster's shmem request phase.
