@@ -129,3 +129,71 @@ fn the_anchors_are_made_as_github_makes_them() {
         vec![(1, "ha.md".to_owned(), Some("scale-out-x".to_owned())), (1, "kubernetes.md".to_owned(), None)]
     );
 }
+
+/// Every finding `idgen_health()` can report, with its severity: the SQL's (`SELECT '<severity>',
+/// '<finding>'`, and the two whose name or severity the SQL computes) and the core's
+/// (`finding: "<name>"`, with the `severity: "<...>"` before it).
+fn health_findings() -> BTreeSet<(String, String)> {
+    let root = root();
+    let sql = std::fs::read_to_string(root.join("sql/diagnostics.sql")).unwrap();
+    let mut found = BTreeSet::new();
+    for (at, _) in sql.match_indices("SELECT '") {
+        let quoted: Vec<&str> = sql[at + 7..].splitn(5, '\'').collect();
+        // SELECT '<severity>'[::text AS severity], '<finding>'
+        if let [_, severity, between, finding, _] = quoted[..] {
+            let between = between.trim_start_matches("::text AS severity");
+            if ["critical", "warning", "notice"].contains(&severity) && between == ", " {
+                found.insert((severity.to_owned(), finding.to_owned()));
+            }
+        }
+    }
+    // The SQL's computed ones: capacity's level, and the standby pair.
+    for (name, severity) in [
+        ("capacity", "critical / warning"),
+        ("synchronous_standby_missing", "critical"),
+        ("replication_async", "warning"),
+    ] {
+        assert!(sql.contains(&format!("'{name}'")), "{name} is no longer in sql/diagnostics.sql");
+        found.insert((severity.to_owned(), name.to_owned()));
+    }
+    let core = std::fs::read_to_string(root.join("core/src/messages.rs")).unwrap();
+    for (at, _) in core.match_indices("finding: \"") {
+        let name = core[at + 10..].split('"').next().unwrap();
+        let before = &core[..at];
+        let severity = before[before.rfind("severity: \"").expect("a severity before the finding") + 11..]
+            .split('"')
+            .next()
+            .unwrap();
+        found.insert((severity.to_owned(), name.to_owned()));
+    }
+    found
+}
+
+/// The runbook's table of findings (docs/operations.md): `| severity | `finding` | ... |`.
+fn runbook_findings() -> BTreeSet<(String, String)> {
+    let runbook = std::fs::read_to_string(root().join("docs/operations.md")).unwrap();
+    runbook
+        .lines()
+        .filter_map(|line| {
+            let cells: Vec<&str> = line.split(" | ").collect();
+            let severity = cells.first()?.strip_prefix("| ")?;
+            let finding = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+            ["critical", "warning", "notice", "critical / warning"]
+                .contains(&severity)
+                .then(|| (severity.to_owned(), finding.to_owned()))
+        })
+        .collect()
+}
+
+#[test]
+fn every_health_finding_has_its_runbook_row_with_its_severity() {
+    let findings = health_findings();
+    assert!(findings.len() >= 25, "the sources' findings were not read: {findings:#?}");
+    let runbook = runbook_findings();
+    let missing: Vec<_> = findings.difference(&runbook).collect();
+    let extra: Vec<_> = runbook.difference(&findings).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "docs/operations.md's findings table and idgen_health() differ:\n  not in the runbook: {missing:?}\n  not reported by idgen: {extra:?}"
+    );
+}
