@@ -8,7 +8,7 @@
 --   $1 service text
 --   $2 host inet
 --   $3 port integer
---   $4 backend_slot integer
+--   $4 backend_slot integer (may be NULL)
 --   $5 lease interval
 --   $6 cooldown interval
 --   $7 tolerance interval
@@ -60,7 +60,7 @@ RETURNING n.machine_id::pg_catalog.int4,
 --   $1 service text
 --   $2 host inet
 --   $3 port integer
---   $4 backend_slot integer
+--   $4 backend_slot integer (may be NULL)
 --   $5 lease interval
 --   $6 min_idle interval
 --   $7 cooldown interval
@@ -365,7 +365,7 @@ SELECT EXISTS (
 --   $1 service text
 --   $2 host inet
 --   $3 port integer
---   $4 backend_slot integer
+--   $4 backend_slot integer (may be NULL)
 --   $5 lease interval
 --   $6 tolerance interval
 --   $7 takeback_age interval
@@ -396,7 +396,7 @@ RETURNING n.machine_id::pg_catalog.int4, own.bound, own.reported, own.last_seen;
 --   $1 service text
 --   $2 host inet
 --   $3 port integer
---   $4 backend_slot integer
+--   $4 backend_slot integer (may be NULL)
 --   $5 lease interval
 --   $6 takeback_age interval
 --   $7 first_machine_id integer
@@ -428,7 +428,7 @@ RETURNING n.machine_id::pg_catalog.int4, n.issued_until;
 --   $1 service text
 --   $2 host inet
 --   $3 port integer
---   $4 backend_slot integer
+--   $4 backend_slot integer (may be NULL)
 --   $5 lease interval
 --   $6 tolerance interval
 --   $7 takeback_age interval
@@ -476,7 +476,7 @@ RETURNING n.machine_id::pg_catalog.int4, n.version, n.lease_until, n.last_seen, 
 --   $1 service text
 --   $2 host inet
 --   $3 port integer
---   $4 backend_slot integer
+--   $4 backend_slot integer (may be NULL)
 --   $5 lease interval
 --   $6 tolerance interval
 --   $7 takeback_age interval
@@ -510,7 +510,7 @@ RETURNING n.machine_id::pg_catalog.int4, n.version, n.lease_until, n.last_seen, 
 --   $1 service text
 --   $2 host inet
 --   $3 port integer
---   $4 backend_slot integer
+--   $4 backend_slot integer (may be NULL)
 SELECT n.machine_id::pg_catalog.int4
 FROM idgen_private.nodes n
 WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
@@ -568,7 +568,7 @@ LIMIT 1;
 --   $1 service text
 --   $2 host inet
 --   $3 port integer
---   $4 backend_slot integer
+--   $4 backend_slot integer (may be NULL)
 --   $5 lease interval
 --   $6 tolerance interval
 --   $7 takeback_age interval
@@ -677,10 +677,10 @@ LIMIT 1;
 --   $2 machine_id integer
 --   $3 host inet
 --   $4 port integer
---   $5 backend_slot integer
+--   $5 backend_slot integer (may be NULL)
 --   $6 version bigint
 --   $7 lease interval
---   $8 reported timestamptz
+--   $8 reported timestamptz (may be NULL)
 --   $9 takeback_age interval
 --   $10 now timestamptz
 UPDATE idgen_private.nodes
@@ -706,14 +706,14 @@ RETURNING lease_until, issued_until;
 --   $2 machine_id integer
 --   $3 host inet
 --   $4 port integer
---   $5 backend_slot integer
+--   $5 backend_slot integer (may be NULL)
 --   $6 version bigint
 --   $7 lease interval
---   $8 reported timestamptz
+--   $8 reported timestamptz (may be NULL)
 --   $9 takeback_age interval
---   $10 clock_backward_waits bigint
---   $11 clock_backward_refusals bigint
---   $12 sequence_exhaustions bigint
+--   $10 clock_backward_waits bigint (may be NULL)
+--   $11 clock_backward_refusals bigint (may be NULL)
+--   $12 sequence_exhaustions bigint (may be NULL)
 --   $13 now timestamptz
 UPDATE idgen_private.nodes
 SET last_seen = $13,
@@ -744,10 +744,10 @@ RETURNING lease_until, issued_until;
 --   $2 machine_id integer
 --   $3 host inet
 --   $4 port integer
---   $5 backend_slot integer
+--   $5 backend_slot integer (may be NULL)
 --   $6 version bigint
 --   $7 margin interval
---   $8 reported timestamptz
+--   $8 reported timestamptz (may be NULL)
 --   $9 lease interval
 --   $10 takeback_age interval
 UPDATE idgen_private.nodes n
@@ -774,7 +774,7 @@ RETURNING n.version, n.issued_until;
 --   $2 machine_id integer
 --   $3 host inet
 --   $4 port integer
---   $5 backend_slot integer
+--   $5 backend_slot integer (may be NULL)
 --   $6 version bigint
 --   $7 lease interval
 --   $8 epoch bigint
@@ -810,7 +810,7 @@ RETURNING n.last_seen, n.lease_until, n.issued_until;
 --   $2 machine_id integer
 --   $3 host inet
 --   $4 port integer
---   $5 backend_slot integer
+--   $5 backend_slot integer (may be NULL)
 --   $6 version bigint
 --   $7 lease interval
 --   $8 epoch bigint
@@ -837,7 +837,7 @@ WHERE service::pg_catalog.text OPERATOR(pg_catalog.=) $1
 --   $2 machine_id integer
 --   $3 host inet
 --   $4 port integer
---   $5 backend_slot integer
+--   $5 backend_slot integer (may be NULL)
 --   $6 version bigint
 --   $7 epoch bigint
 --   $8 last_stamp timestamptz
@@ -1218,7 +1218,7 @@ ORDER BY e.event_id;
 -- The services the caller may read that have (or had) a machine id (all of them, or the one
 -- named), and whether events of them were purged.
 --   $1 machine_id integer
---   $2 service text
+--   $2 service text (may be NULL)
 SELECT s.service, EXISTS (
     SELECT
     FROM idgen_private.visible_metrics m
@@ -1239,7 +1239,7 @@ ORDER BY s.service;
 -- The services the caller may read that have registry rows or events (all of them, or the one named),
 -- with their layouts as recorded (NULL: none; objects of 0.7.0 on) and whether events of them were
 -- purged: the services an ID may be of.
---   $1 service text
+--   $1 service text (may be NULL)
 SELECT s.service,
     EXISTS (
         SELECT

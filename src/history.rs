@@ -14,7 +14,7 @@ use idgen_core::history::{Event, EventKind};
 use idgen_core::input::{self, Holding, NodeIdentity};
 use idgen_core::tally::Counter;
 use idgen_core::IdgenError;
-use pgrx::datum::{DatumWithOid, Interval};
+use pgrx::datum::Interval;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 use serde::{Deserialize, Serialize};
@@ -59,7 +59,7 @@ pub fn lost_event(held: &Holding, told: &IdgenError, who: &Who) -> Event {
 
 /// Records `event` in the current transaction (which runs with the extension owner's rights).
 pub fn record(client: &mut SpiClient, event: &Event) {
-    insert(client, &[event.to_json().into()]);
+    insert(client, &event.to_json());
 }
 
 /// Counts refusal `event` ([`tally`]) and records it in the current transaction, unless one of
@@ -102,7 +102,7 @@ fn refusals_since_start(
 ) -> TableIterator<'static, (name!(refused_claims, Option<i64>), name!(ownership_losses, Option<i64>))> {
     let visible = crate::privilege::with_pinned_search_path(|| {
         Spi::connect(|client| {
-            let mut rows = spi::ok(spi::read(client, &sql::SERVICE_VISIBLE, Some(1), &[service.into()]));
+            let mut rows = spi::ok(spi::read(client, sql::SERVICE_VISIBLE { service: service.into() }, Some(1)));
             rows.next().and_then(|row| row.get::<bool>(1).ok().flatten()).unwrap_or(false)
         })
     });
@@ -118,18 +118,19 @@ fn refusals_since_start(
 /// Writes refusal `event` (as JSON) unless one of its kind was recorded for its service within
 /// the interval: the write of the worker that [`refusal_due`] led to.
 pub fn write_refusal(client: &mut SpiClient, event: &str) {
-    spi::ok(spi::run(client, &sql::INSERT_REFUSAL, None, &[event.into(), spi::seconds(REFUSAL_INTERVAL_SECS)]));
+    let args = sql::INSERT_REFUSAL { event: event.into(), refusal_interval: spi::seconds(REFUSAL_INTERVAL_SECS) };
+    spi::ok(spi::run(client, args, None));
 }
 
 /// The turn to record a refusal, held until this transaction ends: taken first, so that the check
 /// for one recorded recently, made after it, sees every refusal committed before (at most one is
 /// recorded per service, kind and interval, however many sessions are refused at once).
 fn take_refusal_turn(client: &mut SpiClient) -> bool {
-    first_bool(client, &sql::TAKE_REFUSAL_TURN, &[])
+    first_bool(client, sql::TAKE_REFUSAL_TURN {})
 }
 
-fn first_bool(client: &mut SpiClient, statement: &sql::Statement, args: &[DatumWithOid]) -> bool {
-    spi::run(client, statement, Some(1), args)
+fn first_bool(client: &mut SpiClient, args: impl sql::Arguments) -> bool {
+    spi::run(client, args, Some(1))
         .ok()
         .and_then(|mut rows| rows.next().and_then(|row| row.get::<bool>(1).ok().flatten()))
         .unwrap_or(false)
@@ -140,15 +141,15 @@ fn first_bool(client: &mut SpiClient, statement: &sql::Statement, args: &[DatumW
 /// numbering then moves past the last event, never back, and the event draws again: a number taken
 /// by an event another session was recording meanwhile (not visible to the renumbering) is passed at
 /// the next attempt. One attempt was not enough after a failover, and the event was lost.
-fn insert(client: &mut SpiClient, args: &[DatumWithOid]) {
+fn insert(client: &mut SpiClient, event: &str) {
     for _ in 0..EVENT_ID_ATTEMPTS {
-        let inserted = spi::run(client, &sql::INSERT_EVENT, None, args)
+        let inserted = spi::run(client, sql::INSERT_EVENT { event: event.into() }, None)
             .map(|rows| !rows.is_empty())
             .unwrap_or_else(|e| panic!("idgen: could not record a history event: {e}"));
         if inserted {
             return;
         }
-        spi::run(client, &sql::RESYNC_EVENT_IDS, None, &[])
+        spi::run(client, sql::RESYNC_EVENT_IDS {}, None)
             .unwrap_or_else(|e| panic!("idgen: could not renumber the history: {e}"));
     }
 }
@@ -163,8 +164,12 @@ const EVENT_ID_ATTEMPTS: usize = 8;
 /// once a minute per service and kind, at most one worker runs for refusals at a time, and a
 /// refused call never waits for one.
 pub fn refusal_due(client: &mut SpiClient, event: &Event) -> bool {
-    let args = [event.service.clone().into(), event.event.into(), spi::seconds(REFUSAL_INTERVAL_SECS)];
-    take_refusal_turn(client) && !first_bool(client, &sql::REFUSAL_RECORDED_RECENTLY, &args)
+    let args = sql::REFUSAL_RECORDED_RECENTLY {
+        service: event.service.clone(),
+        event: event.event.into(),
+        refusal_interval: spi::seconds(REFUSAL_INTERVAL_SECS),
+    };
+    take_refusal_turn(client) && !first_bool(client, args)
 }
 
 fn role_name(role: pg_sys::Oid) -> Option<String> {

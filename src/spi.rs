@@ -1,7 +1,7 @@
 //! The only code that runs SQL: the statements of `crate::statements`, never a text of its own.
-//! Every call's arguments are checked against the statement's parameter list (their number and
-//! the type each is bound as), so a statement and its callers cannot drift apart unnoticed: a
-//! mismatch is a bug in idgen, reported as one before anything runs.
+//! A call gives the statement's arguments struct (`sql::TAKE_IDLE { service, .. }`), which names
+//! its statement and binds each field as the type the statement declares ([`Datums`]): a
+//! statement and its callers cannot drift apart, or the crate does not compile.
 //!
 //! Each statement is planned once per process and its plan kept ([`plan`]): Postgres' plan cache
 //! revalidates a kept plan when anything it uses changes (an `ALTER EXTENSION idgen UPDATE`, a DROP
@@ -9,8 +9,8 @@
 //! and the search_path is pinned around it (`crate::privilege`), so a new parse resolves the same
 //! objects, never one planted since.
 
-use crate::statements::Statement;
-use pgrx::datum::{DatumWithOid, Interval};
+use crate::statements::{value, Arguments, Bind, Statement};
+use pgrx::datum::{DatumWithOid, Inet, Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
 use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiHeapTupleData, SpiResult, SpiTupleTable};
 use std::collections::HashMap;
@@ -22,27 +22,23 @@ use std::collections::HashMap;
 /// that only reads (or writes no row) must leave none, or a read of the registry would wait at
 /// commit for a synchronous standby, and fail on a hot standby. Postgres assigns one at the first
 /// row a statement writes or locks; the kept plan was prepared read-write, so SPI runs it so.
-pub fn run<'conn>(
+pub fn run<'conn, A: Arguments>(
     client: &mut SpiClient<'conn>,
-    statement: &Statement,
+    args: A,
     limit: Option<i64>,
-    args: &[DatumWithOid],
 ) -> SpiResult<SpiTupleTable<'conn>> {
-    check_arguments(statement, args);
-    let plan = plan(client, statement, true)?;
-    client.select(plan, limit, args)
+    let plan = plan(client, A::STATEMENT, true)?;
+    client.select(plan, limit, &Datums::of(args))
 }
 
 /// Runs read-only `statement` as its caller sees the database (SPI's read-only execution).
-pub fn read<'conn>(
+pub fn read<'conn, A: Arguments>(
     client: &SpiClient<'conn>,
-    statement: &Statement,
+    args: A,
     limit: Option<i64>,
-    args: &[DatumWithOid],
 ) -> SpiResult<SpiTupleTable<'conn>> {
-    check_arguments(statement, args);
-    let plan = plan(client, statement, false)?;
-    client.select(plan, limit, args)
+    let plan = plan(client, A::STATEMENT, false)?;
+    client.select(plan, limit, &Datums::of(args))
 }
 
 /// A kept plan: it lives as long as the process.
@@ -72,19 +68,19 @@ fn plan(client: &SpiClient, statement: &Statement, read_write: bool) -> SpiResul
 }
 
 /// Runs `statement` in a connection of its own (for callers that hold no SPI client).
-pub fn run_alone(statement: &Statement, args: &[DatumWithOid]) -> SpiResult<()> {
-    pgrx::spi::Spi::connect_mut(|client| run(client, statement, None, args).map(|_| ()))
+pub fn run_alone<A: Arguments>(args: A) -> SpiResult<()> {
+    pgrx::spi::Spi::connect_mut(|client| run(client, args, None).map(|_| ()))
 }
 
 /// Runs read-only `statement` with the latest snapshot rather than the transaction's (which, in
 /// REPEATABLE READ or with an imported snapshot, may be old), and reads its first row with `read`;
 /// none when it returns no row. SPI must be connected.
-pub fn first_row_with_latest_snapshot<R>(
-    statement: &Statement,
-    args: &[DatumWithOid],
+pub fn first_row_with_latest_snapshot<A: Arguments, R>(
+    args: A,
     read: impl FnOnce(*mut pg_sys::HeapTupleData, pg_sys::TupleDesc) -> R,
 ) -> Option<R> {
-    check_arguments(statement, args);
+    let statement = A::STATEMENT;
+    let args = Datums::of(args);
     let plan = raw_plan(statement);
     let mut values: Vec<pg_sys::Datum> =
         args.iter().map(|arg| arg.datum().map_or(pg_sys::Datum::from(0), |d| d.sans_lifetime())).collect();
@@ -133,13 +129,13 @@ fn raw_plan(statement: &Statement) -> pg_sys::SPIPlanPtr {
 }
 
 /// A duration of `n` seconds, as the statements take durations (`interval`).
-pub fn seconds(n: i64) -> DatumWithOid<'static> {
-    Interval::from_micros(n.saturating_mul(1_000_000)).into()
+pub fn seconds(n: i64) -> value::Interval {
+    value::Interval::seconds(n)
 }
 
 /// A duration of `n` milliseconds.
-pub fn milliseconds(n: i64) -> DatumWithOid<'static> {
-    Interval::from_micros(n.saturating_mul(1_000)).into()
+pub fn milliseconds(n: i64) -> value::Interval {
+    value::Interval::milliseconds(n)
 }
 
 /// The first row of a result.
@@ -157,27 +153,62 @@ pub fn ok<T>(result: SpiResult<T>) -> T {
     result.unwrap_or_else(|e| panic!("idgen: a statement failed: {e}"))
 }
 
-fn check_arguments(statement: &Statement, args: &[DatumWithOid]) {
-    assert_eq!(
-        args.len(),
-        statement.params.len(),
-        "idgen: {} takes {} parameters, given {}",
-        statement.name,
-        statement.params.len(),
-        args.len()
-    );
-    for (i, (param, arg)) in statement.params.iter().zip(args).enumerate() {
-        assert_eq!(
-            arg.oid(),
-            type_oid(param.sql_type),
-            "idgen: {} ${} ({}) is {}, given type oid {}",
-            statement.name,
-            i + 1,
-            param.name,
-            param.sql_type,
-            u32::from(arg.oid())
-        );
+/// A statement's arguments as SPI binds them, each with the oid of the type its statement
+/// declares (the one its plan was prepared with).
+struct Datums(Vec<DatumWithOid<'static>>);
+
+impl Datums {
+    fn of<A: Arguments>(args: A) -> Vec<DatumWithOid<'static>> {
+        let mut datums = Datums(Vec::with_capacity(A::STATEMENT.params.len()));
+        args.bind(&mut datums);
+        debug_assert_eq!(datums.0.len(), A::STATEMENT.params.len());
+        datums.0
     }
+
+    fn push<T: pgrx::IntoDatum>(&mut self, value: Option<T>, sql_type: &str) {
+        let oid = type_oid(sql_type);
+        self.0.push(match value {
+            // SAFETY: `oid` is the type `T` converts to (the Bind method names both).
+            Some(value) => unsafe { DatumWithOid::new(value, oid) },
+            None => DatumWithOid::null_oid(oid),
+        });
+    }
+}
+
+impl Bind for Datums {
+    fn text(&mut self, value: Option<value::text>) {
+        self.push(value, "text");
+    }
+    fn inet(&mut self, value: Option<value::inet>) {
+        self.push(value.map(Inet), "inet");
+    }
+    fn smallint(&mut self, value: Option<value::smallint>) {
+        self.push(value, "smallint");
+    }
+    fn integer(&mut self, value: Option<value::integer>) {
+        self.push(value, "integer");
+    }
+    fn bigint(&mut self, value: Option<value::bigint>) {
+        self.push(value, "bigint");
+    }
+    fn float8(&mut self, value: Option<value::float8>) {
+        self.push(value, "float8");
+    }
+    fn oid(&mut self, value: Option<value::oid>) {
+        self.push(value.map(pg_sys::Oid::from), "oid");
+    }
+    fn interval(&mut self, value: Option<value::interval>) {
+        self.push(value.map(|d| Interval::from_micros(d.micros)), "interval");
+    }
+    fn timestamptz(&mut self, value: Option<value::timestamptz>) {
+        let value = value.map(|t| TimestampWithTimeZone::try_from(t.micros).expect("a timestamptz read from Postgres"));
+        self.push(value, "timestamptz");
+    }
+}
+
+/// A server time as the statements take it.
+pub fn at(time: TimestampWithTimeZone) -> value::Timestamptz {
+    value::Timestamptz { micros: time.into() }
 }
 
 /// The type oid of a parameter type as `crate::statements` spells it.

@@ -26,7 +26,7 @@ pub fn announce(alert: &Alert, committing: bool) {
         .report(PgLogLevel::LOG);
     if committing {
         let payload = alert.for_listeners().to_string();
-        crate::spi::run_alone(&crate::statements::NOTIFY_ALERT, &[ALERT_CHANNEL.into(), payload.into()])
+        crate::spi::run_alone(crate::statements::NOTIFY_ALERT { channel: ALERT_CHANNEL.into(), payload })
             .unwrap_or_else(|e| panic!("idgen: could not send NOTIFY {ALERT_CHANNEL}: {e}"));
     }
 }

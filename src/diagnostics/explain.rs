@@ -134,13 +134,13 @@ fn services_of(client: &mut SpiClient, id: i64, service: Option<&str>) -> Vec<(S
     let named = service.map(str::to_owned);
     if !crate::privilege::installed_has_layouts() {
         let machine_id = Layout::DEFAULT.decompose(id).map_or(-1, |parts| i32::from(parts.machine_id));
-        let args = [machine_id.into(), named.into()];
-        let table = spi::ok(spi::read(client, &sql::SERVICES_OF_MACHINE_ID, None, &args));
+        let args = sql::SERVICES_OF_MACHINE_ID { machine_id, service: named };
+        let table = spi::ok(spi::read(client, args, None));
         return table
             .map(|row| (get(&row, 1).unwrap_or_default(), get(&row, 2).unwrap_or(false), Layout::DEFAULT))
             .collect();
     }
-    let table = spi::ok(spi::read(client, &sql::SERVICES_TO_EXPLAIN, None, &[named.into()]));
+    let table = spi::ok(spi::read(client, sql::SERVICES_TO_EXPLAIN { service: named }, None));
     table
         .map(|row| {
             let layout = (|| {
@@ -155,8 +155,8 @@ fn services_of(client: &mut SpiClient, id: i64, service: Option<&str>) -> Vec<(S
 }
 
 fn events_of(client: &mut SpiClient, service: &str, machine_id: i32) -> Vec<Recorded> {
-    let args = [service.to_owned().into(), machine_id.into()];
-    let table = spi::ok(spi::read(client, &sql::EVENTS_OF_MACHINE_ID, None, &args));
+    let args = sql::EVENTS_OF_MACHINE_ID { service: service.into(), machine_id };
+    let table = spi::ok(spi::read(client, args, None));
     table
         .filter_map(|row| {
             let kind = EventKind::from_label(&get::<String>(&row, 2)?)?;
@@ -191,8 +191,8 @@ fn events_of(client: &mut SpiClient, service: &str, machine_id: i32) -> Vec<Reco
 
 /// No event: what the registry says now, if it has a row for the machine id.
 fn registry_only(client: &mut SpiClient, service: &str, machine_id: i32) -> Option<Vec<history::Explained>> {
-    let args = [service.to_owned().into(), machine_id.into()];
-    let table = spi::ok(spi::read(client, &sql::NODE_OF_MACHINE_ID, Some(1), &args));
+    let args = sql::NODE_OF_MACHINE_ID { service: service.into(), machine_id };
+    let table = spi::ok(spi::read(client, args, Some(1)));
     let row = table.into_iter().next()?;
     let name = idgen_core::input::node_name(&get::<String>(&row, 1)?, get(&row, 2)?, get(&row, 3));
     let now = messages::explain_registry_holder_now(&name, get::<i64>(&row, 4)?);

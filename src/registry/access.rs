@@ -85,8 +85,8 @@ const ALLOWED_KEPT: usize = 256;
 /// REPEATABLE READ transaction (or one that imported an old snapshot) the transaction's own
 /// snapshot would still show a grant revoked since, and the answer is kept until the grants change.
 fn standing(_client: &mut SpiClient, function: &str, role: pg_sys::Oid, service: &str) -> Caller {
-    let args = [role.into(), service.into()];
-    let caller = spi::first_row_with_latest_snapshot(&sql::CALLER_STANDING, &args, |tuple, descriptor| {
+    let args = sql::CALLER_STANDING { role: u32::from(role), service: service.into() };
+    let caller = spi::first_row_with_latest_snapshot(args, |tuple, descriptor| {
         // SAFETY: the row and its descriptor are SPI's, alive while this reads them.
         unsafe {
             let flag = |ordinal: i32| {
@@ -114,7 +114,7 @@ fn standing(_client: &mut SpiClient, function: &str, role: pg_sys::Oid, service:
     // backend's first ID still creates its service, until the update.
     let service_known = caller.service_known
         || !crate::privilege::installed_has_layouts()
-        || spi::first_row_with_latest_snapshot(&sql::LAYOUT_EXISTS, &[service.into()], |_, _| ()).is_some();
+        || spi::first_row_with_latest_snapshot(sql::LAYOUT_EXISTS { service: service.into() }, |_, _| ()).is_some();
     Caller { service_known, ..caller }
 }
 
@@ -135,7 +135,7 @@ pub fn created_in_this_transaction(client: &mut SpiClient, service: &str) -> boo
         // SAFETY: a lookup in this backend's transaction state (its subtransactions included).
         u32::try_from(xmin).is_ok_and(|x| unsafe { pg_sys::TransactionIdIsCurrentTransactionId(x.into()) })
     };
-    let evidence = spi::run(client, &sql::SERVICE_EVIDENCE, Some(1), &[service.into()])
+    let evidence = spi::run(client, sql::SERVICE_EVIDENCE { service: service.into() }, Some(1))
         .unwrap_or_else(|e| panic!("idgen: could not read what makes service {service:?} exist: {e}"))
         .next()
         .map(|row| access::Evidence {
@@ -165,7 +165,7 @@ fn watch_service_members(client: &mut SpiClient) {
     if SERVICE_MEMBERS.load(Ordering::Relaxed) != 0 {
         return;
     }
-    let oid = spi::run(client, &sql::SERVICE_MEMBERS_OID, Some(1), &[])
+    let oid = spi::run(client, sql::SERVICE_MEMBERS_OID {}, Some(1))
         .ok()
         .and_then(|mut rows| rows.next().and_then(|row| row.get::<pg_sys::Oid>(1).ok().flatten()));
     if let Some(oid) = oid {
@@ -222,7 +222,7 @@ pub fn announce_grants_changed(relid: pg_sys::Oid) {
 }
 
 fn role_oid(client: &mut SpiClient, function: &str, role: &str) -> pg_sys::Oid {
-    let found = spi::run(client, &sql::ROLE_BY_NAME, Some(1), &[role.into()])
+    let found = spi::run(client, sql::ROLE_BY_NAME { role_name: role.into() }, Some(1))
         .map(|mut table| table.next().and_then(|row| row.get::<pg_sys::Oid>(1).ok().flatten()))
         .unwrap_or_else(|e| panic!("idgen: could not look up role {role:?}: {e}"));
     found.unwrap_or_else(|| raise(access::unknown_role(function, role)))
@@ -238,7 +238,7 @@ fn idgen_grant_service(service: Option<&str>, role: Option<&str>) -> bool {
     as_extension_owner(|| {
         Spi::connect_mut(|client| {
             let oid = role_oid(client, F, &role);
-            spi::run(client, &sql::GRANT_SERVICE, None, &[service.into(), oid.into()])
+            spi::run(client, sql::GRANT_SERVICE { service, role: u32::from(oid) }, None)
                 .map(|mut table| table.next().is_some())
                 .unwrap_or_else(|e| panic!("idgen: could not record the grant: {e}"))
         })
@@ -255,7 +255,7 @@ fn idgen_revoke_service(service: Option<&str>, role: Option<&str>) -> bool {
     as_extension_owner(|| {
         Spi::connect_mut(|client| {
             let oid = role_oid(client, F, &role);
-            spi::run(client, &sql::REVOKE_SERVICE, None, &[service.into(), oid.into()])
+            spi::run(client, sql::REVOKE_SERVICE { service, role: u32::from(oid) }, None)
                 .map(|mut table| table.next().is_some())
                 .unwrap_or_else(|e| panic!("idgen: could not revoke the grant: {e}"))
         })

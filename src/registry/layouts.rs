@@ -13,16 +13,38 @@ use super::store;
 use crate::clock::{timestamptz, unix_ms, SystemClock};
 use crate::errors::{or_raise, raise};
 use crate::privilege::{as_extension_owner, installed_has_layouts};
-use crate::spi::{first_row, ok as spi, run};
+use crate::spi::{at, first_row, ok as spi, run};
 use crate::statements as sql;
 use idgen_core::generator::Clock;
 use idgen_core::input::{self, LayoutArguments};
 use idgen_core::layout::{FieldOrder, IdSpaces, Layout, Pool, ServiceLayout};
 use idgen_core::messages;
-use pgrx::datum::{DatumWithOid, TimestampWithTimeZone};
+use pgrx::datum::TimestampWithTimeZone;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::spi::{Spi, SpiClient, SpiHeapTupleData};
+
+/// The arguments of `sql::$statement` (`RECORD_LAYOUT` or `DEFINE_LAYOUT`, which take the same)
+/// recording `defined` for `service`, as `defined_by`.
+macro_rules! layout_arguments {
+    ($statement:ident, $service:expr, $defined:expr, $defined_by:expr) => {{
+        let defined: &ServiceLayout = $defined;
+        let l = &defined.layout;
+        sql::$statement {
+            service: String::from($service),
+            preset: defined.preset_name().into(),
+            epoch: at(timestamptz(l.epoch_unix_ms).expect("layout epochs fit timestamptz")),
+            time_unit_ms: l.time_unit_ms as i32,
+            time_bits: l.time_bits as i32,
+            machine_bits: l.machine_bits as i32,
+            sequence_bits: l.sequence_bits as i32,
+            field_order: l.order.label().into(),
+            pool_first: i32::from(defined.pool.first),
+            pool_last: i32::from(defined.pool.last),
+            defined_by: $defined_by,
+        }
+    }};
+}
 
 /// `idgen_layouts.defined_by` of the default a service's first claim records.
 pub const FIRST_CLAIM: &str = "first claim";
@@ -81,21 +103,20 @@ pub fn prepare(client: &mut SpiClient, service: &str) {
 /// registry (the INSERT trigger: a restore, a row written by hand).
 pub fn fix(client: &mut SpiClient, service: &str) {
     if installed_has_layouts() {
-        spi(run(client, &sql::FIX_LAYOUT, None, &[service.into()]));
+        spi(run(client, sql::FIX_LAYOUT { service: service.into() }, None));
     }
 }
 
 /// Records the default layout of `service` (unless one is recorded) and fixes it, as `defined_by`.
 fn record_default_fixed(client: &mut SpiClient, service: &str, defined_by: &str) {
-    let mut args = layout_args(service, &ServiceLayout::DEFAULT);
-    args.push(defined_by.into());
-    spi(run(client, &sql::RECORD_LAYOUT, None, &args));
-    spi(run(client, &sql::FIX_LAYOUT, None, &[service.into()]));
+    let args = layout_arguments!(RECORD_LAYOUT, service, &ServiceLayout::DEFAULT, defined_by.into());
+    spi(run(client, args, None));
+    spi(run(client, sql::FIX_LAYOUT { service: service.into() }, None));
 }
 
 /// The layout of `service` as recorded, if any (objects of 0.7.0 on).
 fn read(client: &mut SpiClient, service: &str) -> Option<Recorded> {
-    let row = first_row(run(client, &sql::SERVICE_LAYOUT, Some(1), &[service.into()]))?;
+    let row = first_row(run(client, sql::SERVICE_LAYOUT { service: service.into() }, Some(1)))?;
     let invalid = |why: String| -> ! { raise(messages::layout_row_invalid(service, &why)) };
     let int = |ordinal: usize| -> i32 {
         row.get::<i32>(ordinal).ok().flatten().unwrap_or_else(|| invalid(format!("column {ordinal} is NULL")))
@@ -153,7 +174,7 @@ fn remember(service: &str, service_layout: ServiceLayout) {
 /// layout's row (see `crate::statements::ADVANCE_UNREGISTERED_FROM`).
 pub fn advance_unregistered_from(client: &mut SpiClient, service: &str, from: i32) {
     if installed_has_layouts() {
-        spi(run(client, &sql::ADVANCE_UNREGISTERED_FROM, None, &[service.into(), from.into()]));
+        spi(run(client, sql::ADVANCE_UNREGISTERED_FROM { service: service.into(), from }, None));
     }
 }
 
@@ -176,25 +197,6 @@ pub fn of_service(service: &str) -> Layout {
     let layout = as_extension_owner(|| Spi::connect_mut(|client| recorded_layout(client, service)));
     known.push((service.to_owned(), layout));
     layout
-}
-
-/// The parameters `service`, preset, epoch, time unit, widths, order, pool of [`sql::RECORD_LAYOUT`]
-/// and [`sql::DEFINE_LAYOUT`] (their last, `defined_by`, is the caller's to add).
-fn layout_args(service: &str, defined: &ServiceLayout) -> Vec<DatumWithOid<'static>> {
-    let l = &defined.layout;
-    let width = |bits: u32| DatumWithOid::from(bits as i32);
-    vec![
-        service.into(),
-        defined.preset_name().into(),
-        timestamptz(l.epoch_unix_ms).expect("layout epochs fit timestamptz").into(),
-        (l.time_unit_ms as i32).into(),
-        width(l.time_bits),
-        width(l.machine_bits),
-        width(l.sequence_bits),
-        l.order.label().into(),
-        i32::from(defined.pool.first).into(),
-        i32::from(defined.pool.last).into(),
-    ]
 }
 
 type LayoutRow = (
@@ -282,7 +284,7 @@ fn idgen_define_layout(
             // layout it has: that is fixed, whichever way the rows came (claims, a restore, a hand
             // INSERT). With no layout recorded (restored from a dump of an earlier version) its IDs were
             // cut by the default.
-            let has_ids = first_row(run(client, &sql::SERVICE_HAS_IDS, Some(1), &[service.clone().into()]))
+            let has_ids = first_row(run(client, sql::SERVICE_HAS_IDS { service: service.clone() }, Some(1)))
                 .and_then(|row| row.get::<bool>(1).ok().flatten())
                 .unwrap_or(false);
             if has_ids {
@@ -294,10 +296,9 @@ fn idgen_define_layout(
                 }
                 fix(client, &service);
             }
-            let mut args = layout_args(&service, &defined);
-            args.push(definer.into());
-            let wrote = first_row(run(client, &sql::DEFINE_LAYOUT, None, &args)).is_some();
-            let row = first_row(run(client, &sql::LAYOUT_OF, Some(1), &[service.clone().into()]))
+            let args = layout_arguments!(DEFINE_LAYOUT, &service, &defined, definer);
+            let wrote = first_row(run(client, args, None)).is_some();
+            let row = first_row(run(client, sql::LAYOUT_OF { service: service.clone() }, Some(1)))
                 .unwrap_or_else(|| panic!("idgen: the layout of {service:?} was just written"));
             let recorded = read(client, &service).map(|r| r.service_layout);
             if !wrote && recorded != Some(defined) {
@@ -305,7 +306,7 @@ fn idgen_define_layout(
                 let now = recorded.unwrap_or(ServiceLayout::DEFAULT);
                 raise(messages::layout_fixed(F, &service, &idgen_core::format::iso_utc(fixed_at), &now));
             }
-            for (other, other_layout) in layouts(client, &sql::OTHER_LAYOUTS, &[service.clone().into()]) {
+            for (other, other_layout) in layouts(client, sql::OTHER_LAYOUTS { service: service.clone() }) {
                 if defined.id_spaces(&other_layout) == IdSpaces::OtherBits {
                     crate::errors::report(
                         messages::pools_apart_at_other_bits(F, &service, &defined, &other, &other_layout),
@@ -321,12 +322,8 @@ fn idgen_define_layout(
 
 /// The services' layouts and pools a statement lists (see `sql::OTHER_LAYOUTS`); a row that is no
 /// valid layout (written by hand) is left out: the claim refuses it with its reason.
-fn layouts(
-    client: &mut SpiClient,
-    statement: &crate::statements::Statement,
-    args: &[DatumWithOid],
-) -> Vec<(String, ServiceLayout)> {
-    spi(run(client, statement, None, args))
+fn layouts(client: &mut SpiClient, args: impl sql::Arguments) -> Vec<(String, ServiceLayout)> {
+    spi(run(client, args, None))
         .filter_map(|row| {
             let int = |ordinal: usize| row.get::<i32>(ordinal).ok().flatten();
             let order = FieldOrder::from_label(&row.get::<String>(7).ok().flatten()?)?;
@@ -362,7 +359,7 @@ fn layout_findings() -> TableIterator<
 > {
     let all = crate::privilege::with_pinned_search_path(|| {
         Spi::connect_mut(
-            |client| if installed_has_layouts() { layouts(client, &sql::VISIBLE_LAYOUTS, &[]) } else { Vec::new() },
+            |client| if installed_has_layouts() { layouts(client, sql::VISIBLE_LAYOUTS {}) } else { Vec::new() },
         )
     });
     let mut found = Vec::new();

@@ -26,7 +26,7 @@
 //! its AFTER STATEMENT triggers fire (the grants' table relies on one).
 
 use crate::settings::ClaimSettings;
-use crate::spi::{first_row, first_value, milliseconds as millis, ok as spi, run, seconds as secs};
+use crate::spi::{at, first_row, first_value, milliseconds as millis, ok as spi, run, seconds as secs};
 use crate::statements as sql;
 use idgen_core::facts::RowFacts;
 use idgen_core::fleet::CapacityLevel;
@@ -35,8 +35,40 @@ use idgen_core::history::EventKind;
 use idgen_core::input::{GeneratorCounts, Holding, NodeIdentity};
 use idgen_core::layout::Pool;
 use idgen_core::watermark::{self, HolderKind};
-use pgrx::datum::{DatumWithOid, Inet, TimestampWithTimeZone};
+use pgrx::datum::TimestampWithTimeZone;
 use pgrx::spi::{SpiClient, SpiHeapTupleData};
+
+/// `sql::$statement`'s arguments for `node`: its identity (service, host, port, slot), then the
+/// statement's other parameters.
+macro_rules! of_node {
+    ($statement:ident, $node:expr $(, $field:ident $(: $value:expr)?)* $(,)?) => {{
+        let node: &NodeIdentity = $node;
+        sql::$statement {
+            service: node.service.clone(),
+            host: node.host.clone(),
+            port: node.port,
+            backend_slot: node.backend_slot,
+            $($field $(: $value)?),*
+        }
+    }};
+}
+
+/// `sql::$statement`'s arguments for a version-checked write of `held`: the holding (service,
+/// machine id, holder's host, port and slot, version), then the statement's other parameters.
+macro_rules! of_holding {
+    ($statement:ident, $held:expr $(, $field:ident $(: $value:expr)?)* $(,)?) => {{
+        let held: &Holding = $held;
+        sql::$statement {
+            service: held.node.service.clone(),
+            machine_id: held.machine_id,
+            host: held.node.host.clone(),
+            port: held.node.port,
+            backend_slot: held.node.backend_slot,
+            version: held.version,
+            $($field $(: $value)?),*
+        }
+    }};
+}
 
 /// The row a claim got, as it wrote it.
 pub struct ClaimedRow {
@@ -108,7 +140,7 @@ pub enum TakeOverFrom {
 
 /// The registry's epoch.
 pub fn read_epoch(client: &mut SpiClient) -> i64 {
-    first_value(run(client, &sql::READ_REGISTRY, Some(1), &[]))
+    first_value(run(client, sql::READ_REGISTRY {}, Some(1)))
         .unwrap_or_else(|| panic!("idgen: idgen_private.idgen_registry has no row; reinstall the extension"))
 }
 
@@ -119,13 +151,13 @@ pub fn read_version_base(client: &mut SpiClient) -> i64 {
     if !crate::privilege::installed_draws_version_base() {
         return 0;
     }
-    first_value(run(client, &sql::READ_VERSION_BASE, Some(1), &[]))
+    first_value(run(client, sql::READ_VERSION_BASE {}, Some(1)))
         .unwrap_or_else(|| panic!("idgen: idgen_private.idgen_registry has no row; reinstall the extension"))
 }
 
 /// Whether `service` has its guard rows yet.
 pub fn guards_exist(client: &mut SpiClient, service: &str) -> bool {
-    first_value::<bool>(run(client, &sql::GUARDS_EXIST, Some(1), &[text(service)])).unwrap_or(false)
+    first_value::<bool>(run(client, sql::GUARDS_EXIST { service: service.into() }, Some(1))).unwrap_or(false)
 }
 
 /// Creates the guard rows of `service`; only in a transaction of its own (a background worker),
@@ -137,14 +169,14 @@ pub fn create_guards(client: &mut SpiClient, service: &str) {
         guard::buckets_without_capacity_turn()
     };
     let (first, end) = (buckets.start, buckets.end - 1);
-    spi(run(client, &sql::CREATE_GUARDS, None, &[text(service), first.into(), end.into()]));
+    spi(run(client, sql::CREATE_GUARDS { service: service.into(), first_bucket: first, last_bucket: end }, None));
 }
 
 /// Serialises claims that give a service node's identity a new row, without waiting: false
 /// when another transaction holds its guard (see `idgen_core::guard`).
 pub fn take_identity_guard(client: &mut SpiClient, node: &NodeIdentity) -> bool {
-    let args = [text(&node.service), guard::identity_guard(node).into()];
-    first_value::<bool>(run(client, &sql::TAKE_GUARD, Some(1), &args)).unwrap_or(false)
+    let args = sql::TAKE_GUARD { service: node.service.clone(), bucket: guard::identity_guard(node) };
+    first_value::<bool>(run(client, args, Some(1))).unwrap_or(false)
 }
 
 /// The turn to announce a change of a service's capacity level.
@@ -161,11 +193,13 @@ pub enum CapacityTurn {
 
 /// Takes the service's capacity turn until the transaction ends, or says why it cannot.
 pub fn take_capacity_turn(client: &mut SpiClient, service: &str) -> CapacityTurn {
-    let args = [text(service), guard::CAPACITY_TURN.into()];
-    if first_value::<bool>(run(client, &sql::TAKE_GUARD, Some(1), &args)).unwrap_or(false) {
+    let bucket = guard::CAPACITY_TURN;
+    let taken = run(client, sql::TAKE_GUARD { service: service.into(), bucket }, Some(1));
+    if first_value::<bool>(taken).unwrap_or(false) {
         return CapacityTurn::Taken;
     }
-    if first_value::<bool>(run(client, &sql::GUARD_EXISTS, Some(1), &args)).unwrap_or(false) {
+    if first_value::<bool>(run(client, sql::GUARD_EXISTS { service: service.into(), bucket }, Some(1))).unwrap_or(false)
+    {
         CapacityTurn::Busy
     } else {
         CapacityTurn::Missing
@@ -174,10 +208,11 @@ pub fn take_capacity_turn(client: &mut SpiClient, service: &str) -> CapacityTurn
 
 /// The capacity level announced last for the service (`None`: none, or cleared).
 pub fn capacity_announced(client: &mut SpiClient, service: &str) -> Option<CapacityLevel> {
-    let [warning, critical, cleared] = [Some(CapacityLevel::Warning), Some(CapacityLevel::Critical), None]
-        .map(|l| text(EventKind::of_capacity(l).label()));
-    let args = [text(service), warning, critical, cleared];
-    let label = first_value::<String>(run(client, &sql::CAPACITY_ANNOUNCED, Some(1), &args))?;
+    let [warning_event, critical_event, cleared_event] =
+        [Some(CapacityLevel::Warning), Some(CapacityLevel::Critical), None]
+            .map(|l| EventKind::of_capacity(l).label().to_owned());
+    let args = sql::CAPACITY_ANNOUNCED { service: service.into(), warning_event, critical_event, cleared_event };
+    let label = first_value::<String>(run(client, args, Some(1)))?;
     EventKind::from_label(&label).and_then(EventKind::capacity_announced).flatten()
 }
 
@@ -186,9 +221,14 @@ pub fn capacity_announced(client: &mut SpiClient, service: &str) -> Option<Capac
 /// so that the identity can move to another machine id. Returns the machine
 /// id and the watermark that set it aside.
 pub fn release_own_row_ahead(client: &mut SpiClient, node: &NodeIdentity, times: &ClaimTerms) -> Option<OwnRowAhead> {
-    let mut args = identity_args(node);
-    args.extend([secs(times.lease_secs), millis(times.tolerance_ms), secs(times.takeover_idle_secs)]);
-    first_row(run(client, &sql::RELEASE_OWN_ROW_AHEAD, None, &args)).map(|row| OwnRowAhead {
+    let args = of_node!(
+        RELEASE_OWN_ROW_AHEAD,
+        node,
+        lease: secs(times.lease_secs),
+        tolerance: millis(times.tolerance_ms),
+        takeback_age: secs(times.takeover_idle_secs),
+    );
+    first_row(run(client, args, None)).map(|row| OwnRowAhead {
         machine_id: column(&row, 1),
         bound: column(&row, 2),
         reported: column(&row, 3),
@@ -214,22 +254,36 @@ pub fn release_own_row_outside_range(
     node: &NodeIdentity,
     times: &ClaimTerms,
 ) -> Option<(i32, TimestampWithTimeZone)> {
-    let mut args = identity_args(node);
-    args.extend([secs(times.lease_secs), secs(times.takeover_idle_secs)]);
-    args.extend(range_args(times));
-    first_row(run(client, &sql::RELEASE_OWN_ROW_OUTSIDE_RANGE, None, &args))
-        .map(|row| (column(&row, 1), column(&row, 2)))
+    let args = of_node!(
+        RELEASE_OWN_ROW_OUTSIDE_RANGE,
+        node,
+        lease: secs(times.lease_secs),
+        takeback_age: secs(times.takeover_idle_secs),
+        first_machine_id: times.first_machine_id,
+        last_machine_id: times.last_machine_id,
+    );
+    first_row(run(client, args, None)).map(|row| (column(&row, 1), column(&row, 2)))
 }
 
 /// Step 1, part 2: bump the caller's own row (held, or else released by the
 /// caller), unless another transaction has it locked or its watermark is too
 /// far ahead. Its own `issued_until` is the bound: the caller is its last holder.
 pub fn reuse_own_row(client: &mut SpiClient, node: &NodeIdentity, times: &ClaimTerms) -> OwnRow {
-    let args = reuse_args(node, times);
-    if let Some(row) = first_row(run(client, &sql::REUSE_OWN_ROW, None, &args)) {
+    let args = of_node!(
+        REUSE_OWN_ROW,
+        node,
+        lease: secs(times.lease_secs),
+        tolerance: millis(times.tolerance_ms),
+        takeback_age: secs(times.takeover_idle_secs),
+        window: millis(times.window_ms),
+        first_machine_id: times.first_machine_id,
+        last_machine_id: times.last_machine_id,
+    );
+    if let Some(row) = first_row(run(client, args, None)) {
         return OwnRow::Claimed { row: claimed_row(&row), was_released: column(&row, 7) };
     }
-    match first_value::<i32>(run(client, &sql::OWN_HELD_ROW, Some(1), &identity_args(node))) {
+    let args = of_node!(OWN_HELD_ROW, node);
+    match first_value::<i32>(run(client, args, Some(1))) {
         Some(machine_id) => OwnRow::Busy(machine_id),
         None => OwnRow::Absent,
     }
@@ -239,8 +293,17 @@ pub fn reuse_own_row(client: &mut SpiClient, node: &NodeIdentity, times: &ClaimT
 /// not too far ahead: [`reuse_own_row`] for the usual case, a new connection
 /// in a backend slot, in the one statement a new backend then plans.
 pub fn reuse_own_held_row(client: &mut SpiClient, node: &NodeIdentity, times: &ClaimTerms) -> Option<ClaimedRow> {
-    let args = reuse_args(node, times);
-    first_row(run(client, &sql::REUSE_OWN_HELD_ROW, None, &args)).map(|row| claimed_row(&row))
+    let args = of_node!(
+        REUSE_OWN_HELD_ROW,
+        node,
+        lease: secs(times.lease_secs),
+        tolerance: millis(times.tolerance_ms),
+        takeback_age: secs(times.takeover_idle_secs),
+        window: millis(times.window_ms),
+        first_machine_id: times.first_machine_id,
+        last_machine_id: times.last_machine_id,
+    );
+    first_row(run(client, args, None)).map(|row| claimed_row(&row))
 }
 
 /// Step 2, part 1: machine ids of `first..=last` (a batch of the range) with no row, lowest first,
@@ -252,15 +315,20 @@ pub fn unregistered_machine_ids(
     last: i32,
     times: &ClaimTerms,
 ) -> Vec<(i32, bool)> {
-    let args = [text(service), first.into(), last.into(), millis(times.tolerance_ms)];
-    let table = spi(run(client, &sql::UNREGISTERED_MACHINE_IDS, None, &args));
+    let args =
+        sql::UNREGISTERED_MACHINE_IDS { service: service.into(), first, last, tolerance: millis(times.tolerance_ms) };
+    let table = spi(run(client, args, None));
     table.map(|row| (column(&row, 1), column(&row, 2))).collect()
 }
 
 /// The highest machine id of the range with a row, if any.
 pub fn highest_registered(client: &mut SpiClient, service: &str, times: &ClaimTerms) -> Option<i32> {
-    let [first, last] = range_args(times);
-    first_value::<i32>(run(client, &sql::HIGHEST_REGISTERED, Some(1), &[text(service), first, last]))
+    let args = sql::HIGHEST_REGISTERED {
+        service: service.into(),
+        first_machine_id: times.first_machine_id,
+        last_machine_id: times.last_machine_id,
+    };
+    first_value::<i32>(run(client, args, Some(1)))
 }
 
 /// The tombstone soonest to pass among machine ids with no row whose tombstone is further ahead
@@ -270,9 +338,13 @@ pub fn soonest_tombstone_ahead(
     service: &str,
     times: &ClaimTerms,
 ) -> Option<(i32, TimestampWithTimeZone)> {
-    let [first, last] = range_args(times);
-    let args = [text(service), first, last, millis(times.tolerance_ms)];
-    first_row(run(client, &sql::SOONEST_TOMBSTONE_AHEAD, Some(1), &args)).map(|row| (column(&row, 1), column(&row, 2)))
+    let args = sql::SOONEST_TOMBSTONE_AHEAD {
+        service: service.into(),
+        first_machine_id: times.first_machine_id,
+        last_machine_id: times.last_machine_id,
+        tolerance: millis(times.tolerance_ms),
+    };
+    first_row(run(client, args, Some(1))).map(|row| (column(&row, 1), column(&row, 2)))
 }
 
 /// Step 2, part 2: insert the row for `machine_id` unless another claimant is
@@ -287,17 +359,18 @@ pub fn insert_unregistered(
     times: &ClaimTerms,
     version_base: i64,
 ) -> Option<ClaimedRow> {
-    let mut args = identity_args(node);
-    args.extend([
-        secs(times.lease_secs),
-        millis(times.tolerance_ms),
-        secs(times.takeover_idle_secs),
-        millis(times.window_ms),
-        machine_id.into(),
-        guard::new_id_guard(machine_id).into(),
-        version_base.into(),
-    ]);
-    first_row(run(client, &sql::INSERT_UNREGISTERED, None, &args)).map(|row| claimed_row(&row))
+    let args = of_node!(
+        INSERT_UNREGISTERED,
+        node,
+        lease: secs(times.lease_secs),
+        tolerance: millis(times.tolerance_ms),
+        takeback_age: secs(times.takeover_idle_secs),
+        window: millis(times.window_ms),
+        machine_id,
+        guard_bucket: guard::new_id_guard(machine_id),
+        version_base,
+    );
+    first_row(run(client, args, None)).map(|row| claimed_row(&row))
 }
 
 /// Steps 3 to 6: take one victim row over for the claimant.
@@ -307,63 +380,71 @@ pub fn take_over(
     from: TakeOverFrom,
     times: &ClaimTerms,
 ) -> Option<(ClaimedRow, RowFacts)> {
-    let mut args = identity_args(node);
-    let statement = match from {
-        TakeOverFrom::Released { cooldown_secs } => {
-            args.extend([secs(times.lease_secs), secs(cooldown_secs)]);
-            &sql::TAKE_RELEASED
-        }
-        TakeOverFrom::Idle { min_idle_secs, cooldown_secs } => {
-            args.extend([secs(times.lease_secs), secs(min_idle_secs), secs(cooldown_secs)]);
-            &sql::TAKE_IDLE
-        }
+    let won = match from {
+        TakeOverFrom::Released { cooldown_secs } => first_row(run(
+            client,
+            of_node!(
+                TAKE_RELEASED,
+                node,
+                lease: secs(times.lease_secs),
+                cooldown: secs(cooldown_secs),
+                tolerance: millis(times.tolerance_ms),
+                takeback_age: secs(times.takeover_idle_secs),
+                window: millis(times.window_ms),
+                first_machine_id: times.first_machine_id,
+                last_machine_id: times.last_machine_id,
+            ),
+            None,
+        )),
+        TakeOverFrom::Idle { min_idle_secs, cooldown_secs } => first_row(run(
+            client,
+            of_node!(
+                TAKE_IDLE,
+                node,
+                lease: secs(times.lease_secs),
+                min_idle: secs(min_idle_secs),
+                cooldown: secs(cooldown_secs),
+                tolerance: millis(times.tolerance_ms),
+                takeback_age: secs(times.takeover_idle_secs),
+                window: millis(times.window_ms),
+                first_machine_id: times.first_machine_id,
+                last_machine_id: times.last_machine_id,
+            ),
+            None,
+        )),
     };
-    args.extend([millis(times.tolerance_ms), secs(times.takeover_idle_secs), millis(times.window_ms)]);
-    args.extend(range_args(times));
-    first_row(run(client, statement, None, &args)).map(|row| (claimed_row(&row), row_facts(&row, 7)))
-}
-
-/// The parameters of [`sql::REUSE_OWN_ROW`] and [`sql::REUSE_OWN_HELD_ROW`].
-fn reuse_args(node: &NodeIdentity, times: &ClaimTerms) -> Vec<DatumWithOid<'static>> {
-    let mut args = identity_args(node);
-    args.extend([
-        secs(times.lease_secs),
-        millis(times.tolerance_ms),
-        secs(times.takeover_idle_secs),
-        millis(times.window_ms),
-    ]);
-    args.extend(range_args(times));
-    args
-}
-
-/// The machine-id range.
-fn range_args(times: &ClaimTerms) -> [DatumWithOid<'static>; 2] {
-    [times.first_machine_id.into(), times.last_machine_id.into()]
+    won.map(|row| (claimed_row(&row), row_facts(&row, 7)))
 }
 
 /// The row of `machine_id` as it stands, if any.
 pub fn current_row(client: &mut SpiClient, service: &str, machine_id: i32) -> Option<RowFacts> {
-    first_row(run(client, &sql::CURRENT_ROW, Some(1), &[text(service), machine_id.into()]))
+    first_row(run(client, sql::CURRENT_ROW { service: service.into(), machine_id }, Some(1)))
         .map(|row| row_facts(&row, 1))
 }
 
 /// The bound of a machine id's row and the server clock, Unix ms (see `sql::ROW_BOUND`).
 pub fn row_bound(client: &mut SpiClient, service: &str, machine_id: i32, times: &ClaimTerms) -> Option<(i64, i64)> {
-    let args = [text(service), machine_id.into(), secs(times.lease_secs), secs(times.takeover_idle_secs)];
-    first_row(run(client, &sql::ROW_BOUND, Some(1), &args)).map(|row| (column(&row, 1), column(&row, 2)))
+    let args = sql::ROW_BOUND {
+        service: service.into(),
+        machine_id,
+        lease: secs(times.lease_secs),
+        takeback_age: secs(times.takeover_idle_secs),
+    };
+    first_row(run(client, args, Some(1))).map(|row| (column(&row, 1), column(&row, 2)))
 }
 
 /// How many ids of the range the service holds and its least recently seen holder there.
 pub fn least_recently_seen(client: &mut SpiClient, service: &str, times: &ClaimTerms) -> (i64, Option<RowFacts>) {
-    let [first, last] = range_args(times);
-    let args = [text(service), first, last];
-    let held = first_value::<i64>(run(client, &sql::COUNT_HELD, Some(1), &args)).unwrap_or(0);
-    (held, first_row(run(client, &sql::LEAST_RECENTLY_SEEN, Some(1), &args)).map(|row| row_facts(&row, 1)))
+    let (first_machine_id, last_machine_id) = (times.first_machine_id, times.last_machine_id);
+    let held = sql::COUNT_HELD { service: service.into(), first_machine_id, last_machine_id };
+    let held = first_value::<i64>(run(client, held, Some(1))).unwrap_or(0);
+    let least = sql::LEAST_RECENTLY_SEEN { service: service.into(), first_machine_id, last_machine_id };
+    (held, first_row(run(client, least, Some(1))).map(|row| row_facts(&row, 1)))
 }
 
 /// Whether a synchronous standby streams from this server now.
 pub fn synchronous_standby_streaming(client: &mut SpiClient) -> bool {
-    first_value::<bool>(run(client, &sql::SYNCHRONOUS_STANDBY_STREAMING, Some(1), &[])).unwrap_or(false)
+    first_value::<bool>(run(client, sql::SYNCHRONOUS_STANDBY_STREAMING {}, Some(1))).unwrap_or(false)
 }
 
 /// A version-checked heartbeat: a new grant of `lease_secs`, no take-back before
@@ -380,23 +461,39 @@ pub fn heartbeat(
     reported: Option<TimestampWithTimeZone>,
     counts: Option<GeneratorCounts>,
 ) -> Option<Renewed> {
-    let mut args = holding_args(held);
-    args.extend([secs(lease_secs), reported.into(), secs(takeover_secs)]);
-    let statement = match counts {
-        Some(c) => {
-            args.extend([
-                c.clock_backward_waits.into(),
-                c.clock_backward_refusals.into(),
-                c.sequence_exhaustions.into(),
-            ]);
-            &sql::HEARTBEAT_REPORTING
-        }
-        None => &sql::HEARTBEAT,
-    };
+    let reported = reported.map(at);
     // The server's clock, read once for the row's times (as clock_timestamp() would be).
-    args.push(crate::clock::server_now().into());
-    first_row(run(client, statement, None, &args))
-        .map(|row| Renewed { lease_until: column(&row, 1), watermark: column(&row, 2) })
+    let now = at(crate::clock::server_now());
+    let renewed = match counts {
+        Some(c) => run(
+            client,
+            of_holding!(
+                HEARTBEAT_REPORTING,
+                held,
+                lease: secs(lease_secs),
+                reported,
+                takeback_age: secs(takeover_secs),
+                clock_backward_waits: c.clock_backward_waits,
+                clock_backward_refusals: c.clock_backward_refusals,
+                sequence_exhaustions: c.sequence_exhaustions,
+                now,
+            ),
+            None,
+        ),
+        None => run(
+            client,
+            of_holding!(
+                HEARTBEAT,
+                held,
+                lease: secs(lease_secs),
+                reported,
+                takeback_age: secs(takeover_secs),
+                now,
+            ),
+            None,
+        ),
+    };
+    first_row(renewed).map(|row| Renewed { lease_until: column(&row, 1), watermark: column(&row, 2) })
 }
 
 /// What a heartbeat granted, and the watermark the row holds after it.
@@ -420,10 +517,15 @@ pub fn release(
     lease_secs: i64,
     takeover_secs: i64,
 ) -> Option<Released> {
-    let mut args = holding_args(held);
-    args.extend([secs(margin_secs), reported.into(), secs(lease_secs), secs(takeover_secs)]);
-    first_row(run(client, &sql::RELEASE, None, &args))
-        .map(|row| Released { version: column(&row, 1), issued_until: column(&row, 2) })
+    let args = of_holding!(
+        RELEASE,
+        held,
+        margin: secs(margin_secs),
+        reported: reported.map(at),
+        lease: secs(lease_secs),
+        takeback_age: secs(takeover_secs),
+    );
+    first_row(run(client, args, None)).map(|row| Released { version: column(&row, 1), issued_until: column(&row, 2) })
 }
 
 /// What a release left: the new version and watermark.
@@ -435,9 +537,13 @@ pub struct Released {
 /// How many machine ids of `service` in the range a claim cannot get without a take-back, or before
 /// their time: held, cooling down, or fenced (released with a watermark still ahead).
 pub fn count_in_use(client: &mut SpiClient, service: &str, cooldown_secs: i64, times: &ClaimTerms) -> i64 {
-    let [first, last] = range_args(times);
-    let args = [text(service), secs(cooldown_secs), first, last];
-    first_value::<i64>(run(client, &sql::COUNT_IN_USE, Some(1), &args)).unwrap_or(0)
+    let args = sql::COUNT_IN_USE {
+        service: service.into(),
+        cooldown: secs(cooldown_secs),
+        first_machine_id: times.first_machine_id,
+        last_machine_id: times.last_machine_id,
+    };
+    first_value::<i64>(run(client, args, Some(1))).unwrap_or(0)
 }
 
 /// What a backend's check of its lease found.
@@ -465,9 +571,15 @@ pub fn renew_backend_lease(
     epoch: i64,
     window_ms: i64,
 ) -> BackendCheck {
-    let mut args = holding_args(held);
-    args.extend([secs(times.lease_secs), epoch.into(), millis(window_ms), secs(times.takeover_idle_secs)]);
-    if let Some(row) = first_row(run(client, &sql::RENEW_BACKEND_LEASE, None, &args)) {
+    let args = of_holding!(
+        RENEW_BACKEND_LEASE,
+        held,
+        lease: secs(times.lease_secs),
+        epoch,
+        window: millis(window_ms),
+        takeback_age: secs(times.takeover_idle_secs),
+    );
+    if let Some(row) = first_row(run(client, args, None)) {
         return BackendCheck::Confirmed {
             verified_at: column(&row, 1),
             lease_until: column(&row, 2),
@@ -482,34 +594,43 @@ pub fn renew_backend_lease(
 
 /// A backend that stops records its last stamp in place of its window, if the row is still its own.
 pub fn close_backend_lease(client: &mut SpiClient, held: &Holding, epoch: i64, closing: TimestampWithTimeZone) {
-    let mut args = holding_args(held);
-    args.extend([epoch.into(), closing.into()]);
-    spi(run(client, &sql::CLOSE_BACKEND_LEASE, None, &args));
+    let args = of_holding!(
+        CLOSE_BACKEND_LEASE,
+        held,
+        epoch,
+        last_stamp: at(closing),
+    );
+    spi(run(client, args, None));
 }
 
 /// A row deleted by hand leaves its bound and version as its machine id's tombstone; its service's
 /// never-registered hint goes back to it.
 pub fn tombstone_row(client: &mut SpiClient, service: &str, machine_id: i32, lease_secs: i64, takeover_secs: i64) {
-    let args = [text(service), machine_id.into(), secs(lease_secs), secs(takeover_secs)];
-    spi(run(client, &sql::TOMBSTONE_ROW, None, &args));
+    let args = sql::TOMBSTONE_ROW {
+        service: service.into(),
+        machine_id,
+        lease: secs(lease_secs),
+        takeback_age: secs(takeover_secs),
+    };
+    spi(run(client, args, None));
     if crate::privilege::installed_has_layouts() {
-        spi(run(client, &sql::LOWER_UNREGISTERED_FROM, None, &[text(service), machine_id.into()]));
+        spi(run(client, sql::LOWER_UNREGISTERED_FROM { service: service.into(), machine_id }, None));
     }
 }
 
 /// Every row truncated leaves its tombstone, every never-registered hint goes back to its pool's
 /// start, and a new epoch begins.
 pub fn tombstone_all_and_start_epoch(client: &mut SpiClient, lease_secs: i64, takeover_secs: i64) {
-    spi(run(client, &sql::TOMBSTONE_ALL, None, &[secs(lease_secs), secs(takeover_secs)]));
+    spi(run(client, sql::TOMBSTONE_ALL { lease: secs(lease_secs), takeback_age: secs(takeover_secs) }, None));
     if crate::privilege::installed_has_layouts() {
-        spi(run(client, &sql::RESET_UNREGISTERED_FROM, None, &[]));
+        spi(run(client, sql::RESET_UNREGISTERED_FROM {}, None));
     }
-    spi(run(client, &sql::NEW_EPOCH, None, &[]));
+    spi(run(client, sql::NEW_EPOCH {}, None));
 }
 
 /// A row inserted for a machine id with a tombstone takes its bound and a newer version.
 pub fn merge_tombstone(client: &mut SpiClient, service: &str, machine_id: i32) {
-    spi(run(client, &sql::MERGE_TOMBSTONE, None, &[text(service), machine_id.into()]));
+    spi(run(client, sql::MERGE_TOMBSTONE { service: service.into(), machine_id }, None));
 }
 
 /// One row or tombstone whose holder may still be stamping.
@@ -525,7 +646,7 @@ pub struct Stamping {
 /// false, at once, when a write is in flight.
 /// The sessions that hold a lock on the registry's tables now (see `sql::REGISTRY_LOCK_HOLDERS`).
 pub fn registry_lock_holders(client: &mut SpiClient) -> Vec<idgen_core::messages::LockHolder> {
-    spi(run(client, &sql::REGISTRY_LOCK_HOLDERS, None, &[]))
+    spi(run(client, sql::REGISTRY_LOCK_HOLDERS {}, None))
         .map(|row| idgen_core::messages::LockHolder {
             pid: column(&row, 1),
             role: column(&row, 2),
@@ -538,9 +659,9 @@ pub fn registry_lock_holders(client: &mut SpiClient) -> Vec<idgen_core::messages
 
 pub fn lock_against_writes(client: &mut SpiClient) -> bool {
     pgrx::PgTryBuilder::new(std::panic::AssertUnwindSafe(|| {
-        spi(run(client, &sql::LOCK_REGISTRY_FOR_DROP, None, &[]));
+        spi(run(client, sql::LOCK_REGISTRY_FOR_DROP {}, None));
         if crate::privilege::installed_has_layouts() {
-            spi(run(client, &sql::LOCK_LAYOUTS_FOR_DROP, None, &[]));
+            spi(run(client, sql::LOCK_LAYOUTS_FOR_DROP {}, None));
         }
         true
     }))
@@ -551,8 +672,8 @@ pub fn lock_against_writes(client: &mut SpiClient) -> bool {
 
 /// Every row and tombstone whose bound is ahead of the clock, latest first.
 pub fn still_stamping(client: &mut SpiClient, lease_secs: i64, takeover_secs: i64) -> Vec<Stamping> {
-    let args = [secs(lease_secs), secs(takeover_secs)];
-    spi(run(client, &sql::STILL_STAMPING, None, &args))
+    let args = sql::STILL_STAMPING { lease: secs(lease_secs), takeback_age: secs(takeover_secs) };
+    spi(run(client, args, None))
         .map(|row| Stamping {
             service: column(&row, 1),
             machine_id: column(&row, 2),
@@ -565,9 +686,13 @@ pub fn still_stamping(client: &mut SpiClient, lease_secs: i64, takeover_secs: i6
 /// A backend's version-checked read, for read-only transactions: confirms
 /// ownership without moving `lease_until` or the watermark.
 pub fn read_backend_lease(client: &mut SpiClient, held: &Holding, lease_secs: i64, epoch: i64) -> BackendCheck {
-    let mut args = holding_args(held);
-    args.extend([secs(lease_secs), epoch.into()]);
-    match first_row(run(client, &sql::READ_BACKEND_LEASE, Some(1), &args)) {
+    let args = of_holding!(
+        READ_BACKEND_LEASE,
+        held,
+        lease: secs(lease_secs),
+        epoch,
+    );
+    match first_row(run(client, args, Some(1))) {
         Some(row) => BackendCheck::Confirmed {
             verified_at: column(&row, 1),
             lease_until: column(&row, 2),
@@ -575,23 +700,6 @@ pub fn read_backend_lease(client: &mut SpiClient, held: &Holding, lease_secs: i6
         },
         None => BackendCheck::Lost(current_row(client, &held.node.service, held.machine_id)),
     }
-}
-
-fn identity_args(node: &NodeIdentity) -> Vec<DatumWithOid<'static>> {
-    vec![text(&node.service), inet(&node.host), node.port.into(), node.backend_slot.into()]
-}
-
-/// The holding a version-checked statement names: service, machine id, host, port, slot, version.
-fn holding_args(held: &Holding) -> Vec<DatumWithOid<'static>> {
-    let n = &held.node;
-    vec![
-        text(&n.service),
-        held.machine_id.into(),
-        inet(&n.host),
-        n.port.into(),
-        n.backend_slot.into(),
-        held.version.into(),
-    ]
 }
 
 fn claimed_row(row: &SpiHeapTupleData) -> ClaimedRow {
@@ -620,12 +728,4 @@ fn row_facts(row: &SpiHeapTupleData, first: usize) -> RowFacts {
 
 fn column<T: pgrx::FromDatum + pgrx::IntoDatum>(row: &SpiHeapTupleData, ordinal: usize) -> T {
     spi(row.get::<T>(ordinal)).unwrap_or_else(|| panic!("idgen: registry column {ordinal} is unexpectedly NULL"))
-}
-
-fn text(value: &str) -> DatumWithOid<'static> {
-    value.to_owned().into()
-}
-
-fn inet(host: &str) -> DatumWithOid<'static> {
-    Inet(host.to_owned()).into()
 }

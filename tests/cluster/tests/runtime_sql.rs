@@ -1,6 +1,7 @@
 //! The SQL idgen runs, as a reviewer reads it: every statement is written once, whole, in
 //! src/statements.rs; its rendering is checked in (docs/runtime_statements.sql); each statement
-//! takes exactly the parameters it lists; and no other code under src/ runs SQL of its own.
+//! takes exactly the parameters it lists, and a call that gives it others does not compile; and no
+//! other code under src/ runs SQL of its own.
 //! (Pure checks: no database needed.)
 
 use idgen_cluster_tests::rust_files;
@@ -87,8 +88,8 @@ fn statement_names_are_unique_and_every_parameter_type_is_one_the_runner_binds()
     names.sort_unstable();
     names.dedup();
     assert_eq!(names.len(), statements::ALL.len(), "two statements share a name");
-    // src/spi.rs checks each argument's type oid against the type declared: every declared type
-    // must be one it knows (an unknown one would fail only when the statement first runs).
+    // src/spi.rs prepares each statement with the type oids declared: every declared type must be
+    // one it knows (an unknown one would fail only when the statement first runs).
     let runner = std::fs::read_to_string(repository().join("src/spi.rs")).expect("src/spi.rs");
     for statement in statements::ALL {
         for param in statement.params {
@@ -208,4 +209,63 @@ fn every_grant_is_written_one_way() {
         "the statements that grant: the two take-overs, the two reuses, the insert, the two heartbeats (with and \
          without reports), the renewal"
     );
+}
+
+/// Compiles `call` (a `main` body) against src/statements.rs with rustc: its errors, or `None`
+/// when it compiles.
+fn compile_errors(call: &str) -> Option<String> {
+    let dir = std::env::temp_dir().join(format!("idgen-typed-statements-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let source = dir.join("call.rs");
+    let statements = repository().join("src/statements.rs").canonicalize().expect("src/statements.rs");
+    let program = format!(
+        "#[path = {statements:?}]\n#[allow(dead_code)]\nmod statements;\n\
+         #[allow(unused_variables)]\nfn main() {{\n    use statements::value::Interval;\n    {call}\n}}\n"
+    );
+    std::fs::write(&source, program).expect("the call's source");
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_owned());
+    let output = std::process::Command::new(rustc)
+        .args(["--edition", "2021", "--crate-type", "bin", "--emit", "metadata", "--out-dir"])
+        .arg(&dir)
+        .arg(&source)
+        .output()
+        .expect("rustc runs");
+    let _ = std::fs::remove_dir_all(&dir);
+    (!output.status.success()).then(|| String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+#[test]
+fn a_statement_given_a_missing_extra_or_mistyped_argument_does_not_compile() {
+    // Each statement's arguments are a struct of its parameters, typed by their SQL types
+    // (src/statements.rs, `statements!`): src/spi.rs runs nothing else.
+    let right = "let args = statements::ROW_BOUND { service: \"orders\".into(), machine_id: 7, \
+                 lease: Interval::seconds(60), takeback_age: Interval::seconds(3600) };";
+    assert_eq!(compile_errors(right), None, "the arguments as declared do not compile");
+    let wrong = [
+        // takeback_age left out
+        (
+            "a missing argument",
+            "statements::ROW_BOUND { service: \"orders\".into(), machine_id: 7, \
+          lease: Interval::seconds(60) };",
+            "E0063",
+        ),
+        // an integer where an interval is declared: lease and machine_id swapped
+        (
+            "a swapped argument",
+            "statements::ROW_BOUND { service: \"orders\".into(), machine_id: Interval::seconds(60), \
+          lease: 7, takeback_age: Interval::seconds(3600) };",
+            "E0308",
+        ),
+        (
+            "an argument the statement does not take",
+            "statements::CURRENT_ROW { service: \"orders\".into(), \
+          machine_id: 7, lease: Interval::seconds(60) };",
+            "E0560",
+        ),
+        ("NULL where the statement takes none", "statements::CURRENT_ROW { service: None, machine_id: 7 };", "E0308"),
+    ];
+    for (what, call, code) in wrong {
+        let errors = compile_errors(call).unwrap_or_else(|| panic!("{what} compiles: {call}"));
+        assert!(errors.contains(code), "{what} fails otherwise than with {code}:\n{errors}");
+    }
 }
