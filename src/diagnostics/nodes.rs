@@ -109,7 +109,7 @@ fn policy() -> TableIterator<
 }
 
 /// `idgen_policy()` as the SQL of 0.4.0 to 0.5.1 declares it (symbol `idgen_policy_wrapper`, which
-/// `crate::earlier_symbols` forwards here), for a database not updated yet: `capacity_alert` is
+/// `src/earlier_symbols.rs` forwards here), for a database not updated yet: `capacity_alert` is
 /// `idgen.capacity_warning`, the level at which a claim alerts first. Today's is [`policy`].
 #[pg_extern(stable, parallel_safe, sql = false)]
 #[allow(clippy::type_complexity)]
