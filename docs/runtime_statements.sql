@@ -16,6 +16,20 @@
 --   $9 window interval
 --   $10 first_machine_id integer
 --   $11 last_machine_id integer
+--   returns machine_id integer
+--   returns version bigint
+--   returns lease_until timestamptz
+--   returns claimed_at timestamptz
+--   returns bound timestamptz (may be NULL)
+--   returns issued_until timestamptz
+--   returns previous_machine_id integer
+--   returns previous_host text
+--   returns previous_port integer
+--   returns previous_version bigint
+--   returns previous_last_seen text
+--   returns previous_idle_secs bigint
+--   returns previous_released_at text (may be NULL)
+--   returns previous_backend_slot integer (may be NULL)
 WITH victim AS (
     SELECT v.*, idgen_private.holder_bound(v, $5, $8) AS bound
     FROM idgen_private.nodes v
@@ -69,6 +83,20 @@ RETURNING n.machine_id::pg_catalog.int4,
 --   $10 window interval
 --   $11 first_machine_id integer
 --   $12 last_machine_id integer
+--   returns machine_id integer
+--   returns version bigint
+--   returns lease_until timestamptz
+--   returns claimed_at timestamptz
+--   returns bound timestamptz (may be NULL)
+--   returns issued_until timestamptz
+--   returns previous_machine_id integer
+--   returns previous_host text
+--   returns previous_port integer
+--   returns previous_version bigint
+--   returns previous_last_seen text
+--   returns previous_idle_secs bigint
+--   returns previous_released_at text (may be NULL)
+--   returns previous_backend_slot integer (may be NULL)
 WITH victim AS (
     SELECT v.*, idgen_private.holder_bound(v, $5, $9) AS bound
     FROM idgen_private.nodes v
@@ -111,18 +139,21 @@ RETURNING n.machine_id::pg_catalog.int4,
 
 -- READ_REGISTRY
 -- The registry's epoch.
+--   returns epoch bigint
 SELECT r.epoch
 FROM idgen_private.idgen_registry r;
 
 -- READ_VERSION_BASE
 -- The version a row of a machine id never registered in this registry starts after (objects of
 -- 0.7.0 on; before, 0).
+--   returns version_base bigint
 SELECT r.version_base
 FROM idgen_private.idgen_registry r;
 
 -- GUARDS_EXIST
 -- Whether the service has its guard rows.
 --   $1 service text
+--   returns exist boolean
 SELECT EXISTS (
     SELECT
     FROM idgen_private.idgen_claim_guards g
@@ -143,6 +174,16 @@ ON CONFLICT DO NOTHING;
 -- order, pool, the never-registered hint, and whether claims may start (the layout is fixed and the
 -- guard rows exist). No row: the service was never claimed nor defined.
 --   $1 service text
+--   returns epoch_unix_ms bigint
+--   returns time_unit_ms integer (may be NULL)
+--   returns time_bits integer (may be NULL)
+--   returns machine_bits integer (may be NULL)
+--   returns sequence_bits integer (may be NULL)
+--   returns field_order text
+--   returns pool_first integer (may be NULL)
+--   returns pool_last integer (may be NULL)
+--   returns unregistered_from integer (may be NULL)
+--   returns ready boolean (may be NULL)
 SELECT pg_catalog.floor(EXTRACT(epoch FROM l.epoch) OPERATOR(pg_catalog.*) 1000::numeric)::bigint,
     l.time_unit_ms,
     l.time_bits,
@@ -162,6 +203,15 @@ WHERE l.service::pg_catalog.text OPERATOR(pg_catalog.=) $1;
 -- OTHER_LAYOUTS
 -- Every other service's layout and pool (`idgen_define_layout` compares them with the one defined).
 --   $1 service text
+--   returns service text (may be NULL)
+--   returns epoch_unix_ms bigint (may be NULL)
+--   returns time_unit_ms integer (may be NULL)
+--   returns time_bits integer (may be NULL)
+--   returns machine_bits integer (may be NULL)
+--   returns sequence_bits integer (may be NULL)
+--   returns field_order text (may be NULL)
+--   returns pool_first integer (may be NULL)
+--   returns pool_last integer (may be NULL)
 SELECT l.service::pg_catalog.text,
     pg_catalog.floor(EXTRACT(epoch FROM l.epoch) OPERATOR(pg_catalog.*) 1000::numeric)::bigint,
     l.time_unit_ms,
@@ -177,6 +227,15 @@ ORDER BY l.service;
 
 -- VISIBLE_LAYOUTS
 -- The layouts and pools the caller may read (`idgen_health()`, as the caller), as [`OTHER_LAYOUTS`].
+--   returns service text (may be NULL)
+--   returns epoch_unix_ms bigint (may be NULL)
+--   returns time_unit_ms integer (may be NULL)
+--   returns time_bits integer (may be NULL)
+--   returns machine_bits integer (may be NULL)
+--   returns sequence_bits integer (may be NULL)
+--   returns field_order text (may be NULL)
+--   returns pool_first integer (may be NULL)
+--   returns pool_last integer (may be NULL)
 SELECT l.service::pg_catalog.text,
     pg_catalog.floor(EXTRACT(epoch FROM l.epoch) OPERATOR(pg_catalog.*) 1000::numeric)::bigint,
     l.time_unit_ms,
@@ -222,6 +281,7 @@ WHERE l.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
 -- Whether a layout is recorded for `service` (defined, or fixed by a claim): with
 -- `CALLER_STANDING`, how a service exists. Run with the latest snapshot.
 --   $1 service text
+--   returns exists boolean
 SELECT true
 FROM idgen_private.idgen_layouts l
 WHERE l.service::pg_catalog.text OPERATOR(pg_catalog.=) $1;
@@ -231,6 +291,9 @@ WHERE l.service::pg_catalog.text OPERATOR(pg_catalog.=) $1;
 -- this backend's transaction wrote and has not committed: its layout row, its grants, and
 -- whether it has registry rows.
 --   $1 service text
+--   returns layout_xmin bigint (may be NULL)
+--   returns grant_xmins bigint_array (may be NULL)
+--   returns has_rows boolean (may be NULL)
 SELECT (SELECT l.xmin::pg_catalog.text::pg_catalog.int8
         FROM idgen_private.idgen_layouts l
         WHERE l.service::pg_catalog.text OPERATOR(pg_catalog.=) $1),
@@ -244,6 +307,7 @@ SELECT (SELECT l.xmin::pg_catalog.text::pg_catalog.int8
 -- of its layout recorded but these (restored from a dump of an earlier version) has IDs cut by
 -- the default layout.
 --   $1 service text
+--   returns has_ids boolean (may be NULL)
 SELECT EXISTS (SELECT FROM idgen_private.nodes n WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1)
     OR EXISTS (SELECT FROM idgen_private.idgen_tombstones t WHERE t.service::pg_catalog.text OPERATOR(pg_catalog.=) $1)
     OR EXISTS (SELECT FROM idgen_private.idgen_history h WHERE h.service::pg_catalog.text OPERATOR(pg_catalog.=) $1);
@@ -262,6 +326,7 @@ SELECT EXISTS (SELECT FROM idgen_private.nodes n WHERE n.service::pg_catalog.tex
 --   $9 pool_first integer
 --   $10 pool_last integer
 --   $11 defined_by text
+--   returns wrote boolean
 INSERT INTO idgen_private.idgen_layouts AS l
     (service, preset, epoch, time_unit_ms, time_bits, machine_bits, sequence_bits, field_order, pool_first,
      pool_last, defined_by, unregistered_from)
@@ -287,6 +352,18 @@ RETURNING true;
 -- A service's layout row as people read it: preset, epoch, widths, order, pool, who defined it when,
 -- and when its first claim fixed it.
 --   $1 service text
+--   returns preset text
+--   returns epoch timestamptz
+--   returns time_unit_ms integer
+--   returns time_bits integer
+--   returns machine_bits integer
+--   returns sequence_bits integer
+--   returns field_order text
+--   returns pool_first integer
+--   returns pool_last integer
+--   returns defined_at timestamptz
+--   returns defined_by text
+--   returns fixed_at timestamptz (may be NULL)
 SELECT l.preset,
     l.epoch,
     l.time_unit_ms,
@@ -343,6 +420,7 @@ WHERE l.unregistered_from OPERATOR(pg_catalog.<>) l.pool_first;
 -- Takes a guard row unless another transaction holds it (see `idgen_core::guard`).
 --   $1 service text
 --   $2 bucket integer
+--   returns taken boolean (may be NULL)
 SELECT EXISTS (
     SELECT
     FROM idgen_private.idgen_claim_guards g
@@ -353,6 +431,7 @@ SELECT EXISTS (
 -- Whether a guard row exists (a guard not taken may be held by another transaction, or missing).
 --   $1 service text
 --   $2 bucket integer
+--   returns exists boolean (may be NULL)
 SELECT EXISTS (
     SELECT
     FROM idgen_private.idgen_claim_guards g
@@ -369,6 +448,10 @@ SELECT EXISTS (
 --   $5 lease interval
 --   $6 tolerance interval
 --   $7 takeback_age interval
+--   returns machine_id integer
+--   returns bound timestamptz
+--   returns reported timestamptz
+--   returns last_seen timestamptz
 WITH own AS (
     SELECT o.service,
         o.machine_id,
@@ -401,6 +484,8 @@ RETURNING n.machine_id::pg_catalog.int4, own.bound, own.reported, own.last_seen;
 --   $6 takeback_age interval
 --   $7 first_machine_id integer
 --   $8 last_machine_id integer
+--   returns machine_id integer
+--   returns issued_until timestamptz
 WITH own AS (
     SELECT o.service, o.machine_id, idgen_private.holder_bound(o, $5, $6) AS bound
     FROM idgen_private.nodes o
@@ -435,6 +520,13 @@ RETURNING n.machine_id::pg_catalog.int4, n.issued_until;
 --   $8 window interval
 --   $9 first_machine_id integer
 --   $10 last_machine_id integer
+--   returns machine_id integer
+--   returns version bigint
+--   returns lease_until timestamptz
+--   returns claimed_at timestamptz
+--   returns bound timestamptz (may be NULL)
+--   returns issued_until timestamptz
+--   returns was_released boolean
 WITH own AS (
     SELECT o.service,
         o.machine_id,
@@ -483,6 +575,12 @@ RETURNING n.machine_id::pg_catalog.int4, n.version, n.lease_until, n.last_seen, 
 --   $8 window interval
 --   $9 first_machine_id integer
 --   $10 last_machine_id integer
+--   returns machine_id integer
+--   returns version bigint
+--   returns lease_until timestamptz
+--   returns claimed_at timestamptz
+--   returns bound timestamptz (may be NULL)
+--   returns issued_until timestamptz
 WITH own AS (
     SELECT o.service, o.machine_id, idgen_private.holder_bound(o, $5, $7) AS bound
     FROM idgen_private.nodes o
@@ -511,6 +609,7 @@ RETURNING n.machine_id::pg_catalog.int4, n.version, n.lease_until, n.last_seen, 
 --   $2 host inet
 --   $3 port integer
 --   $4 backend_slot integer (may be NULL)
+--   returns machine_id integer (may be NULL)
 SELECT n.machine_id::pg_catalog.int4
 FROM idgen_private.nodes n
 WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
@@ -526,6 +625,8 @@ WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
 --   $2 first integer
 --   $3 last integer
 --   $4 tolerance interval
+--   returns machine_id integer
+--   returns tombstone_ahead boolean
 SELECT m, EXISTS (
     SELECT
     FROM idgen_private.idgen_tombstones t
@@ -547,6 +648,8 @@ ORDER BY m;
 --   $2 first_machine_id integer
 --   $3 last_machine_id integer
 --   $4 tolerance interval
+--   returns machine_id integer
+--   returns bound timestamptz
 SELECT t.machine_id::pg_catalog.int4, t.bound
 FROM idgen_private.idgen_tombstones t
 WHERE t.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
@@ -576,6 +679,12 @@ LIMIT 1;
 --   $9 machine_id integer
 --   $10 guard_bucket integer
 --   $11 version_base bigint
+--   returns machine_id integer
+--   returns version bigint
+--   returns lease_until timestamptz
+--   returns claimed_at timestamptz
+--   returns bound timestamptz (may be NULL)
+--   returns issued_until timestamptz
 WITH tomb AS (
     SELECT t.version, t.bound
     FROM idgen_private.idgen_tombstones t
@@ -610,6 +719,14 @@ FROM inserted;
 -- The row of a machine id, as facts for messages.
 --   $1 service text
 --   $2 machine_id integer
+--   returns machine_id integer
+--   returns host text
+--   returns port integer
+--   returns version bigint
+--   returns last_seen text
+--   returns idle_secs bigint
+--   returns released_at text (may be NULL)
+--   returns backend_slot integer (may be NULL)
 SELECT n.machine_id::pg_catalog.int4,
     pg_catalog.host(n.host),
     n.port,
@@ -629,6 +746,8 @@ WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
 --   $2 machine_id integer
 --   $3 lease interval
 --   $4 takeback_age interval
+--   returns bound_unix_ms bigint
+--   returns now_unix_ms bigint
 SELECT pg_catalog.floor(EXTRACT(epoch FROM idgen_private.holder_bound(n, $3, $4)) OPERATOR(pg_catalog.*) 1000::numeric)::bigint,
     pg_catalog.floor(EXTRACT(epoch FROM pg_catalog.clock_timestamp()) OPERATOR(pg_catalog.*) 1000::numeric)::bigint
 FROM idgen_private.nodes n
@@ -641,6 +760,7 @@ WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
 --   $1 service text
 --   $2 first_machine_id integer
 --   $3 last_machine_id integer
+--   returns held bigint (may be NULL)
 SELECT pg_catalog.count(*)
 FROM idgen_private.nodes n
 WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
@@ -652,6 +772,14 @@ WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
 --   $1 service text
 --   $2 first_machine_id integer
 --   $3 last_machine_id integer
+--   returns machine_id integer
+--   returns host text
+--   returns port integer
+--   returns version bigint
+--   returns last_seen text
+--   returns idle_secs bigint
+--   returns released_at text (may be NULL)
+--   returns backend_slot integer (may be NULL)
 SELECT n.machine_id::pg_catalog.int4,
     pg_catalog.host(n.host),
     n.port,
@@ -683,6 +811,8 @@ LIMIT 1;
 --   $8 reported timestamptz (may be NULL)
 --   $9 takeback_age interval
 --   $10 now timestamptz
+--   returns lease_until timestamptz
+--   returns watermark timestamptz
 UPDATE idgen_private.nodes
 SET last_seen = $10,
     lease_until = GREATEST(lease_until, $10 OPERATOR(pg_catalog.+) $7),
@@ -715,6 +845,8 @@ RETURNING lease_until, issued_until;
 --   $11 clock_backward_refusals bigint (may be NULL)
 --   $12 sequence_exhaustions bigint (may be NULL)
 --   $13 now timestamptz
+--   returns lease_until timestamptz
+--   returns watermark timestamptz
 UPDATE idgen_private.nodes
 SET last_seen = $13,
     lease_until = GREATEST(lease_until, $13 OPERATOR(pg_catalog.+) $7),
@@ -750,6 +882,8 @@ RETURNING lease_until, issued_until;
 --   $8 reported timestamptz (may be NULL)
 --   $9 lease interval
 --   $10 takeback_age interval
+--   returns version bigint
+--   returns issued_until timestamptz
 UPDATE idgen_private.nodes n
 SET version = n.version OPERATOR(pg_catalog.+) 1,
     released_at = t.now,
@@ -780,6 +914,9 @@ RETURNING n.version, n.issued_until;
 --   $8 epoch bigint
 --   $9 window interval
 --   $10 takeback_age interval
+--   returns verified_at timestamptz
+--   returns lease_until timestamptz
+--   returns issued_until timestamptz
 WITH own AS (
     SELECT service, machine_id
     FROM idgen_private.nodes
@@ -814,6 +951,9 @@ RETURNING n.last_seen, n.lease_until, n.issued_until;
 --   $6 version bigint
 --   $7 lease interval
 --   $8 epoch bigint
+--   returns verified_at timestamptz
+--   returns lease_until timestamptz
+--   returns issued_until timestamptz
 SELECT pg_catalog.clock_timestamp(), COALESCE(lease_until, last_seen OPERATOR(pg_catalog.+) $7), issued_until
 FROM idgen_private.nodes
 WHERE service::pg_catalog.text OPERATOR(pg_catalog.=) $1
@@ -870,6 +1010,11 @@ SELECT pg_catalog.pg_notify($1, $2);
 -- Run with the latest snapshot (`spi::first_row_with_latest_snapshot`).
 --   $1 role oid
 --   $2 service text
+--   returns role text (may be NULL)
+--   returns superuser boolean (may be NULL)
+--   returns extension_owner boolean (may be NULL)
+--   returns member boolean (may be NULL)
+--   returns service_known boolean (may be NULL)
 SELECT r.rolname::text, r.rolsuper, r.oid OPERATOR(pg_catalog.=) e.extowner, EXISTS (
     SELECT
     FROM idgen_private.idgen_service_members m
@@ -884,6 +1029,7 @@ WHERE r.oid OPERATOR(pg_catalog.=) $1
 -- ROLE_BY_NAME
 -- The role of a name (as `pg_roles` shows it), if any.
 --   $1 role_name text
+--   returns role oid (may be NULL)
 SELECT r.oid
 FROM pg_catalog.pg_roles r
 WHERE r.rolname OPERATOR(pg_catalog.=) $1::name;
@@ -892,6 +1038,7 @@ WHERE r.rolname OPERATOR(pg_catalog.=) $1::name;
 -- Grants a service to a role; true when the grant is new.
 --   $1 service text
 --   $2 role oid
+--   returns granted boolean
 INSERT INTO idgen_private.idgen_service_members (service, member) VALUES ($1, $2::pg_catalog.regrole)
 ON CONFLICT DO NOTHING
 RETURNING true;
@@ -900,6 +1047,7 @@ RETURNING true;
 -- Revokes a service from a role; true when there was a grant.
 --   $1 service text
 --   $2 role oid
+--   returns revoked boolean
 DELETE FROM idgen_private.idgen_service_members m
 WHERE m.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
   AND m.member::pg_catalog.oid OPERATOR(pg_catalog.=) $2
@@ -907,6 +1055,7 @@ RETURNING true;
 
 -- SERVICE_MEMBERS_OID
 -- The oid of the grants' table, which sessions watch for changes.
+--   returns relation oid (may be NULL)
 SELECT 'idgen_private.idgen_service_members'::pg_catalog.regclass::pg_catalog.oid;
 
 -- INSERT_EVENT
@@ -914,6 +1063,7 @@ SELECT 'idgen_private.idgen_service_members'::pg_catalog.regclass::pg_catalog.oi
 -- its event_id is taken (the numbering went back: a restore over a live database resets the dumped
 -- sequence); see [`RESYNC_EVENT_IDS`].
 --   $1 event text
+--   returns inserted integer
 INSERT INTO idgen_private.idgen_history
     (at, event, service, machine_id, version, outcome, host, port, backend_slot, role, pid, not_before,
      issued_until, previous_host, previous_port, previous_backend_slot, previous_version,
@@ -997,6 +1147,7 @@ WHERE m.last IS NOT NULL;
 --   $1 service text
 --   $2 event text
 --   $3 refusal_interval interval
+--   returns recorded boolean (may be NULL)
 SELECT EXISTS (
     SELECT
     FROM idgen_private.idgen_history h
@@ -1007,6 +1158,7 @@ SELECT EXISTS (
 -- SERVICE_VISIBLE
 -- Whether the caller may read `service` in the idgen views (`idgen_visibility`, as the caller).
 --   $1 service text
+--   returns visible boolean (may be NULL)
 SELECT v.reads_all OR $1 OPERATOR(pg_catalog.=) ANY (v.services)
 FROM idgen_private.visibility v;
 
@@ -1014,6 +1166,7 @@ FROM idgen_private.visibility v;
 -- The turn to record a refusal: one session at a time (the registry's row, locked until the refused
 -- call's transaction ends; a session that finds it taken records nothing), so that concurrent
 -- refusals never start workers together, nor record one kind twice.
+--   returns taken boolean (may be NULL)
 SELECT true
 FROM idgen_private.idgen_registry r FOR NO KEY
 UPDATE SKIP LOCKED;
@@ -1027,6 +1180,7 @@ UPDATE SKIP LOCKED;
 --   $2 cooldown interval
 --   $3 first_machine_id integer
 --   $4 last_machine_id integer
+--   returns in_use bigint (may be NULL)
 SELECT pg_catalog.count(*)
 FROM idgen_private.nodes n
 WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
@@ -1042,6 +1196,7 @@ WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
 --   $1 service text
 --   $2 first_machine_id integer
 --   $3 last_machine_id integer
+--   returns machine_id integer (may be NULL)
 SELECT pg_catalog.max(n.machine_id)::pg_catalog.int4
 FROM idgen_private.nodes n
 WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
@@ -1057,6 +1212,7 @@ WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
 --   $2 warning_event text
 --   $3 critical_event text
 --   $4 cleared_event text
+--   returns event text (may be NULL)
 SELECT h.event
 FROM idgen_private.idgen_history h
 WHERE h.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
@@ -1066,6 +1222,7 @@ LIMIT 1;
 
 -- SYNCHRONOUS_STANDBY_STREAMING
 -- Whether a synchronous standby streams from this server now.
+--   returns streaming boolean (may be NULL)
 SELECT EXISTS (
     SELECT
     FROM pg_catalog.pg_stat_replication r
@@ -1141,6 +1298,11 @@ LOCK TABLE idgen_private.nodes,
 -- REGISTRY_LOCK_HOLDERS
 -- The other sessions holding a lock on the registry's tables (what a DROP of it does not wait for):
 -- pid, role, application, state and the start of their transaction. Names resolved when it runs.
+--   returns pid integer
+--   returns role text
+--   returns application text
+--   returns state text
+--   returns since text (may be NULL)
 SELECT a.pid,
     COALESCE(a.usename::pg_catalog.text, ''),
     COALESCE(a.application_name, ''),
@@ -1174,6 +1336,12 @@ LOCK TABLE idgen_private.idgen_layouts IN ACCESS EXCLUSIVE MODE NOWAIT;
 -- whose bound is ahead of the clock, latest first; a row's holder as host, port, slot.
 --   $1 lease interval
 --   $2 takeback_age interval
+--   returns service varchar
+--   returns machine_id integer
+--   returns host text (may be NULL)
+--   returns port integer (may be NULL)
+--   returns backend_slot integer (may be NULL)
+--   returns bound timestamptz
 SELECT s.service, s.machine_id::pg_catalog.int4, pg_catalog.host(s.host), s.port, s.backend_slot, s.bound
 FROM (
     SELECT n.service::pg_catalog.text AS service,
@@ -1194,6 +1362,21 @@ ORDER BY s.bound DESC, s.service, s.machine_id;
 -- as Unix ms, NULL when infinite.
 --   $1 service text
 --   $2 machine_id integer
+--   returns at_unix_ms bigint (may be NULL)
+--   returns event text (may be NULL)
+--   returns host text (may be NULL)
+--   returns port integer (may be NULL)
+--   returns backend_slot integer (may be NULL)
+--   returns role text (may be NULL)
+--   returns pid integer (may be NULL)
+--   returns version bigint (may be NULL)
+--   returns not_before_unix_ms bigint (may be NULL)
+--   returns issued_until_unix_ms bigint (may be NULL)
+--   returns previous_host text (may be NULL)
+--   returns previous_port integer (may be NULL)
+--   returns previous_backend_slot integer (may be NULL)
+--   returns previous_bound_unix_ms bigint (may be NULL)
+--   returns outcome text (may be NULL)
 SELECT CASE WHEN pg_catalog.isfinite(e.at) THEN pg_catalog.floor(EXTRACT(epoch FROM e.at) OPERATOR(pg_catalog.*) 1000::numeric)::bigint END,
     e.event,
     pg_catalog.host(e.host),
@@ -1219,6 +1402,8 @@ ORDER BY e.event_id;
 -- named), and whether events of them were purged.
 --   $1 machine_id integer
 --   $2 service text (may be NULL)
+--   returns service text (may be NULL)
+--   returns history_purged boolean (may be NULL)
 SELECT s.service, EXISTS (
     SELECT
     FROM idgen_private.visible_metrics m
@@ -1240,6 +1425,14 @@ ORDER BY s.service;
 -- with their layouts as recorded (NULL: none; objects of 0.7.0 on) and whether events of them were
 -- purged: the services an ID may be of.
 --   $1 service text (may be NULL)
+--   returns service text (may be NULL)
+--   returns history_purged boolean (may be NULL)
+--   returns epoch_unix_ms bigint (may be NULL)
+--   returns time_unit_ms integer (may be NULL)
+--   returns time_bits integer (may be NULL)
+--   returns machine_bits integer (may be NULL)
+--   returns sequence_bits integer (may be NULL)
+--   returns field_order text (may be NULL)
 SELECT s.service,
     EXISTS (
         SELECT
@@ -1266,6 +1459,10 @@ ORDER BY s.service;
 -- The registry row of a machine id, if the caller may read it: holder and version.
 --   $1 service text
 --   $2 machine_id integer
+--   returns host text (may be NULL)
+--   returns port integer (may be NULL)
+--   returns backend_slot integer (may be NULL)
+--   returns version bigint (may be NULL)
 SELECT pg_catalog.host(n.host), n.port, n.backend_slot, n.version
 FROM idgen_private.visible_nodes n
 WHERE n.service OPERATOR(pg_catalog.=) $1

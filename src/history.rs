@@ -102,8 +102,8 @@ fn refusals_since_start(
 ) -> TableIterator<'static, (name!(refused_claims, Option<i64>), name!(ownership_losses, Option<i64>))> {
     let visible = crate::privilege::with_pinned_search_path(|| {
         Spi::connect(|client| {
-            let mut rows = spi::ok(spi::read(client, sql::SERVICE_VISIBLE { service: service.into() }, Some(1)));
-            rows.next().and_then(|row| row.get::<bool>(1).ok().flatten()).unwrap_or(false)
+            let visible = spi::read(client, sql::SERVICE_VISIBLE { service: service.into() }, Some(1));
+            spi::first_row(visible).and_then(|row| row.visible).unwrap_or(false)
         })
     });
     // SAFETY: set at process start, never changed.
@@ -126,14 +126,8 @@ pub fn write_refusal(client: &mut SpiClient, event: &str) {
 /// for one recorded recently, made after it, sees every refusal committed before (at most one is
 /// recorded per service, kind and interval, however many sessions are refused at once).
 fn take_refusal_turn(client: &mut SpiClient) -> bool {
-    first_bool(client, sql::TAKE_REFUSAL_TURN {})
-}
-
-fn first_bool(client: &mut SpiClient, args: impl sql::Arguments) -> bool {
-    spi::run(client, args, Some(1))
-        .ok()
-        .and_then(|mut rows| rows.next().and_then(|row| row.get::<bool>(1).ok().flatten()))
-        .unwrap_or(false)
+    let turn = spi::run(client, sql::TAKE_REFUSAL_TURN {}, Some(1)).ok();
+    turn.and_then(|rows| rows.into_iter().next()).and_then(|row| row.taken).unwrap_or(false)
 }
 
 /// Inserts an event (`INSERT_EVENT`). When nothing was inserted, its number was taken: the
@@ -169,7 +163,10 @@ pub fn refusal_due(client: &mut SpiClient, event: &Event) -> bool {
         event: event.event.into(),
         refusal_interval: spi::seconds(REFUSAL_INTERVAL_SECS),
     };
-    take_refusal_turn(client) && !first_bool(client, args)
+    take_refusal_turn(client) && {
+        let recorded = spi::run(client, args, Some(1)).ok();
+        !recorded.and_then(|rows| rows.into_iter().next()).and_then(|row| row.recorded).unwrap_or(false)
+    }
 }
 
 fn role_name(role: pg_sys::Oid) -> Option<String> {

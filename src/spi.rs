@@ -1,7 +1,9 @@
 //! The only code that runs SQL: the statements of `crate::statements`, never a text of its own.
 //! A call gives the statement's arguments struct (`sql::TAKE_IDLE { service, .. }`), which names
-//! its statement and binds each field as the type the statement declares ([`Datums`]): a
-//! statement and its callers cannot drift apart, or the crate does not compile.
+//! its statement and binds each field as the type the statement declares ([`Datums`]), and gets
+//! back the rows it declares (`sql::rows::TAKE_RELEASED`), each column read by name as its declared
+//! type ([`Columns`]): a statement and its callers cannot drift apart, or the crate does not
+//! compile. tests/cluster/tests/one_source.rs checks each declaration against the server's.
 //!
 //! Each statement is planned once per process and its plan kept ([`plan`]): Postgres' plan cache
 //! revalidates a kept plan when anything it uses changes (an `ALTER EXTENSION idgen UPDATE`, a DROP
@@ -9,10 +11,11 @@
 //! and the search_path is pinned around it (`crate::privilege`), so a new parse resolves the same
 //! objects, never one planted since.
 
-use crate::statements::{value, Arguments, Bind, Statement};
+use crate::statements::{value, Arguments, Bind, FromRow, Read, Statement};
 use pgrx::datum::{DatumWithOid, Inet, Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
 use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiHeapTupleData, SpiResult, SpiTupleTable};
+use pgrx::{FromDatum, IntoDatum};
 use std::collections::HashMap;
 
 /// Runs `statement` with `args`, at most `limit` rows (SPI's read-write execution: it sees the
@@ -22,23 +25,20 @@ use std::collections::HashMap;
 /// that only reads (or writes no row) must leave none, or a read of the registry would wait at
 /// commit for a synchronous standby, and fail on a hot standby. Postgres assigns one at the first
 /// row a statement writes or locks; the kept plan was prepared read-write, so SPI runs it so.
-pub fn run<'conn, A: Arguments>(
-    client: &mut SpiClient<'conn>,
-    args: A,
-    limit: Option<i64>,
-) -> SpiResult<SpiTupleTable<'conn>> {
+pub fn run<A: Arguments>(client: &mut SpiClient, args: A, limit: Option<i64>) -> SpiResult<Vec<A::Row>> {
     let plan = plan(client, A::STATEMENT, true)?;
-    client.select(plan, limit, &Datums::of(args))
+    client.select(plan, limit, &Datums::of(args)).map(rows::<A>)
 }
 
 /// Runs read-only `statement` as its caller sees the database (SPI's read-only execution).
-pub fn read<'conn, A: Arguments>(
-    client: &SpiClient<'conn>,
-    args: A,
-    limit: Option<i64>,
-) -> SpiResult<SpiTupleTable<'conn>> {
+pub fn read<A: Arguments>(client: &SpiClient, args: A, limit: Option<i64>) -> SpiResult<Vec<A::Row>> {
     let plan = plan(client, A::STATEMENT, false)?;
-    client.select(plan, limit, &Datums::of(args))
+    client.select(plan, limit, &Datums::of(args)).map(rows::<A>)
+}
+
+/// Each row of `table` as `A`'s statement declares it.
+fn rows<A: Arguments>(table: SpiTupleTable) -> Vec<A::Row> {
+    table.map(|row| A::Row::read(&mut Columns::Spi { row: &row, statement: A::STATEMENT.name, read: 0 })).collect()
 }
 
 /// A kept plan: it lives as long as the process.
@@ -73,12 +73,9 @@ pub fn run_alone<A: Arguments>(args: A) -> SpiResult<()> {
 }
 
 /// Runs read-only `statement` with the latest snapshot rather than the transaction's (which, in
-/// REPEATABLE READ or with an imported snapshot, may be old), and reads its first row with `read`;
-/// none when it returns no row. SPI must be connected.
-pub fn first_row_with_latest_snapshot<A: Arguments, R>(
-    args: A,
-    read: impl FnOnce(*mut pg_sys::HeapTupleData, pg_sys::TupleDesc) -> R,
-) -> Option<R> {
+/// REPEATABLE READ or with an imported snapshot, may be old): its first row, none when it returns
+/// no row. SPI must be connected.
+pub fn first_row_with_latest_snapshot<A: Arguments>(args: A) -> Option<A::Row> {
     let statement = A::STATEMENT;
     let args = Datums::of(args);
     let plan = raw_plan(statement);
@@ -102,7 +99,8 @@ pub fn first_row_with_latest_snapshot<A: Arguments, R>(
         assert_eq!(status, pg_sys::SPI_OK_SELECT as i32, "idgen: {} failed", statement.name);
         (pg_sys::SPI_processed > 0).then(|| {
             let table = pg_sys::SPI_tuptable;
-            read(*(*table).vals, (*table).tupdesc)
+            let (tuple, descriptor) = (*(*table).vals, (*table).tupdesc);
+            A::Row::read(&mut Columns::Raw { tuple, descriptor, statement: statement.name, read: 0 })
         })
     }
 }
@@ -139,13 +137,8 @@ pub fn milliseconds(n: i64) -> value::Interval {
 }
 
 /// The first row of a result.
-pub fn first_row(table: SpiResult<SpiTupleTable>) -> Option<SpiHeapTupleData> {
-    ok(table).next()
-}
-
-/// Column 1 of the first row of a result, if both are there.
-pub fn first_value<T: pgrx::FromDatum + pgrx::IntoDatum>(table: SpiResult<SpiTupleTable>) -> Option<T> {
-    first_row(table).and_then(|row| ok(row.get::<T>(1)))
+pub fn first_row<R>(rows: SpiResult<Vec<R>>) -> Option<R> {
+    ok(rows).into_iter().next()
 }
 
 /// SPI reports SQL errors by raising them; an `Err` here is a bug in idgen's own statements.
@@ -201,14 +194,82 @@ impl Bind for Datums {
         self.push(value.map(|d| Interval::from_micros(d.micros)), "interval");
     }
     fn timestamptz(&mut self, value: Option<value::timestamptz>) {
-        let value = value.map(|t| TimestampWithTimeZone::try_from(t.micros).expect("a timestamptz read from Postgres"));
-        self.push(value, "timestamptz");
+        self.push(value.map(time), "timestamptz");
     }
 }
 
 /// A server time as the statements take it.
 pub fn at(time: TimestampWithTimeZone) -> value::Timestamptz {
     value::Timestamptz { micros: time.into() }
+}
+
+/// One row a statement returned, read column by column in order ([`Read`]): a row of an SPI
+/// result, or the tuple SPI left for a statement run by hand.
+enum Columns<'a, 'conn> {
+    Spi { row: &'a SpiHeapTupleData<'conn>, statement: &'static str, read: usize },
+    Raw { tuple: *mut pg_sys::HeapTupleData, descriptor: pg_sys::TupleDesc, statement: &'static str, read: usize },
+}
+
+impl Columns<'_, '_> {
+    /// The next column as `T`; `None` when it is NULL. A column of another type than declared is a
+    /// bug in idgen's statement or declaration.
+    fn next<T: FromDatum + IntoDatum>(&mut self) -> Option<T> {
+        match self {
+            Columns::Spi { row, statement, read } => {
+                *read += 1;
+                row.get::<T>(*read).unwrap_or_else(|e| panic!("idgen: {statement} column {read}: {e}"))
+            }
+            Columns::Raw { tuple, descriptor, statement, read } => {
+                *read += 1;
+                let ordinal = *read as i32;
+                // SAFETY: the tuple and its descriptor are SPI's, alive while this reads them; the
+                // column's type is checked before its datum is read as `T`.
+                unsafe {
+                    let type_oid = pg_sys::SPI_gettypeid(*descriptor, ordinal);
+                    assert!(
+                        T::is_compatible_with(type_oid),
+                        "idgen: {statement} column {read} is of type oid {}, not the one declared",
+                        u32::from(type_oid)
+                    );
+                    let mut is_null = false;
+                    let datum = pg_sys::SPI_getbinval(*tuple, *descriptor, ordinal, &mut is_null);
+                    T::from_polymorphic_datum(datum, is_null, type_oid)
+                }
+            }
+        }
+    }
+}
+
+impl Read for Columns<'_, '_> {
+    fn text(&mut self) -> Option<value::text> {
+        self.next()
+    }
+    fn varchar(&mut self) -> Option<value::varchar> {
+        self.next()
+    }
+    fn boolean(&mut self) -> Option<value::boolean> {
+        self.next()
+    }
+    fn integer(&mut self) -> Option<value::integer> {
+        self.next()
+    }
+    fn bigint(&mut self) -> Option<value::bigint> {
+        self.next()
+    }
+    fn bigint_array(&mut self) -> Option<value::bigint_array> {
+        self.next()
+    }
+    fn oid(&mut self) -> Option<value::oid> {
+        self.next::<pg_sys::Oid>().map(u32::from)
+    }
+    fn timestamptz(&mut self) -> Option<value::timestamptz> {
+        self.next::<TimestampWithTimeZone>().map(at)
+    }
+}
+
+/// A time the statements returned, as pgrx keeps it.
+pub fn time(time: value::Timestamptz) -> TimestampWithTimeZone {
+    TimestampWithTimeZone::try_from(time.micros).expect("a timestamptz read from Postgres")
 }
 
 /// The type oid of a parameter type as `crate::statements` spells it.

@@ -15,7 +15,7 @@ use idgen_core::policy::Outcome;
 use idgen_core::{input, messages, Layout};
 use pgrx::datum::TimestampWithTimeZone;
 use pgrx::prelude::*;
-use pgrx::spi::{Spi, SpiClient, SpiHeapTupleData};
+use pgrx::spi::{Spi, SpiClient};
 use pgrx::PgLogLevel;
 
 type ExplainRow = (
@@ -137,19 +137,23 @@ fn services_of(client: &mut SpiClient, id: i64, service: Option<&str>) -> Vec<(S
         let args = sql::SERVICES_OF_MACHINE_ID { machine_id, service: named };
         let table = spi::ok(spi::read(client, args, None));
         return table
-            .map(|row| (get(&row, 1).unwrap_or_default(), get(&row, 2).unwrap_or(false), Layout::DEFAULT))
+            .into_iter()
+            .map(|row| (row.service.unwrap_or_default(), row.history_purged.unwrap_or(false), Layout::DEFAULT))
             .collect();
     }
     let table = spi::ok(spi::read(client, sql::SERVICES_TO_EXPLAIN { service: named }, None));
     table
+        .into_iter()
         .map(|row| {
             let layout = (|| {
-                let width = |ordinal| get::<i32>(&row, ordinal).and_then(|w| u32::try_from(w).ok());
-                let order = FieldOrder::from_label(&get::<String>(&row, 8)?)?;
-                let unit = i64::from(get::<i32>(&row, 4)?);
-                Layout::new(get(&row, 3)?, unit, width(5)?, width(6)?, width(7)?, order).ok()
+                let width = |bits: Option<i32>| bits.and_then(|w| u32::try_from(w).ok());
+                let order = FieldOrder::from_label(row.field_order.as_deref()?)?;
+                let unit = i64::from(row.time_unit_ms?);
+                let (time, machine, sequence) =
+                    (width(row.time_bits)?, width(row.machine_bits)?, width(row.sequence_bits)?);
+                Layout::new(row.epoch_unix_ms?, unit, time, machine, sequence, order).ok()
             })();
-            (get(&row, 1).unwrap_or_default(), get(&row, 2).unwrap_or(false), layout.unwrap_or(Layout::DEFAULT))
+            (row.service.unwrap_or_default(), row.history_purged.unwrap_or(false), layout.unwrap_or(Layout::DEFAULT))
         })
         .collect()
 }
@@ -158,32 +162,27 @@ fn events_of(client: &mut SpiClient, service: &str, machine_id: i32) -> Vec<Reco
     let args = sql::EVENTS_OF_MACHINE_ID { service: service.into(), machine_id };
     let table = spi::ok(spi::read(client, args, None));
     table
+        .into_iter()
         .filter_map(|row| {
-            let kind = EventKind::from_label(&get::<String>(&row, 2)?)?;
-            let holder = |first: usize| -> Option<Holder> {
-                Some(Holder {
-                    host: get(&row, first)?,
-                    port: get(&row, first + 1)?,
-                    backend_slot: get(&row, first + 2),
-                    role: None,
-                    pid: None,
-                })
+            let kind = EventKind::from_label(row.event.as_deref()?)?;
+            let holder = |host: Option<String>, port: Option<i32>, backend_slot: Option<i32>| -> Option<Holder> {
+                Some(Holder { host: host?, port: port?, backend_slot, role: None, pid: None })
             };
-            let mut current = holder(3);
+            let mut current = holder(row.host, row.port, row.backend_slot);
             if let Some(h) = current.as_mut() {
-                h.role = get(&row, 6);
-                h.pid = get(&row, 7);
+                h.role = row.role;
+                h.pid = row.pid;
             }
             Some(Recorded {
-                at_ms: get(&row, 1)?,
+                at_ms: row.at_unix_ms?,
                 kind,
                 holder: current,
-                version: get(&row, 8),
-                not_before_ms: get(&row, 9),
-                issued_until_ms: get(&row, 10),
-                previous_holder: holder(11),
-                previous_bound_ms: get(&row, 14),
-                new_id: get::<String>(&row, 15).as_deref() == Some(Outcome::New.label()),
+                version: row.version,
+                not_before_ms: row.not_before_unix_ms,
+                issued_until_ms: row.issued_until_unix_ms,
+                previous_holder: holder(row.previous_host, row.previous_port, row.previous_backend_slot),
+                previous_bound_ms: row.previous_bound_unix_ms,
+                new_id: row.outcome.as_deref() == Some(Outcome::New.label()),
             })
         })
         .collect()
@@ -194,13 +193,9 @@ fn registry_only(client: &mut SpiClient, service: &str, machine_id: i32) -> Opti
     let args = sql::NODE_OF_MACHINE_ID { service: service.into(), machine_id };
     let table = spi::ok(spi::read(client, args, Some(1)));
     let row = table.into_iter().next()?;
-    let name = idgen_core::input::node_name(&get::<String>(&row, 1)?, get(&row, 2)?, get(&row, 3));
-    let now = messages::explain_registry_holder_now(&name, get::<i64>(&row, 4)?);
+    let name = idgen_core::input::node_name(&row.host?, row.port?, row.backend_slot);
+    let now = messages::explain_registry_holder_now(&name, row.version?);
     let mut rows = history::explained(&Finding::NoHistory, service, machine_id, 0);
     rows[0].detail.push_str(&now);
     Some(rows)
-}
-
-fn get<T: pgrx::FromDatum + pgrx::IntoDatum>(row: &SpiHeapTupleData, ordinal: usize) -> Option<T> {
-    row.get::<T>(ordinal).unwrap_or_else(|e| panic!("idgen_explain: column {ordinal}: {e}"))
 }

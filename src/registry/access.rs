@@ -86,27 +86,12 @@ const ALLOWED_KEPT: usize = 256;
 /// snapshot would still show a grant revoked since, and the answer is kept until the grants change.
 fn standing(_client: &mut SpiClient, function: &str, role: pg_sys::Oid, service: &str) -> Caller {
     let args = sql::CALLER_STANDING { role: u32::from(role), service: service.into() };
-    let caller = spi::first_row_with_latest_snapshot(args, |tuple, descriptor| {
-        // SAFETY: the row and its descriptor are SPI's, alive while this reads them.
-        unsafe {
-            let flag = |ordinal: i32| {
-                let mut is_null = false;
-                let value = pg_sys::SPI_getbinval(tuple, descriptor, ordinal, &mut is_null);
-                !is_null && value.value() != 0
-            };
-            let name = pg_sys::SPI_getvalue(tuple, descriptor, 1);
-            Caller {
-                role: if name.is_null() {
-                    String::new()
-                } else {
-                    std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned()
-                },
-                superuser: flag(2),
-                extension_owner: flag(3),
-                member: flag(4),
-                service_known: flag(5),
-            }
-        }
+    let caller = spi::first_row_with_latest_snapshot(args).map(|row| Caller {
+        role: row.role.unwrap_or_default(),
+        superuser: row.superuser.unwrap_or(false),
+        extension_owner: row.extension_owner.unwrap_or(false),
+        member: row.member.unwrap_or(false),
+        service_known: row.service_known.unwrap_or(false),
     });
     // None: dropped while its session went on (Postgres lets a session outlive its role).
     let caller = caller.unwrap_or_else(|| raise(access::acting_role_gone(function, u32::from(role))));
@@ -114,7 +99,7 @@ fn standing(_client: &mut SpiClient, function: &str, role: pg_sys::Oid, service:
     // backend's first ID still creates its service, until the update.
     let service_known = caller.service_known
         || !crate::privilege::installed_has_layouts()
-        || spi::first_row_with_latest_snapshot(sql::LAYOUT_EXISTS { service: service.into() }, |_, _| ()).is_some();
+        || spi::first_row_with_latest_snapshot(sql::LAYOUT_EXISTS { service: service.into() }).is_some();
     Caller { service_known, ..caller }
 }
 
@@ -137,11 +122,12 @@ pub fn created_in_this_transaction(client: &mut SpiClient, service: &str) -> boo
     };
     let evidence = spi::run(client, sql::SERVICE_EVIDENCE { service: service.into() }, Some(1))
         .unwrap_or_else(|e| panic!("idgen: could not read what makes service {service:?} exist: {e}"))
+        .into_iter()
         .next()
         .map(|row| access::Evidence {
-            layout_ours: row.get::<i64>(1).ok().flatten().map(ours),
-            grants_ours: row.get::<Vec<i64>>(2).ok().flatten().unwrap_or_default().into_iter().map(ours).collect(),
-            has_rows: row.get::<bool>(3).ok().flatten().unwrap_or(false),
+            layout_ours: row.layout_xmin.map(ours),
+            grants_ours: row.grant_xmins.unwrap_or_default().into_iter().map(ours).collect(),
+            has_rows: row.has_rows.unwrap_or(false),
         })
         .unwrap_or_default();
     access::created_in_this_transaction(&evidence, service == super::own::service())
@@ -167,9 +153,10 @@ fn watch_service_members(client: &mut SpiClient) {
     }
     let oid = spi::run(client, sql::SERVICE_MEMBERS_OID {}, Some(1))
         .ok()
-        .and_then(|mut rows| rows.next().and_then(|row| row.get::<pg_sys::Oid>(1).ok().flatten()));
+        .and_then(|rows| rows.into_iter().next())
+        .and_then(|row| row.relation);
     if let Some(oid) = oid {
-        SERVICE_MEMBERS.store(u32::from(oid), Ordering::Relaxed);
+        SERVICE_MEMBERS.store(oid, Ordering::Relaxed);
     }
 }
 
@@ -223,9 +210,9 @@ pub fn announce_grants_changed(relid: pg_sys::Oid) {
 
 fn role_oid(client: &mut SpiClient, function: &str, role: &str) -> pg_sys::Oid {
     let found = spi::run(client, sql::ROLE_BY_NAME { role_name: role.into() }, Some(1))
-        .map(|mut table| table.next().and_then(|row| row.get::<pg_sys::Oid>(1).ok().flatten()))
+        .map(|rows| rows.into_iter().next().and_then(|row| row.role))
         .unwrap_or_else(|e| panic!("idgen: could not look up role {role:?}: {e}"));
-    found.unwrap_or_else(|| raise(access::unknown_role(function, role)))
+    found.map(pg_sys::Oid::from).unwrap_or_else(|| raise(access::unknown_role(function, role)))
 }
 
 /// Lets `role` (and its members) act for `service`.
@@ -239,7 +226,7 @@ fn idgen_grant_service(service: Option<&str>, role: Option<&str>) -> bool {
         Spi::connect_mut(|client| {
             let oid = role_oid(client, F, &role);
             spi::run(client, sql::GRANT_SERVICE { service, role: u32::from(oid) }, None)
-                .map(|mut table| table.next().is_some())
+                .map(|granted| !granted.is_empty())
                 .unwrap_or_else(|e| panic!("idgen: could not record the grant: {e}"))
         })
     })
@@ -256,7 +243,7 @@ fn idgen_revoke_service(service: Option<&str>, role: Option<&str>) -> bool {
         Spi::connect_mut(|client| {
             let oid = role_oid(client, F, &role);
             spi::run(client, sql::REVOKE_SERVICE { service, role: u32::from(oid) }, None)
-                .map(|mut table| table.next().is_some())
+                .map(|revoked| !revoked.is_empty())
                 .unwrap_or_else(|e| panic!("idgen: could not revoke the grant: {e}"))
         })
     })

@@ -13,7 +13,7 @@ use super::store;
 use crate::clock::{timestamptz, unix_ms, SystemClock};
 use crate::errors::{or_raise, raise};
 use crate::privilege::{as_extension_owner, installed_has_layouts};
-use crate::spi::{at, first_row, ok as spi, run};
+use crate::spi::{at, first_row, ok as spi, run, time};
 use crate::statements as sql;
 use idgen_core::generator::Clock;
 use idgen_core::input::{self, LayoutArguments};
@@ -22,7 +22,7 @@ use idgen_core::messages;
 use pgrx::datum::TimestampWithTimeZone;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
-use pgrx::spi::{Spi, SpiClient, SpiHeapTupleData};
+use pgrx::spi::{Spi, SpiClient};
 
 /// The arguments of `sql::$statement` (`RECORD_LAYOUT` or `DEFINE_LAYOUT`, which take the same)
 /// recording `defined` for `service`, as `defined_by`.
@@ -118,20 +118,27 @@ fn record_default_fixed(client: &mut SpiClient, service: &str, defined_by: &str)
 fn read(client: &mut SpiClient, service: &str) -> Option<Recorded> {
     let row = first_row(run(client, sql::SERVICE_LAYOUT { service: service.into() }, Some(1)))?;
     let invalid = |why: String| -> ! { raise(messages::layout_row_invalid(service, &why)) };
-    let int = |ordinal: usize| -> i32 {
-        row.get::<i32>(ordinal).ok().flatten().unwrap_or_else(|| invalid(format!("column {ordinal} is NULL")))
+    let int = |value: Option<i32>, column: &str| -> i32 {
+        value.unwrap_or_else(|| invalid(format!("column {column} is NULL")))
     };
-    let width = |ordinal: usize| u32::try_from(int(ordinal)).unwrap_or(0);
-    let epoch_unix_ms: i64 = column(&row, 1);
-    let order_label: String = column(&row, 6);
-    let order = FieldOrder::from_label(&order_label).unwrap_or_else(|| invalid(format!("field_order {order_label:?}")));
-    let layout = Layout::new(epoch_unix_ms, i64::from(int(2)), width(3), width(4), width(5), order)
-        .unwrap_or_else(|e| invalid(e.to_string()));
-    let pool = Pool::new(&layout, i64::from(int(7)), i64::from(int(8))).unwrap_or_else(|e| invalid(e.to_string()));
+    let width = |value: Option<i32>, column: &str| u32::try_from(int(value, column)).unwrap_or(0);
+    let order_label = &row.field_order;
+    let order = FieldOrder::from_label(order_label).unwrap_or_else(|| invalid(format!("field_order {order_label:?}")));
+    let layout = Layout::new(
+        row.epoch_unix_ms,
+        i64::from(int(row.time_unit_ms, "time_unit_ms")),
+        width(row.time_bits, "time_bits"),
+        width(row.machine_bits, "machine_bits"),
+        width(row.sequence_bits, "sequence_bits"),
+        order,
+    )
+    .unwrap_or_else(|e| invalid(e.to_string()));
+    let (first, last) = (int(row.pool_first, "pool_first"), int(row.pool_last, "pool_last"));
+    let pool = Pool::new(&layout, i64::from(first), i64::from(last)).unwrap_or_else(|e| invalid(e.to_string()));
     Some(Recorded {
         service_layout: ServiceLayout { layout, pool },
-        unregistered_from: Some(int(9)),
-        ready: row.get::<bool>(10).ok().flatten().unwrap_or(false),
+        unregistered_from: Some(int(row.unregistered_from, "unregistered_from")),
+        ready: row.ready.unwrap_or(false),
     })
 }
 
@@ -285,7 +292,7 @@ fn idgen_define_layout(
             // INSERT). With no layout recorded (restored from a dump of an earlier version) its IDs were
             // cut by the default.
             let has_ids = first_row(run(client, sql::SERVICE_HAS_IDS { service: service.clone() }, Some(1)))
-                .and_then(|row| row.get::<bool>(1).ok().flatten())
+                .and_then(|row| row.has_ids)
                 .unwrap_or(false);
             if has_ids {
                 if read(client, &service).is_none() {
@@ -302,7 +309,7 @@ fn idgen_define_layout(
                 .unwrap_or_else(|| panic!("idgen: the layout of {service:?} was just written"));
             let recorded = read(client, &service).map(|r| r.service_layout);
             if !wrote && recorded != Some(defined) {
-                let fixed_at = row.get::<TimestampWithTimeZone>(12).ok().flatten().map(unix_ms).unwrap_or_default();
+                let fixed_at = row.fixed_at.map(|t| unix_ms(time(t))).unwrap_or_default();
                 let now = recorded.unwrap_or(ServiceLayout::DEFAULT);
                 raise(messages::layout_fixed(F, &service, &idgen_core::format::iso_utc(fixed_at), &now));
             }
@@ -314,7 +321,7 @@ fn idgen_define_layout(
                     );
                 }
             }
-            layout_row(&service, &row, &defined)
+            layout_row(&service, row, &defined)
         })
     });
     TableIterator::once(row)
@@ -322,23 +329,26 @@ fn idgen_define_layout(
 
 /// The services' layouts and pools a statement lists (see `sql::OTHER_LAYOUTS`); a row that is no
 /// valid layout (written by hand) is left out: the claim refuses it with its reason.
-fn layouts(client: &mut SpiClient, args: impl sql::Arguments) -> Vec<(String, ServiceLayout)> {
+fn layouts(
+    client: &mut SpiClient,
+    args: impl sql::Arguments<Row = sql::rows::OTHER_LAYOUTS>,
+) -> Vec<(String, ServiceLayout)> {
     spi(run(client, args, None))
+        .into_iter()
         .filter_map(|row| {
-            let int = |ordinal: usize| row.get::<i32>(ordinal).ok().flatten();
-            let order = FieldOrder::from_label(&row.get::<String>(7).ok().flatten()?)?;
-            let width = |ordinal: usize| int(ordinal).and_then(|v| u32::try_from(v).ok());
+            let order = FieldOrder::from_label(row.field_order.as_deref()?)?;
+            let width = |bits: Option<i32>| bits.and_then(|v| u32::try_from(v).ok());
             let layout = Layout::new(
-                row.get::<i64>(2).ok().flatten()?,
-                i64::from(int(3)?),
-                width(4)?,
-                width(5)?,
-                width(6)?,
+                row.epoch_unix_ms?,
+                i64::from(row.time_unit_ms?),
+                width(row.time_bits)?,
+                width(row.machine_bits)?,
+                width(row.sequence_bits)?,
                 order,
             )
             .ok()?;
-            let pool = Pool::new(&layout, i64::from(int(8)?), i64::from(int(9)?)).ok()?;
-            Some((row.get::<String>(1).ok().flatten()?, ServiceLayout { layout, pool }))
+            let pool = Pool::new(&layout, i64::from(row.pool_first?), i64::from(row.pool_last?)).ok()?;
+            Some((row.service?, ServiceLayout { layout, pool }))
         })
         .collect()
 }
@@ -375,25 +385,25 @@ fn layout_findings() -> TableIterator<
 }
 
 /// The answer of `idgen_define_layout`: the row of [`sql::LAYOUT_OF`], with what the layout means.
-fn layout_row(service: &str, row: &SpiHeapTupleData, recorded: &ServiceLayout) -> LayoutRow {
+fn layout_row(service: &str, row: sql::rows::LAYOUT_OF, recorded: &ServiceLayout) -> LayoutRow {
     let layout = &recorded.layout;
     (
         service.to_owned(),
-        column(row, 1),
-        column(row, 2),
-        column(row, 3),
-        column(row, 4),
-        column(row, 5),
-        column(row, 6),
-        column(row, 7),
-        column(row, 8),
-        column(row, 9),
+        row.preset,
+        time(row.epoch),
+        row.time_unit_ms,
+        row.time_bits,
+        row.machine_bits,
+        row.sequence_bits,
+        row.field_order,
+        row.pool_first,
+        row.pool_last,
         recorded.pool.size() as i32,
         layout.ids_per_second() as i64,
         timestamptz(layout.last_unix_ms()).expect("layouts end by 9999"),
-        column(row, 10),
-        column(row, 11),
-        row.get::<TimestampWithTimeZone>(12).ok().flatten(),
+        time(row.defined_at),
+        row.defined_by,
+        row.fixed_at.map(time),
     )
 }
 
@@ -404,11 +414,4 @@ fn role_name(role: pg_sys::Oid) -> String {
         let name = pg_sys::GetUserNameFromId(role, false);
         std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned()
     }
-}
-
-fn column<T: pgrx::FromDatum + pgrx::IntoDatum>(row: &SpiHeapTupleData, ordinal: usize) -> T {
-    row.get::<T>(ordinal)
-        .ok()
-        .flatten()
-        .unwrap_or_else(|| panic!("idgen: idgen_layouts column {ordinal} is unexpectedly NULL"))
 }

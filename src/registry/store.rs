@@ -26,7 +26,7 @@
 //! its AFTER STATEMENT triggers fire (the grants' table relies on one).
 
 use crate::settings::ClaimSettings;
-use crate::spi::{at, first_row, first_value, milliseconds as millis, ok as spi, run, seconds as secs};
+use crate::spi::{at, first_row, milliseconds as millis, ok as spi, run, seconds as secs, time};
 use crate::statements as sql;
 use idgen_core::facts::RowFacts;
 use idgen_core::fleet::CapacityLevel;
@@ -36,7 +36,7 @@ use idgen_core::input::{GeneratorCounts, Holding, NodeIdentity};
 use idgen_core::layout::Pool;
 use idgen_core::watermark::{self, HolderKind};
 use pgrx::datum::TimestampWithTimeZone;
-use pgrx::spi::{SpiClient, SpiHeapTupleData};
+use pgrx::spi::SpiClient;
 
 /// `sql::$statement`'s arguments for `node`: its identity (service, host, port, slot), then the
 /// statement's other parameters.
@@ -49,6 +49,23 @@ macro_rules! of_node {
             port: node.port,
             backend_slot: node.backend_slot,
             $($field $(: $value)?),*
+        }
+    }};
+}
+
+/// The row a claim got, from the row of a statement that returns it first (machine id, version,
+/// lease, claimed at, bound, watermark: [`sql::REUSE_OWN_HELD_ROW`]'s columns, which
+/// `REUSE_OWN_ROW`, `TAKE_RELEASED` and `TAKE_IDLE` begin with).
+macro_rules! claimed_row {
+    ($row:expr) => {{
+        let row = &$row;
+        ClaimedRow {
+            machine_id: row.machine_id,
+            version: row.version,
+            lease_until: time(row.lease_until),
+            claimed_at: time(row.claimed_at),
+            bound: row.bound.map(time),
+            issued_until: time(row.issued_until),
         }
     }};
 }
@@ -140,7 +157,8 @@ pub enum TakeOverFrom {
 
 /// The registry's epoch.
 pub fn read_epoch(client: &mut SpiClient) -> i64 {
-    first_value(run(client, sql::READ_REGISTRY {}, Some(1)))
+    first_row(run(client, sql::READ_REGISTRY {}, Some(1)))
+        .map(|row| row.epoch)
         .unwrap_or_else(|| panic!("idgen: idgen_private.idgen_registry has no row; reinstall the extension"))
 }
 
@@ -151,13 +169,14 @@ pub fn read_version_base(client: &mut SpiClient) -> i64 {
     if !crate::privilege::installed_draws_version_base() {
         return 0;
     }
-    first_value(run(client, sql::READ_VERSION_BASE {}, Some(1)))
+    first_row(run(client, sql::READ_VERSION_BASE {}, Some(1)))
+        .map(|row| row.version_base)
         .unwrap_or_else(|| panic!("idgen: idgen_private.idgen_registry has no row; reinstall the extension"))
 }
 
 /// Whether `service` has its guard rows yet.
 pub fn guards_exist(client: &mut SpiClient, service: &str) -> bool {
-    first_value::<bool>(run(client, sql::GUARDS_EXIST { service: service.into() }, Some(1))).unwrap_or(false)
+    first_row(run(client, sql::GUARDS_EXIST { service: service.into() }, Some(1))).is_some_and(|row| row.exist)
 }
 
 /// Creates the guard rows of `service`; only in a transaction of its own (a background worker),
@@ -176,7 +195,7 @@ pub fn create_guards(client: &mut SpiClient, service: &str) {
 /// when another transaction holds its guard (see `idgen_core::guard`).
 pub fn take_identity_guard(client: &mut SpiClient, node: &NodeIdentity) -> bool {
     let args = sql::TAKE_GUARD { service: node.service.clone(), bucket: guard::identity_guard(node) };
-    first_value::<bool>(run(client, args, Some(1))).unwrap_or(false)
+    first_row(run(client, args, Some(1))).and_then(|row| row.taken).unwrap_or(false)
 }
 
 /// The turn to announce a change of a service's capacity level.
@@ -195,11 +214,11 @@ pub enum CapacityTurn {
 pub fn take_capacity_turn(client: &mut SpiClient, service: &str) -> CapacityTurn {
     let bucket = guard::CAPACITY_TURN;
     let taken = run(client, sql::TAKE_GUARD { service: service.into(), bucket }, Some(1));
-    if first_value::<bool>(taken).unwrap_or(false) {
+    if first_row(taken).and_then(|row| row.taken).unwrap_or(false) {
         return CapacityTurn::Taken;
     }
-    if first_value::<bool>(run(client, sql::GUARD_EXISTS { service: service.into(), bucket }, Some(1))).unwrap_or(false)
-    {
+    let exists = run(client, sql::GUARD_EXISTS { service: service.into(), bucket }, Some(1));
+    if first_row(exists).and_then(|row| row.exists).unwrap_or(false) {
         CapacityTurn::Busy
     } else {
         CapacityTurn::Missing
@@ -212,7 +231,7 @@ pub fn capacity_announced(client: &mut SpiClient, service: &str) -> Option<Capac
         [Some(CapacityLevel::Warning), Some(CapacityLevel::Critical), None]
             .map(|l| EventKind::of_capacity(l).label().to_owned());
     let args = sql::CAPACITY_ANNOUNCED { service: service.into(), warning_event, critical_event, cleared_event };
-    let label = first_value::<String>(run(client, args, Some(1)))?;
+    let label = first_row(run(client, args, Some(1)))?.event?;
     EventKind::from_label(&label).and_then(EventKind::capacity_announced).flatten()
 }
 
@@ -229,10 +248,10 @@ pub fn release_own_row_ahead(client: &mut SpiClient, node: &NodeIdentity, times:
         takeback_age: secs(times.takeover_idle_secs),
     );
     first_row(run(client, args, None)).map(|row| OwnRowAhead {
-        machine_id: column(&row, 1),
-        bound: column(&row, 2),
-        reported: column(&row, 3),
-        last_seen: column(&row, 4),
+        machine_id: row.machine_id,
+        bound: time(row.bound),
+        reported: time(row.reported),
+        last_seen: time(row.last_seen),
     })
 }
 
@@ -262,7 +281,7 @@ pub fn release_own_row_outside_range(
         first_machine_id: times.first_machine_id,
         last_machine_id: times.last_machine_id,
     );
-    first_row(run(client, args, None)).map(|row| (column(&row, 1), column(&row, 2)))
+    first_row(run(client, args, None)).map(|row| (row.machine_id, time(row.issued_until)))
 }
 
 /// Step 1, part 2: bump the caller's own row (held, or else released by the
@@ -280,10 +299,10 @@ pub fn reuse_own_row(client: &mut SpiClient, node: &NodeIdentity, times: &ClaimT
         last_machine_id: times.last_machine_id,
     );
     if let Some(row) = first_row(run(client, args, None)) {
-        return OwnRow::Claimed { row: claimed_row(&row), was_released: column(&row, 7) };
+        return OwnRow::Claimed { was_released: row.was_released, row: claimed_row!(row) };
     }
     let args = of_node!(OWN_HELD_ROW, node);
-    match first_value::<i32>(run(client, args, Some(1))) {
+    match first_row(run(client, args, Some(1))).and_then(|row| row.machine_id) {
         Some(machine_id) => OwnRow::Busy(machine_id),
         None => OwnRow::Absent,
     }
@@ -303,7 +322,7 @@ pub fn reuse_own_held_row(client: &mut SpiClient, node: &NodeIdentity, times: &C
         first_machine_id: times.first_machine_id,
         last_machine_id: times.last_machine_id,
     );
-    first_row(run(client, args, None)).map(|row| claimed_row(&row))
+    first_row(run(client, args, None)).map(|row| claimed_row!(row))
 }
 
 /// Step 2, part 1: machine ids of `first..=last` (a batch of the range) with no row, lowest first,
@@ -317,8 +336,7 @@ pub fn unregistered_machine_ids(
 ) -> Vec<(i32, bool)> {
     let args =
         sql::UNREGISTERED_MACHINE_IDS { service: service.into(), first, last, tolerance: millis(times.tolerance_ms) };
-    let table = spi(run(client, args, None));
-    table.map(|row| (column(&row, 1), column(&row, 2))).collect()
+    spi(run(client, args, None)).into_iter().map(|row| (row.machine_id, row.tombstone_ahead)).collect()
 }
 
 /// The highest machine id of the range with a row, if any.
@@ -328,7 +346,7 @@ pub fn highest_registered(client: &mut SpiClient, service: &str, times: &ClaimTe
         first_machine_id: times.first_machine_id,
         last_machine_id: times.last_machine_id,
     };
-    first_value::<i32>(run(client, args, Some(1)))
+    first_row(run(client, args, Some(1))).and_then(|row| row.machine_id)
 }
 
 /// The tombstone soonest to pass among machine ids with no row whose tombstone is further ahead
@@ -344,7 +362,7 @@ pub fn soonest_tombstone_ahead(
         last_machine_id: times.last_machine_id,
         tolerance: millis(times.tolerance_ms),
     };
-    first_row(run(client, args, Some(1))).map(|row| (column(&row, 1), column(&row, 2)))
+    first_row(run(client, args, Some(1))).map(|row| (row.machine_id, time(row.bound)))
 }
 
 /// Step 2, part 2: insert the row for `machine_id` unless another claimant is
@@ -370,7 +388,7 @@ pub fn insert_unregistered(
         guard_bucket: guard::new_id_guard(machine_id),
         version_base,
     );
-    first_row(run(client, args, None)).map(|row| claimed_row(&row))
+    first_row(run(client, args, None)).map(|row| claimed_row!(row))
 }
 
 /// Steps 3 to 6: take one victim row over for the claimant.
@@ -413,13 +431,25 @@ pub fn take_over(
             None,
         )),
     };
-    won.map(|row| (claimed_row(&row), row_facts(&row, 7)))
+    won.map(|row| {
+        let claimed = claimed_row!(row);
+        let previous = RowFacts {
+            machine_id: row.previous_machine_id,
+            host: row.previous_host,
+            port: row.previous_port,
+            version: row.previous_version,
+            last_seen: row.previous_last_seen,
+            idle_secs: row.previous_idle_secs,
+            released_at: row.previous_released_at,
+            backend_slot: row.previous_backend_slot,
+        };
+        (claimed, previous)
+    })
 }
 
 /// The row of `machine_id` as it stands, if any.
 pub fn current_row(client: &mut SpiClient, service: &str, machine_id: i32) -> Option<RowFacts> {
-    first_row(run(client, sql::CURRENT_ROW { service: service.into(), machine_id }, Some(1)))
-        .map(|row| row_facts(&row, 1))
+    first_row(run(client, sql::CURRENT_ROW { service: service.into(), machine_id }, Some(1))).map(row_facts)
 }
 
 /// The bound of a machine id's row and the server clock, Unix ms (see `sql::ROW_BOUND`).
@@ -430,21 +460,23 @@ pub fn row_bound(client: &mut SpiClient, service: &str, machine_id: i32, times: 
         lease: secs(times.lease_secs),
         takeback_age: secs(times.takeover_idle_secs),
     };
-    first_row(run(client, args, Some(1))).map(|row| (column(&row, 1), column(&row, 2)))
+    first_row(run(client, args, Some(1))).map(|row| (row.bound_unix_ms, row.now_unix_ms))
 }
 
 /// How many ids of the range the service holds and its least recently seen holder there.
 pub fn least_recently_seen(client: &mut SpiClient, service: &str, times: &ClaimTerms) -> (i64, Option<RowFacts>) {
     let (first_machine_id, last_machine_id) = (times.first_machine_id, times.last_machine_id);
     let held = sql::COUNT_HELD { service: service.into(), first_machine_id, last_machine_id };
-    let held = first_value::<i64>(run(client, held, Some(1))).unwrap_or(0);
+    let held = first_row(run(client, held, Some(1))).and_then(|row| row.held).unwrap_or(0);
     let least = sql::LEAST_RECENTLY_SEEN { service: service.into(), first_machine_id, last_machine_id };
-    (held, first_row(run(client, least, Some(1))).map(|row| row_facts(&row, 1)))
+    (held, first_row(run(client, least, Some(1))).map(row_facts))
 }
 
 /// Whether a synchronous standby streams from this server now.
 pub fn synchronous_standby_streaming(client: &mut SpiClient) -> bool {
-    first_value::<bool>(run(client, sql::SYNCHRONOUS_STANDBY_STREAMING {}, Some(1))).unwrap_or(false)
+    first_row(run(client, sql::SYNCHRONOUS_STANDBY_STREAMING {}, Some(1)))
+        .and_then(|row| row.streaming)
+        .unwrap_or(false)
 }
 
 /// A version-checked heartbeat: a new grant of `lease_secs`, no take-back before
@@ -493,7 +525,7 @@ pub fn heartbeat(
             None,
         ),
     };
-    first_row(renewed).map(|row| Renewed { lease_until: column(&row, 1), watermark: column(&row, 2) })
+    first_row(renewed).map(|row| Renewed { lease_until: time(row.lease_until), watermark: time(row.watermark) })
 }
 
 /// What a heartbeat granted, and the watermark the row holds after it.
@@ -525,7 +557,8 @@ pub fn release(
         lease: secs(lease_secs),
         takeback_age: secs(takeover_secs),
     );
-    first_row(run(client, args, None)).map(|row| Released { version: column(&row, 1), issued_until: column(&row, 2) })
+    first_row(run(client, args, None))
+        .map(|row| Released { version: row.version, issued_until: time(row.issued_until) })
 }
 
 /// What a release left: the new version and watermark.
@@ -543,7 +576,7 @@ pub fn count_in_use(client: &mut SpiClient, service: &str, cooldown_secs: i64, t
         first_machine_id: times.first_machine_id,
         last_machine_id: times.last_machine_id,
     };
-    first_value::<i64>(run(client, args, Some(1))).unwrap_or(0)
+    first_row(run(client, args, Some(1))).and_then(|row| row.in_use).unwrap_or(0)
 }
 
 /// What a backend's check of its lease found.
@@ -581,9 +614,9 @@ pub fn renew_backend_lease(
     );
     if let Some(row) = first_row(run(client, args, None)) {
         return BackendCheck::Confirmed {
-            verified_at: column(&row, 1),
-            lease_until: column(&row, 2),
-            issued_until: column(&row, 3),
+            verified_at: time(row.verified_at),
+            lease_until: time(row.lease_until),
+            issued_until: time(row.issued_until),
         };
     }
     match read_backend_lease(client, held, times.lease_secs, epoch) {
@@ -647,12 +680,13 @@ pub struct Stamping {
 /// The sessions that hold a lock on the registry's tables now (see `sql::REGISTRY_LOCK_HOLDERS`).
 pub fn registry_lock_holders(client: &mut SpiClient) -> Vec<idgen_core::messages::LockHolder> {
     spi(run(client, sql::REGISTRY_LOCK_HOLDERS {}, None))
+        .into_iter()
         .map(|row| idgen_core::messages::LockHolder {
-            pid: column(&row, 1),
-            role: column(&row, 2),
-            application: column(&row, 3),
-            state: column(&row, 4),
-            since: row.get::<String>(5).ok().flatten(),
+            pid: row.pid,
+            role: row.role,
+            application: row.application,
+            state: row.state,
+            since: row.since,
         })
         .collect()
 }
@@ -674,11 +708,12 @@ pub fn lock_against_writes(client: &mut SpiClient) -> bool {
 pub fn still_stamping(client: &mut SpiClient, lease_secs: i64, takeover_secs: i64) -> Vec<Stamping> {
     let args = sql::STILL_STAMPING { lease: secs(lease_secs), takeback_age: secs(takeover_secs) };
     spi(run(client, args, None))
+        .into_iter()
         .map(|row| Stamping {
-            service: column(&row, 1),
-            machine_id: column(&row, 2),
-            holder: spi(row.get::<String>(3)).map(|host| (host, column(&row, 4), spi(row.get::<i32>(5)))),
-            bound: column(&row, 6),
+            service: row.service,
+            machine_id: row.machine_id,
+            holder: row.host.zip(row.port).map(|(host, port)| (host, port, row.backend_slot)),
+            bound: time(row.bound),
         })
         .collect()
 }
@@ -694,38 +729,24 @@ pub fn read_backend_lease(client: &mut SpiClient, held: &Holding, lease_secs: i6
     );
     match first_row(run(client, args, Some(1))) {
         Some(row) => BackendCheck::Confirmed {
-            verified_at: column(&row, 1),
-            lease_until: column(&row, 2),
-            issued_until: column(&row, 3),
+            verified_at: time(row.verified_at),
+            lease_until: time(row.lease_until),
+            issued_until: time(row.issued_until),
         },
         None => BackendCheck::Lost(current_row(client, &held.node.service, held.machine_id)),
     }
 }
 
-fn claimed_row(row: &SpiHeapTupleData) -> ClaimedRow {
-    ClaimedRow {
-        machine_id: column(row, 1),
-        version: column(row, 2),
-        lease_until: column(row, 3),
-        claimed_at: column(row, 4),
-        bound: spi(row.get(5)),
-        issued_until: column(row, 6),
-    }
-}
-
-fn row_facts(row: &SpiHeapTupleData, first: usize) -> RowFacts {
+/// The facts of a registry row as [`sql::CURRENT_ROW`] (and [`sql::LEAST_RECENTLY_SEEN`]) return them.
+fn row_facts(row: sql::rows::CURRENT_ROW) -> RowFacts {
     RowFacts {
-        machine_id: column(row, first),
-        host: column(row, first + 1),
-        port: column(row, first + 2),
-        version: column(row, first + 3),
-        last_seen: column(row, first + 4),
-        idle_secs: column(row, first + 5),
-        released_at: spi(row.get::<String>(first + 6)),
-        backend_slot: spi(row.get::<i32>(first + 7)),
+        machine_id: row.machine_id,
+        host: row.host,
+        port: row.port,
+        version: row.version,
+        last_seen: row.last_seen,
+        idle_secs: row.idle_secs,
+        released_at: row.released_at,
+        backend_slot: row.backend_slot,
     }
-}
-
-fn column<T: pgrx::FromDatum + pgrx::IntoDatum>(row: &SpiHeapTupleData, ordinal: usize) -> T {
-    spi(row.get::<T>(ordinal)).unwrap_or_else(|| panic!("idgen: registry column {ordinal} is unexpectedly NULL"))
 }

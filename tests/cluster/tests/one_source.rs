@@ -350,3 +350,68 @@ fn idgen_layouts_gives_each_layout_the_rate_and_end_the_core_computes() {
         );
     }
 }
+
+/// The name the server gives a type the statements declare (`postgres::types::Type::name`).
+fn server_type_name(declared: &str) -> &str {
+    match declared {
+        "smallint" => "int2",
+        "integer" => "int4",
+        "bigint" => "int8",
+        "boolean" => "bool",
+        "bigint_array" => "_int8",
+        other => other,
+    }
+}
+
+#[test]
+fn every_statement_returns_the_row_it_declares_for_the_parameters_it_declares() {
+    // src/spi.rs binds each argument as the type its statement declares and reads each column as
+    // the type the statement's row declares (src/statements.rs): here the server plans every
+    // statement with those parameter types and says what its rows hold.
+    let db = TestDb::create("one_source_statement_types");
+    let mut client = db.connect();
+    let mut problems = Vec::new();
+    let mut rows_declared = 0;
+    for statement in statements::ALL {
+        let types: Vec<postgres::types::Type> = statement
+            .params
+            .iter()
+            .map(|p| {
+                postgres::types::Type::from_oid(match server_type_name(p.sql_type) {
+                    "text" => 25,
+                    "inet" => 869,
+                    "int2" => 21,
+                    "int4" => 23,
+                    "int8" => 20,
+                    "float8" => 701,
+                    "oid" => 26,
+                    "interval" => 1186,
+                    "timestamptz" => 1184,
+                    other => panic!("{}: parameter type {other} unknown to this test", statement.name),
+                })
+                .expect("a built-in type")
+            })
+            .collect();
+        let planned = match client.prepare_typed(statement.text, &types) {
+            Ok(planned) => planned,
+            Err(e) => {
+                problems.push(format!("{}: the server does not plan it: {e}", statement.name));
+                continue;
+            }
+        };
+        let Some(columns) = statement.columns else { continue };
+        rows_declared += 1;
+        let returned: Vec<&str> = planned.columns().iter().map(|c| c.type_().name()).collect();
+        let declared: Vec<&str> = columns.iter().map(|c| server_type_name(c.sql_type)).collect();
+        if returned != declared {
+            problems.push(format!(
+                "{}: returns ({}), declares ({})",
+                statement.name,
+                returned.join(", "),
+                declared.join(", ")
+            ));
+        }
+    }
+    assert!(rows_declared >= 50, "only {rows_declared} statements declare their rows");
+    assert!(problems.is_empty(), "statements whose declarations the server contradicts:\n{}", problems.join("\n"));
+}
