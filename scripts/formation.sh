@@ -61,6 +61,7 @@ wait_for() { # what, command...
     # A harness's patience, not an assertion: ten minutes before it reports where it stands.
     for _ in $(seq 1 1200); do "$@" >/dev/null 2>&1 && return 0; sleep 0.5; done
     echo "formation: timed out waiting for $what" >&2
+    if [ -s "$dir/last-answer.log" ]; then cat "$dir/last-answer.log" >&2; fi
     monitor_ctl show state --pgdata "$dir/monitor" >&2 || true
     exit 1
 }
@@ -111,7 +112,14 @@ sync|async)
     node=node$((secondary - port))
     quorum=true; want="sync\|quorum"
     [ "$1" = async ] && { quorum=false; want=async; }
-    as_member "$node" pg_autoctl set node replication-quorum "$quorum" --pgdata "$dir/$node" >/dev/null 2>&1
+    # pg_autoctl set can fail while the formation moves (a keeper reporting in, a transition): it
+    # failed one run at once on a busy machine, its answer discarded. Ask until the monitor takes
+    # it; its last answer is kept for a timeout's report.
+    set_quorum() {
+        as_member "$node" pg_autoctl set node replication-quorum "$quorum" --pgdata "$dir/$node" >"$dir/last-answer.log" 2>&1 \
+            && rm -f "$dir/last-answer.log"
+    }
+    wait_for "the monitor to take $node's replication-quorum $quorum" set_quorum
     is_now() { psql_at "$primary" "SELECT sync_state FROM pg_stat_replication WHERE state = 'streaming'" | grep -qx "$want"; }
     wait_for "the secondary to be $1" is_now
     ;;
