@@ -1336,7 +1336,7 @@ LOCK TABLE idgen_private.idgen_layouts IN ACCESS EXCLUSIVE MODE NOWAIT;
 -- whose bound is ahead of the clock, latest first; a row's holder as host, port, slot.
 --   $1 lease interval
 --   $2 takeback_age interval
---   returns service varchar
+--   returns service text
 --   returns machine_id integer
 --   returns host text (may be NULL)
 --   returns port integer (may be NULL)

@@ -244,9 +244,6 @@ impl Read for Columns<'_, '_> {
     fn text(&mut self) -> Option<value::text> {
         self.next()
     }
-    fn varchar(&mut self) -> Option<value::varchar> {
-        self.next()
-    }
     fn boolean(&mut self) -> Option<value::boolean> {
         self.next()
     }

@@ -79,7 +79,6 @@ impl Statement {
 #[allow(non_camel_case_types, dead_code)] // named as the statements spell SQL types
 pub mod value {
     pub type text = String;
-    pub type varchar = String;
     pub type boolean = bool;
     pub type bigint_array = Vec<i64>;
     /// An address as text (`10.0.0.5`, `::1`); the server parses it.
@@ -135,7 +134,6 @@ pub trait Bind {
 #[allow(dead_code)] // the tests, which include this file, read nothing
 pub trait Read {
     fn text(&mut self) -> Option<value::text>;
-    fn varchar(&mut self) -> Option<value::varchar>;
     fn boolean(&mut self) -> Option<value::boolean>;
     fn integer(&mut self) -> Option<value::integer>;
     fn bigint(&mut self) -> Option<value::bigint>;
@@ -1400,7 +1398,7 @@ statements! {
     /// What a DROP of the registry would forget while it may still be stamped: every row and tombstone
     /// whose bound is ahead of the clock, latest first; a row's holder as host, port, slot.
     STILL_STAMPING(lease: interval, takeback_age: interval) -> (
-        service: varchar, machine_id: integer, host: Option<text>, port: Option<integer>,
+        service: text, machine_id: integer, host: Option<text>, port: Option<integer>,
         backend_slot: Option<integer>, bound: timestamptz,
     ) = r#"
         SELECT s.service, s.machine_id::pg_catalog.int4, pg_catalog.host(s.host), s.port, s.backend_slot, s.bound
