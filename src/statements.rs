@@ -260,8 +260,8 @@ macro_rules! row_type {
 }
 
 /// Declares each statement as a `Statement` constant and a struct of its arguments (both named as
-/// the statement: a braced struct lives in the type namespace, the constant in the value one), and
-/// [`ALL`] in the order written.
+/// the statement: a braced struct lives in the type namespace, the constant in the value one), its
+/// row as a struct of [`rows`] where it declares one, and [`ALL`] in the order written.
 macro_rules! statements {
     ($($(#[doc = $doc:literal])+ $name:ident($($param:ident: $kind:ident $(<$inner:ident>)?),* $(,)?) $(-> $row:tt)? = $text:literal;)+) => {
         $(
