@@ -242,7 +242,21 @@ impl Columns<'_, '_> {
 
 impl Read for Columns<'_, '_> {
     fn text(&mut self) -> Option<value::text> {
-        self.next()
+        match self {
+            // The text as the server prints it, made valid UTF-8 lossily: read by hand, this is the
+            // caller's role name (`CALLER_STANDING`), which in a database whose encoding is not UTF-8
+            // may be bytes pgrx refuses to read as a String (it panics).
+            Columns::Raw { tuple, descriptor, read, .. } => {
+                *read += 1;
+                // SAFETY: the tuple and its descriptor are SPI's, alive while this reads them; the
+                // value is a C string SPI allocated, copied before anything else runs.
+                unsafe {
+                    let printed = pg_sys::SPI_getvalue(*tuple, *descriptor, *read as i32);
+                    (!printed.is_null()).then(|| std::ffi::CStr::from_ptr(printed).to_string_lossy().into_owned())
+                }
+            }
+            Columns::Spi { .. } => self.next(),
+        }
     }
     fn boolean(&mut self) -> Option<value::boolean> {
         self.next()

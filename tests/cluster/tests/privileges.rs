@@ -494,3 +494,45 @@ fn a_database_copied_from_another_mints_for_its_own_name_and_repeats_none_of_its
     let seen: std::collections::HashSet<i64> = original_ids.into_iter().collect();
     assert_eq!(copy_ids.iter().filter(|id| seen.contains(id)).count(), 0, "the copy repeated the original's IDs");
 }
+
+#[test]
+fn a_role_named_beyond_ascii_mints_in_a_database_whose_encoding_is_not_utf8() {
+    // Postgres stores a role's name as the bytes it was given; read in a LATIN1 database, a name
+    // that is not ASCII is no UTF-8 that pgrx accepts (it panics). The caller's standing reads its
+    // name as the server prints it, made valid lossily, as it did before rows were typed.
+    let role = "idgen_t_rôle_latin1";
+    let mut admin = connect_to(&base_dsn(), "postgres");
+    admin
+        .batch_execute(&format!(
+            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN CREATE ROLE \"{role}\"; END IF; END $$"
+        ))
+        .unwrap();
+    let db = TestDb::empty_on(&base_dsn(), "latin1_role_name");
+    admin.batch_execute(&format!("DROP DATABASE {} WITH (FORCE)", db.name)).unwrap();
+    admin
+        .batch_execute(&format!(
+            "CREATE DATABASE {} ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0",
+            db.name
+        ))
+        .unwrap();
+    let mut client = db.connect();
+    client.batch_execute("CREATE EXTENSION idgen").unwrap();
+    // In this database the name's UTF-8 bytes read as other letters: find the role by its ASCII part.
+    client
+        .batch_execute(
+            "DO $$ BEGIN EXECUTE pg_catalog.format('SET ROLE %I', (SELECT rolname FROM pg_catalog.pg_roles \
+             WHERE rolname LIKE 'idgen\\_t\\_r%le\\_latin1')); END $$",
+        )
+        .unwrap();
+    let acting: String = client.query_one("SELECT pg_catalog.length(current_user)::text", &[]).unwrap().get(0);
+    assert_eq!(
+        acting,
+        (role.len()).to_string(),
+        "the session acts as {role} (its UTF-8 bytes, one LATIN1 letter each)"
+    );
+    let minted = client.query_one("SELECT idgen_next_id()", &[]);
+    let id: i64 = minted
+        .map(|row| row.get(0))
+        .unwrap_or_else(|e| panic!("{role} could not mint for the database's own service: {}: {e}", sqlstate(&e)));
+    assert!(id > 0);
+}
