@@ -499,12 +499,13 @@ fn a_database_copied_from_another_mints_for_its_own_name_and_repeats_none_of_its
 fn a_role_named_beyond_ascii_mints_in_a_database_whose_encoding_is_not_utf8() {
     // Postgres stores a role's name as the bytes it was given; read in a LATIN1 database, a name
     // that is not ASCII is no UTF-8 that pgrx accepts (it panics). The caller's standing reads its
-    // name as the server prints it, made valid lossily, as it did before rows were typed.
+    // name as the server prints it, made valid lossily. (A superuser: granting it a service would pass
+    // its name as an argument, which pgrx refuses the same way before idgen sees it.)
     let role = "idgen_t_rôle_latin1";
     let mut admin = connect_to(&base_dsn(), "postgres");
     admin
         .batch_execute(&format!(
-            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN CREATE ROLE \"{role}\"; END IF; END $$"
+            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN CREATE ROLE \"{role}\" SUPERUSER; END IF; END $$"
         ))
         .unwrap();
     let db = TestDb::empty_on(&base_dsn(), "latin1_role_name");
@@ -516,23 +517,21 @@ fn a_role_named_beyond_ascii_mints_in_a_database_whose_encoding_is_not_utf8() {
         ))
         .unwrap();
     let mut client = db.connect();
-    client.batch_execute("CREATE EXTENSION idgen").unwrap();
-    // In this database the name's UTF-8 bytes read as other letters: find the role by its ASCII part.
+    // In this database the name's UTF-8 bytes read as other letters: the role is found by its ASCII
+    // part. A service that exists: the database's own would not look at the role.
+    let named = r"(SELECT rolname::text FROM pg_catalog.pg_roles WHERE rolname LIKE 'idgen\_t\_r%le\_latin1')";
     client
-        .batch_execute(
-            "DO $$ BEGIN EXECUTE pg_catalog.format('SET ROLE %I', (SELECT rolname FROM pg_catalog.pg_roles \
-             WHERE rolname LIKE 'idgen\\_t\\_r%le\\_latin1')); END $$",
-        )
+        .batch_execute(&format!(
+            "CREATE EXTENSION idgen;
+             SELECT idgen_grant_service('orders', 'postgres');
+             DO $$ BEGIN EXECUTE pg_catalog.format('SET ROLE %I', {named}); END $$"
+        ))
         .unwrap();
-    let acting: String = client.query_one("SELECT pg_catalog.length(current_user)::text", &[]).unwrap().get(0);
-    assert_eq!(
-        acting,
-        (role.len()).to_string(),
-        "the session acts as {role} (its UTF-8 bytes, one LATIN1 letter each)"
-    );
-    let minted = client.query_one("SELECT idgen_next_id()", &[]);
+    let acting: i32 = client.query_one("SELECT pg_catalog.length(current_user)", &[]).unwrap().get(0);
+    assert_eq!(acting as usize, role.len(), "the session acts as {role} (its UTF-8 bytes, one LATIN1 letter each)");
+    let minted = client.query_one("SELECT idgen_next_id('orders')", &[]);
     let id: i64 = minted
         .map(|row| row.get(0))
-        .unwrap_or_else(|e| panic!("{role} could not mint for the database's own service: {}: {e}", sqlstate(&e)));
+        .unwrap_or_else(|e| panic!("{role} could not mint for service orders: {}: {e}", sqlstate(&e)));
     assert!(id > 0);
 }
