@@ -118,7 +118,10 @@ fn refusals_since_start(
 /// Writes refusal `event` (as JSON) unless one of its kind was recorded for its service within
 /// the interval: the write of the worker that [`refusal_due`] led to.
 pub fn write_refusal(client: &mut SpiClient, event: &str) {
-    let args = sql::INSERT_REFUSAL { event: event.into(), refusal_interval: spi::seconds(REFUSAL_INTERVAL_SECS) };
+    let args = sql::INSERT_REFUSAL {
+        event: event.into(),
+        refusal_interval: sql::value::Interval::seconds(REFUSAL_INTERVAL_SECS),
+    };
     spi::ok(spi::run(client, args, None));
 }
 
@@ -161,7 +164,7 @@ pub fn refusal_due(client: &mut SpiClient, event: &Event) -> bool {
     let args = sql::REFUSAL_RECORDED_RECENTLY {
         service: event.service.clone(),
         event: event.event.into(),
-        refusal_interval: spi::seconds(REFUSAL_INTERVAL_SECS),
+        refusal_interval: sql::value::Interval::seconds(REFUSAL_INTERVAL_SECS),
     };
     take_refusal_turn(client) && {
         let recorded = spi::run(client, args, Some(1)).ok();

@@ -126,16 +126,6 @@ fn raw_plan(statement: &Statement) -> pg_sys::SPIPlanPtr {
     plan
 }
 
-/// A duration of `n` seconds, as the statements take durations (`interval`).
-pub fn seconds(n: i64) -> value::Interval {
-    value::Interval::seconds(n)
-}
-
-/// A duration of `n` milliseconds.
-pub fn milliseconds(n: i64) -> value::Interval {
-    value::Interval::milliseconds(n)
-}
-
 /// The first row of a result.
 pub fn first_row<R>(rows: SpiResult<Vec<R>>) -> Option<R> {
     ok(rows).into_iter().next()

@@ -26,8 +26,9 @@
 //! its AFTER STATEMENT triggers fire (the grants' table relies on one).
 
 use crate::settings::ClaimSettings;
-use crate::spi::{at, first_row, milliseconds as millis, ok as spi, run, seconds as secs, time};
+use crate::spi::{at, first_row, ok as spi, run, time};
 use crate::statements as sql;
+use crate::statements::value::Interval;
 use idgen_core::facts::RowFacts;
 use idgen_core::fleet::CapacityLevel;
 use idgen_core::guard;
@@ -243,9 +244,9 @@ pub fn release_own_row_ahead(client: &mut SpiClient, node: &NodeIdentity, times:
     let args = of_node!(
         RELEASE_OWN_ROW_AHEAD,
         node,
-        lease: secs(times.lease_secs),
-        tolerance: millis(times.tolerance_ms),
-        takeback_age: secs(times.takeover_idle_secs),
+        lease: Interval::seconds(times.lease_secs),
+        tolerance: Interval::milliseconds(times.tolerance_ms),
+        takeback_age: Interval::seconds(times.takeover_idle_secs),
     );
     first_row(run(client, args, None)).map(|row| OwnRowAhead {
         machine_id: row.machine_id,
@@ -276,8 +277,8 @@ pub fn release_own_row_outside_range(
     let args = of_node!(
         RELEASE_OWN_ROW_OUTSIDE_RANGE,
         node,
-        lease: secs(times.lease_secs),
-        takeback_age: secs(times.takeover_idle_secs),
+        lease: Interval::seconds(times.lease_secs),
+        takeback_age: Interval::seconds(times.takeover_idle_secs),
         first_machine_id: times.first_machine_id,
         last_machine_id: times.last_machine_id,
     );
@@ -291,10 +292,10 @@ pub fn reuse_own_row(client: &mut SpiClient, node: &NodeIdentity, times: &ClaimT
     let args = of_node!(
         REUSE_OWN_ROW,
         node,
-        lease: secs(times.lease_secs),
-        tolerance: millis(times.tolerance_ms),
-        takeback_age: secs(times.takeover_idle_secs),
-        window: millis(times.window_ms),
+        lease: Interval::seconds(times.lease_secs),
+        tolerance: Interval::milliseconds(times.tolerance_ms),
+        takeback_age: Interval::seconds(times.takeover_idle_secs),
+        window: Interval::milliseconds(times.window_ms),
         first_machine_id: times.first_machine_id,
         last_machine_id: times.last_machine_id,
     );
@@ -315,10 +316,10 @@ pub fn reuse_own_held_row(client: &mut SpiClient, node: &NodeIdentity, times: &C
     let args = of_node!(
         REUSE_OWN_HELD_ROW,
         node,
-        lease: secs(times.lease_secs),
-        tolerance: millis(times.tolerance_ms),
-        takeback_age: secs(times.takeover_idle_secs),
-        window: millis(times.window_ms),
+        lease: Interval::seconds(times.lease_secs),
+        tolerance: Interval::milliseconds(times.tolerance_ms),
+        takeback_age: Interval::seconds(times.takeover_idle_secs),
+        window: Interval::milliseconds(times.window_ms),
         first_machine_id: times.first_machine_id,
         last_machine_id: times.last_machine_id,
     );
@@ -334,8 +335,12 @@ pub fn unregistered_machine_ids(
     last: i32,
     times: &ClaimTerms,
 ) -> Vec<(i32, bool)> {
-    let args =
-        sql::UNREGISTERED_MACHINE_IDS { service: service.into(), first, last, tolerance: millis(times.tolerance_ms) };
+    let args = sql::UNREGISTERED_MACHINE_IDS {
+        service: service.into(),
+        first,
+        last,
+        tolerance: Interval::milliseconds(times.tolerance_ms),
+    };
     spi(run(client, args, None)).into_iter().map(|row| (row.machine_id, row.tombstone_ahead)).collect()
 }
 
@@ -360,7 +365,7 @@ pub fn soonest_tombstone_ahead(
         service: service.into(),
         first_machine_id: times.first_machine_id,
         last_machine_id: times.last_machine_id,
-        tolerance: millis(times.tolerance_ms),
+        tolerance: Interval::milliseconds(times.tolerance_ms),
     };
     first_row(run(client, args, Some(1))).map(|row| (row.machine_id, time(row.bound)))
 }
@@ -380,10 +385,10 @@ pub fn insert_unregistered(
     let args = of_node!(
         INSERT_UNREGISTERED,
         node,
-        lease: secs(times.lease_secs),
-        tolerance: millis(times.tolerance_ms),
-        takeback_age: secs(times.takeover_idle_secs),
-        window: millis(times.window_ms),
+        lease: Interval::seconds(times.lease_secs),
+        tolerance: Interval::milliseconds(times.tolerance_ms),
+        takeback_age: Interval::seconds(times.takeover_idle_secs),
+        window: Interval::milliseconds(times.window_ms),
         machine_id,
         guard_bucket: guard::new_id_guard(machine_id),
         version_base,
@@ -404,11 +409,11 @@ pub fn take_over(
             of_node!(
                 TAKE_RELEASED,
                 node,
-                lease: secs(times.lease_secs),
-                cooldown: secs(cooldown_secs),
-                tolerance: millis(times.tolerance_ms),
-                takeback_age: secs(times.takeover_idle_secs),
-                window: millis(times.window_ms),
+                lease: Interval::seconds(times.lease_secs),
+                cooldown: Interval::seconds(cooldown_secs),
+                tolerance: Interval::milliseconds(times.tolerance_ms),
+                takeback_age: Interval::seconds(times.takeover_idle_secs),
+                window: Interval::milliseconds(times.window_ms),
                 first_machine_id: times.first_machine_id,
                 last_machine_id: times.last_machine_id,
             ),
@@ -419,12 +424,12 @@ pub fn take_over(
             of_node!(
                 TAKE_IDLE,
                 node,
-                lease: secs(times.lease_secs),
-                min_idle: secs(min_idle_secs),
-                cooldown: secs(cooldown_secs),
-                tolerance: millis(times.tolerance_ms),
-                takeback_age: secs(times.takeover_idle_secs),
-                window: millis(times.window_ms),
+                lease: Interval::seconds(times.lease_secs),
+                min_idle: Interval::seconds(min_idle_secs),
+                cooldown: Interval::seconds(cooldown_secs),
+                tolerance: Interval::milliseconds(times.tolerance_ms),
+                takeback_age: Interval::seconds(times.takeover_idle_secs),
+                window: Interval::milliseconds(times.window_ms),
                 first_machine_id: times.first_machine_id,
                 last_machine_id: times.last_machine_id,
             ),
@@ -457,8 +462,8 @@ pub fn row_bound(client: &mut SpiClient, service: &str, machine_id: i32, times: 
     let args = sql::ROW_BOUND {
         service: service.into(),
         machine_id,
-        lease: secs(times.lease_secs),
-        takeback_age: secs(times.takeover_idle_secs),
+        lease: Interval::seconds(times.lease_secs),
+        takeback_age: Interval::seconds(times.takeover_idle_secs),
     };
     first_row(run(client, args, Some(1))).map(|row| (row.bound_unix_ms, row.now_unix_ms))
 }
@@ -502,9 +507,9 @@ pub fn heartbeat(
             of_holding!(
                 HEARTBEAT_REPORTING,
                 held,
-                lease: secs(lease_secs),
+                lease: Interval::seconds(lease_secs),
                 reported,
-                takeback_age: secs(takeover_secs),
+                takeback_age: Interval::seconds(takeover_secs),
                 clock_backward_waits: c.clock_backward_waits,
                 clock_backward_refusals: c.clock_backward_refusals,
                 sequence_exhaustions: c.sequence_exhaustions,
@@ -517,9 +522,9 @@ pub fn heartbeat(
             of_holding!(
                 HEARTBEAT,
                 held,
-                lease: secs(lease_secs),
+                lease: Interval::seconds(lease_secs),
                 reported,
-                takeback_age: secs(takeover_secs),
+                takeback_age: Interval::seconds(takeover_secs),
                 now,
             ),
             None,
@@ -552,10 +557,10 @@ pub fn release(
     let args = of_holding!(
         RELEASE,
         held,
-        margin: secs(margin_secs),
+        margin: Interval::seconds(margin_secs),
         reported: reported.map(at),
-        lease: secs(lease_secs),
-        takeback_age: secs(takeover_secs),
+        lease: Interval::seconds(lease_secs),
+        takeback_age: Interval::seconds(takeover_secs),
     );
     first_row(run(client, args, None))
         .map(|row| Released { version: row.version, issued_until: time(row.issued_until) })
@@ -572,7 +577,7 @@ pub struct Released {
 pub fn count_in_use(client: &mut SpiClient, service: &str, cooldown_secs: i64, times: &ClaimTerms) -> i64 {
     let args = sql::COUNT_IN_USE {
         service: service.into(),
-        cooldown: secs(cooldown_secs),
+        cooldown: Interval::seconds(cooldown_secs),
         first_machine_id: times.first_machine_id,
         last_machine_id: times.last_machine_id,
     };
@@ -607,10 +612,10 @@ pub fn renew_backend_lease(
     let args = of_holding!(
         RENEW_BACKEND_LEASE,
         held,
-        lease: secs(times.lease_secs),
+        lease: Interval::seconds(times.lease_secs),
         epoch,
-        window: millis(window_ms),
-        takeback_age: secs(times.takeover_idle_secs),
+        window: Interval::milliseconds(window_ms),
+        takeback_age: Interval::seconds(times.takeover_idle_secs),
     );
     if let Some(row) = first_row(run(client, args, None)) {
         return BackendCheck::Confirmed {
@@ -642,8 +647,8 @@ pub fn tombstone_row(client: &mut SpiClient, service: &str, machine_id: i32, lea
     let args = sql::TOMBSTONE_ROW {
         service: service.into(),
         machine_id,
-        lease: secs(lease_secs),
-        takeback_age: secs(takeover_secs),
+        lease: Interval::seconds(lease_secs),
+        takeback_age: Interval::seconds(takeover_secs),
     };
     spi(run(client, args, None));
     if crate::privilege::installed_has_layouts() {
@@ -654,7 +659,11 @@ pub fn tombstone_row(client: &mut SpiClient, service: &str, machine_id: i32, lea
 /// Every row truncated leaves its tombstone, every never-registered hint goes back to its pool's
 /// start, and a new epoch begins.
 pub fn tombstone_all_and_start_epoch(client: &mut SpiClient, lease_secs: i64, takeover_secs: i64) {
-    spi(run(client, sql::TOMBSTONE_ALL { lease: secs(lease_secs), takeback_age: secs(takeover_secs) }, None));
+    spi(run(
+        client,
+        sql::TOMBSTONE_ALL { lease: Interval::seconds(lease_secs), takeback_age: Interval::seconds(takeover_secs) },
+        None,
+    ));
     if crate::privilege::installed_has_layouts() {
         spi(run(client, sql::RESET_UNREGISTERED_FROM {}, None));
     }
@@ -706,7 +715,8 @@ pub fn lock_against_writes(client: &mut SpiClient) -> bool {
 
 /// Every row and tombstone whose bound is ahead of the clock, latest first.
 pub fn still_stamping(client: &mut SpiClient, lease_secs: i64, takeover_secs: i64) -> Vec<Stamping> {
-    let args = sql::STILL_STAMPING { lease: secs(lease_secs), takeback_age: secs(takeover_secs) };
+    let args =
+        sql::STILL_STAMPING { lease: Interval::seconds(lease_secs), takeback_age: Interval::seconds(takeover_secs) };
     spi(run(client, args, None))
         .into_iter()
         .map(|row| Stamping {
@@ -724,7 +734,7 @@ pub fn read_backend_lease(client: &mut SpiClient, held: &Holding, lease_secs: i6
     let args = of_holding!(
         READ_BACKEND_LEASE,
         held,
-        lease: secs(lease_secs),
+        lease: Interval::seconds(lease_secs),
         epoch,
     );
     match first_row(run(client, args, Some(1))) {
