@@ -11,7 +11,6 @@ use idgen_core::policy::{InForce, DAY, HOUR};
 use idgen_core::{input, messages, ClaimPolicy, IdgenError};
 use pgrx::pg_guard;
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
-use serde::{Deserialize, Serialize};
 use std::ffi::{c_char, c_void, CString};
 use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -352,25 +351,7 @@ fn keep(policy: &ClaimPolicy) {
     }
 }
 
-/// Everything a claim reads of the settings, taken once by the session that claims: a
-/// backend's claim runs in a background worker of its own (`registry::writer`), which
-/// runs by the settings the backend saw.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct ClaimSettings {
-    pub policy: ClaimPolicy,
-    pub machine_id_first: u16,
-    pub machine_id_last: u16,
-    pub capacity_warning: f64,
-    pub capacity_critical: f64,
-    pub require_synchronous_standby: bool,
-    pub max_clock_backward_ms: i64,
-}
-
-impl ClaimSettings {
-    pub fn machine_id_range(&self) -> RangeInclusive<u16> {
-        self.machine_id_first..=self.machine_id_last
-    }
-}
+pub use idgen_core::claim::ClaimSettings;
 
 /// The settings as they are now, refused when the thresholds contradict each other or a
 /// configured value was refused.

@@ -7,6 +7,7 @@
 //! - [`generator`]: one backend's Snowflake generator over an injectable clock.
 //! - [`lease`]: a backend's leases and how they follow its transactions.
 //! - [`policy`]: the claim tiers, their order and thresholds, and the lease.
+//! - [`claim`]: the claim itself, step by step, against a store the extension and the simulation implement.
 //! - [`watermark`]: what a claim must know of the times earlier holders stamped.
 //! - [`history`]: the ownership history's events, and the tenures they show.
 //! - [`fleet`]: what the diagnostics tell of a fleet: capacity levels, clock skew, restart loops.
@@ -20,6 +21,7 @@
 
 pub mod access;
 pub mod alert;
+pub mod claim;
 pub mod error;
 pub mod facts;
 pub mod fleet;

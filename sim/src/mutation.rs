@@ -1,5 +1,9 @@
 //! Guards the simulator can switch off, one at a time, to show that it notices: each is removed in
-//! the registry model or in the glue around the real core, never in the core itself.
+//! the registry model, in the glue around the real core, or (the claim's, `Claim*`) in the core's
+//! own claim, through idgen-core's `mutations` feature (`idgen_core::claim::ClaimGuard`), which the
+//! extension is never built with.
+
+use idgen_core::claim::ClaimGuard;
 
 /// One guard of the protocol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -69,10 +73,16 @@ pub enum Mutation {
     /// A release without a watermark (by hand) lowers the watermark to the clock plus the margin,
     /// below what the holder may still stamp until it learns of the release (0.7.0).
     ReleaseKeepsBound,
+    /// The core's claim: the claimant's `not_before` is the claim's moment, not after the bound its
+    /// row read (`ClaimGuard::HolderBound`; the statements still read it, unlike `Watermark`).
+    ClaimHolderBound,
+    /// The core's claim hands out any machine id of `idgen.machine_id_range`, not only the service's
+    /// pool within it (`ClaimGuard::Pool`).
+    ClaimPool,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 25] = [
+    pub const ALL: [Mutation; 27] = [
         Mutation::VersionCheck,
         Mutation::Watermark,
         Mutation::NotBefore,
@@ -98,6 +108,8 @@ impl Mutation {
         Mutation::HandoverLastStamp,
         Mutation::DropLeavesParked,
         Mutation::ReleaseKeepsBound,
+        Mutation::ClaimHolderBound,
+        Mutation::ClaimPool,
     ];
 
     pub fn name(self) -> &'static str {
@@ -127,6 +139,8 @@ impl Mutation {
             Mutation::HandoverLastStamp => "handover-last-stamp",
             Mutation::DropLeavesParked => "drop-leaves-parked",
             Mutation::ReleaseKeepsBound => "release-keeps-bound",
+            Mutation::ClaimHolderBound => "claim-holder-bound",
+            Mutation::ClaimPool => "claim-pool",
         }
     }
 
@@ -152,6 +166,15 @@ impl Mutations {
 
     pub fn has(self, m: Mutation) -> bool {
         self.0 & m.bit() != 0
+    }
+
+    /// The guards of the core's claim switched off.
+    pub fn claim_guards_off(self) -> Vec<ClaimGuard> {
+        [(Mutation::ClaimHolderBound, ClaimGuard::HolderBound), (Mutation::ClaimPool, ClaimGuard::Pool)]
+            .into_iter()
+            .filter(|(m, _)| self.has(*m))
+            .map(|(_, guard)| guard)
+            .collect()
     }
 
     /// These and `m` switched off.

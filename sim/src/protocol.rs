@@ -1,14 +1,22 @@
-//! The registry's calls as the edge runs them on the model: the claim (`src/registry/claim.rs`,
-//! the core's `ClaimPolicy::steps` over the model's statements), and [`Mirror`], which runs single
+//! The registry's calls as the edge runs them on the model: the claim (the core's own,
+//! `idgen_core::claim::claim`, over the model's statements), and [`Mirror`], which runs single
 //! calls (a claim, a heartbeat, a release, a hand change) in transactions of their own, so that a
 //! test can run the same steps against the model and a real cluster and compare their answers
 //! (tests/cluster/tests/model_vs_cluster.rs).
 
 use crate::registry::{ClaimedRow, Holding, Key, Ms, Node, Registry, Row, Terms, TxnId, NEG_INF};
+use idgen_core::claim::{
+    self as core, with_guards_off, CapacityTurn, ClaimSettings, ClaimStore, ClaimTerms, OwnRow, OwnRowAhead, Service,
+    TakeOverFrom,
+};
+use idgen_core::facts::RowFacts;
+use idgen_core::fleet::{self, CapacityLevel};
+use idgen_core::format::iso_utc;
+use idgen_core::history::{Event, EventKind};
 use idgen_core::input::NodeIdentity;
-use idgen_core::layout::Layout;
+use idgen_core::layout::{Layout, Pool, ServiceLayout};
 use idgen_core::watermark::{self, HolderKind};
-use idgen_core::{guard, ClaimPolicy, ClaimStep};
+use idgen_core::{guard, ClaimPolicy};
 
 /// Where each service's IDs come from: its layout and the machine ids this server hands out. The
 /// extension point for per-service layouts and machine-id pools: today one layout, and the
@@ -17,8 +25,8 @@ use idgen_core::{guard, ClaimPolicy, ClaimStep};
 #[derive(Clone, Debug)]
 pub struct Topology {
     pub layout: Layout,
-    pub first_machine_id: i16,
-    pub last_machine_id: i16,
+    pub first_machine_id: i32,
+    pub last_machine_id: i32,
 }
 
 impl Topology {
@@ -27,7 +35,7 @@ impl Topology {
         Topology {
             layout: Layout::DEFAULT,
             first_machine_id: 0,
-            last_machine_id: Layout::DEFAULT.max_machine_id() as i16,
+            last_machine_id: i32::from(Layout::DEFAULT.max_machine_id()),
         }
     }
 }
@@ -76,88 +84,308 @@ pub struct Granted {
     pub epoch: i64,
 }
 
-/// Claims a machine id for `node` in `txn`: the claim of src/registry/claim.rs, step for step.
-/// Returns the grant or the refusal, and the machine ids it set aside with why.
+impl Settings {
+    /// The settings as the core's claim takes them (the capacity levels at their defaults: the model
+    /// keeps no history, so nothing is announced).
+    fn of_claim(&self) -> ClaimSettings {
+        let range = |m: i32| u16::try_from(m).expect("a machine id of the layout");
+        ClaimSettings {
+            policy: self.policy,
+            machine_id_first: range(self.topology.first_machine_id),
+            machine_id_last: range(self.topology.last_machine_id),
+            capacity_warning: fleet::CAPACITY_WARNING_DEFAULT,
+            capacity_critical: fleet::CAPACITY_CRITICAL_DEFAULT,
+            require_synchronous_standby: self.require_synchronous_standby,
+            max_clock_backward_ms: self.max_backward_ms,
+        }
+    }
+}
+
+/// Claims a machine id for `node` in `txn`, its service of the topology's layout with every
+/// machine id of it as its pool: [`claim_in`].
 pub fn claim(
     reg: &mut Registry,
     txn: TxnId,
     node: &Node,
     settings: &Settings,
-) -> (Result<Granted, Refusal>, Vec<(i16, String)>) {
-    let mut set_aside = Vec::new();
-    let kind = if node.backend_slot.is_some() { HolderKind::Backend } else { HolderKind::Service };
-    let policy = settings.policy;
-    let t = settings.terms(kind, watermark::claim_window_ms(kind, &policy));
-    if settings.require_synchronous_standby && !reg.synchronous_standby_streaming() {
-        let r = refusal("55000", "no synchronous standby streams (idgen.require_synchronous_standby)");
-        return (Err(r), set_aside);
-    }
-    let epoch = reg.read_registry(txn);
-    let mut claimed = reg.reuse_own_held_row(txn, node, &t).map(|row| (row, "reused"));
-    let mut moved = None;
-    if claimed.is_none() {
-        if let Some((m, _, _)) = reg.release_own_row_outside_range(txn, node, &t) {
-            set_aside.push((m, "outside idgen.machine_id_range".to_owned()));
-        }
-        moved = reg.release_own_row_ahead(txn, node, &t);
-        if let Some((m, bound, _)) = moved {
-            set_aside.push((m, format!("its holders may stamp until {bound} (a new version fences them)")));
-        }
-    }
-    let core_node = NodeIdentity {
+) -> (Result<Granted, Refusal>, Vec<(i32, String)>) {
+    let layout = settings.topology.layout;
+    claim_in(reg, txn, node, settings, ServiceLayout { layout, pool: Pool::all(&layout) })
+}
+
+/// Claims a machine id for `node` in `txn`, its service of `service`'s layout and pool: the core's
+/// claim (`idgen_core::claim::claim`, the one the extension runs) over the model, with the claim's
+/// guards the registry's mutations switch off. Returns the grant or the refusal, and the machine
+/// ids it set aside with why.
+#[allow(clippy::result_large_err)]
+pub fn claim_in(
+    reg: &mut Registry,
+    txn: TxnId,
+    node: &Node,
+    settings: &Settings,
+    service: ServiceLayout,
+) -> (Result<Granted, Refusal>, Vec<(i32, String)>) {
+    let identity = NodeIdentity {
         service: node.service.clone(),
         host: node.host.clone(),
         port: node.port,
         backend_slot: node.backend_slot,
     };
-    let mut guarded = false;
-    for step in policy.steps() {
-        if claimed.is_some() {
-            break;
+    let pool_first = i32::from(service.pool.first);
+    let service = Service { layout: service, unregistered_from: None };
+    let claim_settings = settings.of_claim();
+    let off = reg.mutations.claim_guards_off();
+    let mut store = ModelStore { reg, txn, pool_first, recorded: Vec::new() };
+    let result =
+        with_guards_off(&off, || core::claim(&mut store, "idgen_claim", &identity, &claim_settings, service, None));
+    let set_aside = store
+        .recorded
+        .iter()
+        .filter(|e| e.event == EventKind::SetAside.label())
+        .map(|e| (e.machine_id.unwrap_or(-1), e.detail.clone().unwrap_or_default()))
+        .collect();
+    let result = match result {
+        Ok(granted) => {
+            let c = granted.claim;
+            let row = ClaimedRow {
+                machine_id: c.machine_id,
+                version: c.version,
+                lease_until: c.lease_until,
+                claimed_at: c.claimed_at,
+                bound: None,
+                issued_until: c.issued_until,
+            };
+            Ok(Granted { row, outcome: c.outcome.label(), not_before: c.not_before_unix_ms, epoch: c.registry_epoch })
         }
-        // A service node's identity takes its guard before any step that gives it a new row.
-        if step != ClaimStep::ReuseOwnRow
-            && kind == HolderKind::Service
-            && !std::mem::replace(&mut guarded, true)
-            && !reg.take_guard(txn, &node.service, guard::identity_guard(&core_node))
-        {
-            return (Err(refusal("55P03", "the identity's guard is held by another claim")), set_aside);
-        }
-        claimed = match step {
-            ClaimStep::ReuseOwnRow => match reg.reuse_own_row(txn, node, &t) {
-                Some((row, _)) => Some((row, "reused")),
-                None => match reg.own_held_row(txn, node) {
-                    Some(m) => {
-                        return (Err(refusal("55P03", format!("its row (machine id {m}) is locked"))), set_aside)
-                    }
-                    None => None,
-                },
-            },
-            ClaimStep::NeverRegistered => {
-                let candidates = reg.unregistered_machine_ids(txn, &node.service, &t);
-                candidates
-                    .into_iter()
-                    .find_map(|m| reg.insert_unregistered(txn, node, &t, m, guard::new_id_guard(i32::from(m))))
-                    .map(|row| (row, "new"))
-            }
-            ClaimStep::ReleasedPastCooldown { cooldown_secs } => {
-                reg.take_over(txn, node, &t, None, cooldown_secs * 1000).map(|(row, _)| (row, "released"))
-            }
-            ClaimStep::IdleTakeover { outcome, min_idle_secs, cooldown_secs, .. } => reg
-                .take_over(txn, node, &t, Some(min_idle_secs * 1000), cooldown_secs * 1000)
-                .map(|(row, _)| (row, outcome.label())),
-        };
-    }
-    if let Some((row, outcome)) = claimed {
-        let not_before = watermark::not_before(row.claimed_at, row.bound.filter(|b| *b != NEG_INF));
-        return (Ok(Granted { row, outcome, not_before, epoch }), set_aside);
-    }
-    let ahead = moved.map(|(m, bound, _)| (m, bound)).or_else(|| reg.soonest_tombstone_ahead(txn, &node.service, &t));
-    let r = match ahead {
-        Some((m, bound)) => refusal("55000", format!("machine id {m} is held back until {bound}")),
-        None => refusal("53000", "no machine id is free"),
+        Err(refused) => Err(refusal(refused.error.sqlstate.code(), refused.error.message)),
     };
-    (Err(r), set_aside)
+    (result, set_aside)
+}
+
+/// The model as the core's claim sees it: each method runs the model's statement of the same name
+/// in the claimant's transaction.
+struct ModelStore<'a> {
+    reg: &'a mut Registry,
+    txn: TxnId,
+    /// The first machine id of the service's pool: where its never-registered hint starts.
+    pool_first: i32,
+    /// The history events the claim recorded.
+    recorded: Vec<Event>,
+}
+
+impl ModelStore<'_> {
+    fn node(node: &NodeIdentity) -> Node {
+        Node {
+            service: node.service.clone(),
+            host: node.host.clone(),
+            port: node.port,
+            backend_slot: node.backend_slot,
+        }
+    }
+
+    fn terms(t: &ClaimTerms) -> Terms {
+        Terms {
+            lease: t.lease_secs * 1000,
+            tolerance: t.tolerance_ms,
+            window: t.window_ms,
+            takeback_age: t.takeover_idle_secs * 1000,
+            first_machine_id: t.first_machine_id,
+            last_machine_id: t.last_machine_id,
+        }
+    }
+
+    fn row(row: ClaimedRow) -> core::ClaimedRow<Ms> {
+        core::ClaimedRow {
+            machine_id: row.machine_id,
+            version: row.version,
+            lease_until: row.lease_until,
+            claimed_at: row.claimed_at,
+            bound: row.bound,
+            issued_until: row.issued_until,
+        }
+    }
+
+    /// A row as the messages read it (CURRENT_ROW's columns).
+    fn facts(&self, row: &Row) -> RowFacts {
+        let now = self.reg.now_of(self.txn);
+        RowFacts {
+            machine_id: row.machine_id,
+            host: row.host.clone(),
+            port: row.port,
+            version: row.version,
+            last_seen: iso_utc(row.last_seen),
+            idle_secs: (now - row.last_seen).max(0).div_euclid(1000),
+            released_at: row.released_at.map(iso_utc),
+            backend_slot: row.backend_slot,
+        }
+    }
+}
+
+impl ClaimStore for ModelStore<'_> {
+    type Time = Ms;
+
+    fn unix_ms(time: Ms) -> i64 {
+        time
+    }
+
+    fn is_finite(time: Ms) -> bool {
+        time != NEG_INF
+    }
+
+    fn now_unix_ms(&mut self) -> i64 {
+        self.reg.clock
+    }
+
+    /// The model's commits reach the standby when it is synchronous.
+    fn make_commit_durable(&mut self) {}
+
+    fn synchronous_standby_streaming(&mut self) -> bool {
+        self.reg.synchronous_standby_streaming()
+    }
+
+    fn read_epoch(&mut self) -> i64 {
+        self.reg.read_registry(self.txn)
+    }
+
+    fn read_version_base(&mut self) -> i64 {
+        self.reg.read_version_base(self.txn)
+    }
+
+    fn take_identity_guard(&mut self, node: &NodeIdentity) -> bool {
+        self.reg.take_guard(self.txn, &node.service, guard::identity_guard(node))
+    }
+
+    fn reuse_own_held_row(&mut self, node: &NodeIdentity, terms: &ClaimTerms) -> Option<core::ClaimedRow<Ms>> {
+        self.reg.reuse_own_held_row(self.txn, &Self::node(node), &Self::terms(terms)).map(Self::row)
+    }
+
+    fn reuse_own_row(&mut self, node: &NodeIdentity, terms: &ClaimTerms) -> OwnRow<Ms> {
+        let node = Self::node(node);
+        if let Some((row, was_released)) = self.reg.reuse_own_row(self.txn, &node, &Self::terms(terms)) {
+            return OwnRow::Claimed { row: Self::row(row), was_released };
+        }
+        match self.reg.own_held_row(self.txn, &node) {
+            Some(machine_id) => OwnRow::Busy(machine_id),
+            None => OwnRow::Absent,
+        }
+    }
+
+    fn release_own_row_outside_range(&mut self, node: &NodeIdentity, terms: &ClaimTerms) -> Option<(i32, Ms)> {
+        let set = self.reg.release_own_row_outside_range(self.txn, &Self::node(node), &Self::terms(terms))?;
+        Some((set.machine_id, set.issued_until))
+    }
+
+    fn release_own_row_ahead(&mut self, node: &NodeIdentity, terms: &ClaimTerms) -> Option<OwnRowAhead<Ms>> {
+        let set = self.reg.release_own_row_ahead(self.txn, &Self::node(node), &Self::terms(terms))?;
+        Some(OwnRowAhead {
+            machine_id: set.machine_id,
+            bound: set.bound,
+            reported: set.reported,
+            last_seen: set.last_seen,
+        })
+    }
+
+    fn unregistered_from(&mut self, service: &str) -> i32 {
+        self.reg.unregistered_from(self.txn, service).unwrap_or(self.pool_first)
+    }
+
+    fn advance_unregistered_from(&mut self, service: &str, from: i32) {
+        self.reg.advance_unregistered_from(self.txn, service, self.pool_first, from);
+    }
+
+    fn unregistered_machine_ids(
+        &mut self,
+        service: &str,
+        first: i32,
+        last: i32,
+        terms: &ClaimTerms,
+    ) -> Vec<(i32, bool)> {
+        self.reg.unregistered_machine_ids(self.txn, service, first, last, terms.tolerance_ms)
+    }
+
+    fn insert_unregistered(
+        &mut self,
+        node: &NodeIdentity,
+        machine_id: i32,
+        terms: &ClaimTerms,
+        version_base: i64,
+    ) -> Option<core::ClaimedRow<Ms>> {
+        let bucket = guard::new_id_guard(machine_id);
+        let t = Self::terms(terms);
+        self.reg.insert_unregistered(self.txn, &Self::node(node), &t, machine_id, bucket, version_base).map(Self::row)
+    }
+
+    fn take_over(
+        &mut self,
+        node: &NodeIdentity,
+        from: TakeOverFrom,
+        terms: &ClaimTerms,
+    ) -> Option<(core::ClaimedRow<Ms>, RowFacts)> {
+        let (min_idle, cooldown) = match from {
+            TakeOverFrom::Released { cooldown_secs } => (None, cooldown_secs * 1000),
+            TakeOverFrom::Idle { min_idle_secs, cooldown_secs } => (Some(min_idle_secs * 1000), cooldown_secs * 1000),
+        };
+        let (row, previous) =
+            self.reg.take_over(self.txn, &Self::node(node), &Self::terms(terms), min_idle, cooldown)?;
+        let previous = self.facts(&previous);
+        Some((Self::row(row), previous))
+    }
+
+    fn soonest_tombstone_ahead(&mut self, service: &str, terms: &ClaimTerms) -> Option<(i32, Ms)> {
+        self.reg.soonest_tombstone_ahead(self.txn, service, &Self::terms(terms))
+    }
+
+    fn current_row(&mut self, service: &str, machine_id: i32) -> Option<RowFacts> {
+        let row = self.reg.current_row(self.txn, service, machine_id)?;
+        Some(self.facts(&row))
+    }
+
+    fn row_bound(&mut self, service: &str, machine_id: i32, terms: &ClaimTerms) -> Option<(i64, i64)> {
+        self.reg.row_bound(self.txn, service, machine_id, &Self::terms(terms))
+    }
+
+    fn least_recently_seen(&mut self, service: &str, terms: &ClaimTerms) -> (i64, Option<RowFacts>) {
+        let (held, least) = self.reg.least_recently_seen(self.txn, service, &Self::terms(terms));
+        (held, least.map(|row| self.facts(&row)))
+    }
+
+    fn highest_registered(&mut self, service: &str, terms: &ClaimTerms) -> Option<i32> {
+        self.reg.highest_registered(self.txn, service, &Self::terms(terms))
+    }
+
+    fn count_in_use(&mut self, service: &str, cooldown_secs: i64, terms: &ClaimTerms) -> i64 {
+        self.reg.count_in_use(self.txn, service, cooldown_secs * 1000, &Self::terms(terms))
+    }
+
+    /// The model keeps no history: no capacity level is announced, as before 0.10.0's objects.
+    fn records_capacity_announcements(&mut self) -> bool {
+        false
+    }
+
+    fn capacity_announced(&mut self, _: &str) -> Option<CapacityLevel> {
+        None
+    }
+
+    fn take_capacity_turn(&mut self, _: &str) -> CapacityTurn {
+        CapacityTurn::Missing
+    }
+
+    fn keeps_fleet_reports(&mut self) -> bool {
+        true
+    }
+
+    fn event(&mut self, kind: EventKind, node: &NodeIdentity) -> Event {
+        Event {
+            host: Some(node.host.clone()),
+            port: Some(node.port),
+            backend_slot: node.backend_slot,
+            ..Event::new(kind, &node.service)
+        }
+    }
+
+    fn record(&mut self, event: &Event) {
+        self.recorded.push(event.clone());
+    }
 }
 
 /// The registry model driven one call at a time, each in a transaction of its own, at the clock
@@ -170,7 +398,7 @@ pub struct Mirror {
 /// A row as both sides can show it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RowState {
-    pub machine_id: i16,
+    pub machine_id: i32,
     pub host: String,
     pub port: i32,
     pub backend_slot: Option<i32>,
@@ -244,7 +472,7 @@ impl Mirror {
     }
 
     /// A hand `UPDATE` that makes a row look silent for `ms` more: its times moved back.
-    pub fn age(&mut self, machine_id: i16, service: &str, ms: Ms) {
+    pub fn age(&mut self, machine_id: i32, service: &str, ms: Ms) {
         let key: Key = (service.to_owned(), machine_id);
         if let Some(tables) = self.reg.committed.as_mut() {
             if let Some(row) = tables.rows.get_mut(&key) {
@@ -258,7 +486,7 @@ impl Mirror {
 
     /// `tests/cluster`'s `set_idle`: the row's holder looks silent for `idle` at `now` (last_seen goes
     /// back to `now - idle`, and the lease and take-back time it was granted with it).
-    pub fn set_idle(&mut self, service: &str, machine_id: i16, now: Ms, idle: Ms) {
+    pub fn set_idle(&mut self, service: &str, machine_id: i32, now: Ms, idle: Ms) {
         let key: Key = (service.to_owned(), machine_id);
         if let Some(row) = self.reg.committed.as_mut().and_then(|t| t.rows.get_mut(&key)) {
             let shift = row.last_seen - (now - idle);
@@ -290,11 +518,11 @@ impl Mirror {
     }
 
     /// `DELETE FROM system_nodes WHERE machine_id = ...` (with its trigger).
-    pub fn delete(&mut self, service: &str, machine_id: i16) {
+    pub fn delete(&mut self, service: &str, machine_id: i32) {
         let key: Key = (service.to_owned(), machine_id);
         let p = self.settings.policy;
         let txn = self.reg.begin();
-        self.reg.tombstone_row(txn, &key, p.lease_secs() * 1000, p.takeover_idle_1h_secs * 1000);
+        let _ = self.reg.tombstone_row(txn, &key, p.lease_secs() * 1000, p.takeover_idle_1h_secs * 1000);
         let _ = self.reg.delete_row(txn, &key);
         self.reg.commit(txn);
     }
@@ -306,7 +534,7 @@ impl Mirror {
     }
 
     /// The watermark a row holds.
-    pub fn issued_until(&self, service: &str, machine_id: i16) -> Option<Ms> {
+    pub fn issued_until(&self, service: &str, machine_id: i32) -> Option<Ms> {
         self.reg.committed.as_ref()?.rows.get(&(service.to_owned(), machine_id)).map(|r| r.issued_until)
     }
 }

@@ -31,7 +31,7 @@ pub fn add(ts: Ms, d: Ms) -> Ms {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Row {
     pub service: String,
-    pub machine_id: i16,
+    pub machine_id: i32,
     pub host: String,
     pub port: i32,
     pub backend_slot: Option<i32>,
@@ -59,7 +59,7 @@ pub struct Tombstone {
     pub bound: Ms,
 }
 
-pub type Key = (String, i16);
+pub type Key = (String, i32);
 
 /// The registry's tables as one transaction sees them, or as committed.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -70,6 +70,9 @@ pub struct Tables {
     /// `idgen_registry.version_base` (0.7.0, finding F3's fix): drawn at CREATE EXTENSION; a row of
     /// a machine id never registered here starts at `version_base + 1`.
     pub version_base: i64,
+    /// `idgen_layouts.unregistered_from` of each service whose hint moved from its pool's first
+    /// (absent: at its pool's first, as a new or truncated registry's are).
+    pub unregistered_from: BTreeMap<String, i32>,
 }
 
 impl Tables {
@@ -102,7 +105,7 @@ pub struct Node {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Holding {
     pub node: Node,
-    pub machine_id: i16,
+    pub machine_id: i32,
     pub version: i64,
 }
 
@@ -113,8 +116,21 @@ pub struct Terms {
     pub tolerance: Ms,
     pub window: Ms,
     pub takeback_age: Ms,
-    pub first_machine_id: i16,
-    pub last_machine_id: i16,
+    pub first_machine_id: i32,
+    pub last_machine_id: i32,
+}
+
+/// The claimant's own held row, set aside (RELEASE_OWN_ROW_AHEAD, RELEASE_OWN_ROW_OUTSIDE_RANGE).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SetAside {
+    pub machine_id: i32,
+    /// What its holders may have stamped (`holder_bound`).
+    pub bound: Ms,
+    /// The watermark it had: what its holder reported.
+    pub reported: Ms,
+    /// The watermark it was left with.
+    pub issued_until: Ms,
+    pub last_seen: Ms,
 }
 
 /// A statement would wait for a row another open transaction holds.
@@ -127,6 +143,8 @@ pub type TxnId = u64;
 enum Lock {
     Row(Key),
     Guard(String, i32),
+    /// A service's row of `idgen_layouts`.
+    Layout(String),
 }
 
 #[derive(Clone, Debug, Default)]
@@ -136,6 +154,8 @@ struct Txn {
     rows: BTreeMap<Key, Option<Row>>,
     tombstones: BTreeMap<Key, Option<Tombstone>>,
     epoch: Option<i64>,
+    /// Hints written (`None`: back at the pool's first).
+    unregistered_from: BTreeMap<String, Option<i32>>,
     locks: BTreeSet<Lock>,
     /// It ran a statement on the registry: it holds a table lock a DROP's NOWAIT lock meets.
     touched: bool,
@@ -144,7 +164,7 @@ struct Txn {
 /// The row a claim step won, as its statement returns it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClaimedRow {
-    pub machine_id: i16,
+    pub machine_id: i32,
     pub version: i64,
     pub lease_until: Ms,
     pub claimed_at: Ms,
@@ -222,6 +242,12 @@ impl Registry {
         if let Some(epoch) = t.epoch {
             tables.epoch = epoch;
         }
+        for (service, hint) in t.unregistered_from {
+            match hint {
+                Some(hint) => tables.unregistered_from.insert(service, hint),
+                None => tables.unregistered_from.remove(&service),
+            };
+        }
         if self.synchronous {
             self.replicate();
         }
@@ -271,6 +297,12 @@ impl Registry {
             if let Some(epoch) = t.epoch {
                 tables.epoch = epoch;
             }
+            for (service, hint) in &t.unregistered_from {
+                match hint {
+                    Some(hint) => tables.unregistered_from.insert(service.clone(), *hint),
+                    None => tables.unregistered_from.remove(service),
+                };
+            }
         }
         tables
     }
@@ -279,6 +311,11 @@ impl Registry {
         let t = self.txns.get_mut(&txn).expect("a statement runs in an open transaction");
         t.touched = true;
         t
+    }
+
+    /// `now()` of `txn`: its start.
+    pub fn now_of(&self, txn: TxnId) -> Ms {
+        self.now(txn)
     }
 
     fn now(&self, txn: TxnId) -> Ms {
@@ -342,7 +379,7 @@ impl Registry {
         }
     }
 
-    fn in_range(mid: i16, t: &Terms) -> bool {
+    fn in_range(mid: i32, t: &Terms) -> bool {
         mid >= t.first_machine_id && mid <= t.last_machine_id
     }
 
@@ -436,21 +473,20 @@ impl Registry {
     }
 
     /// OWN_HELD_ROW: the claimant's held row, locked or not.
-    pub fn own_held_row(&mut self, txn: TxnId, node: &Node) -> Option<i16> {
+    pub fn own_held_row(&mut self, txn: TxnId, node: &Node) -> Option<i32> {
         self.txn(txn);
         self.view(txn).rows.values().find(|n| n.is_identity(node) && n.released_at.is_none()).map(|n| n.machine_id)
     }
 
     /// Sets the claimant's own held row aside (RELEASE_OWN_ROW_AHEAD and _OUTSIDE_RANGE share this
-    /// write): a new version, released now, its bound kept as the watermark. Returns (machine id,
-    /// bound, the watermark it had).
+    /// write): a new version, released now, its bound kept as the watermark.
     fn set_aside(
         &mut self,
         txn: TxnId,
         node: &Node,
         t: &Terms,
         which: impl Fn(&Registry, &Row) -> bool,
-    ) -> Option<(i16, Ms, Ms)> {
+    ) -> Option<SetAside> {
         let view = self.view(txn);
         let own = view.rows.values().find(|o| o.is_identity(node) && o.released_at.is_none() && which(self, o))?;
         if !self.try_lock(txn, Lock::Row((own.service.clone(), own.machine_id))) {
@@ -461,37 +497,77 @@ impl Registry {
         row.version += 1;
         row.released_at = Some(self.clock);
         row.issued_until = row.issued_until.max(bound);
-        let answer = (row.machine_id, bound, own.issued_until);
+        let answer = SetAside {
+            machine_id: row.machine_id,
+            bound,
+            reported: own.issued_until,
+            issued_until: row.issued_until,
+            last_seen: own.last_seen,
+        };
         self.put_row(txn, row);
         Some(answer)
     }
 
     /// RELEASE_OWN_ROW_AHEAD.
-    pub fn release_own_row_ahead(&mut self, txn: TxnId, node: &Node, t: &Terms) -> Option<(i16, Ms, Ms)> {
+    pub fn release_own_row_ahead(&mut self, txn: TxnId, node: &Node, t: &Terms) -> Option<SetAside> {
         let limit = self.clock + t.tolerance;
         self.set_aside(txn, node, t, |reg, o| reg.own_bound(o, t.lease, t.takeback_age) > limit)
     }
 
     /// RELEASE_OWN_ROW_OUTSIDE_RANGE.
-    pub fn release_own_row_outside_range(&mut self, txn: TxnId, node: &Node, t: &Terms) -> Option<(i16, Ms, Ms)> {
+    pub fn release_own_row_outside_range(&mut self, txn: TxnId, node: &Node, t: &Terms) -> Option<SetAside> {
         self.set_aside(txn, node, t, |_, o| !Self::in_range(o.machine_id, t))
     }
 
-    /// UNREGISTERED_MACHINE_IDS.
-    pub fn unregistered_machine_ids(&mut self, txn: TxnId, service: &str, t: &Terms) -> Vec<i16> {
+    /// UNREGISTERED_MACHINE_IDS: the ids of `first..=last` with no row, lowest first, and whether
+    /// each has a tombstone further ahead than `tolerance`.
+    pub fn unregistered_machine_ids(
+        &mut self,
+        txn: TxnId,
+        service: &str,
+        first: i32,
+        last: i32,
+        tolerance: Ms,
+    ) -> Vec<(i32, bool)> {
         self.txn(txn);
         let view = self.view(txn);
-        let limit = self.clock + t.tolerance;
-        (t.first_machine_id..=t.last_machine_id)
-            .filter(|m| {
-                let key = (service.to_owned(), *m);
-                !view.rows.contains_key(&key) && view.tombstones.get(&key).is_none_or(|tomb| tomb.bound <= limit)
-            })
+        let limit = self.clock + tolerance;
+        (first..=last)
+            .filter(|m| !view.rows.contains_key(&(service.to_owned(), *m)))
+            .map(|m| (m, view.tombstones.get(&(service.to_owned(), m)).is_some_and(|tomb| tomb.bound > limit)))
             .collect()
     }
 
+    /// READ_LAYOUT's `unregistered_from`: `None` when at the pool's first.
+    pub fn unregistered_from(&mut self, txn: TxnId, service: &str) -> Option<i32> {
+        self.txn(txn);
+        self.view(txn).unregistered_from.get(service).copied()
+    }
+
+    /// ADVANCE_UNREGISTERED_FROM: the hint moves up to `from` when every id from it to `from` has a
+    /// row and no other transaction holds the service's layout row.
+    pub fn advance_unregistered_from(&mut self, txn: TxnId, service: &str, pool_first: i32, from: i32) {
+        let view = self.view(txn);
+        let hint = view.unregistered_from.get(service).copied().unwrap_or(pool_first);
+        let rows = view.rows.keys().filter(|(s, m)| s == service && (hint..from).contains(m)).count();
+        if hint < from && rows as i64 == i64::from(from - hint) && self.try_lock(txn, Lock::Layout(service.to_owned()))
+        {
+            self.txn(txn).unregistered_from.insert(service.to_owned(), Some(from));
+        }
+    }
+
+    /// READ_REGISTRY's version base (0 with F3's fix switched off: versions start again at 1).
+    pub fn read_version_base(&mut self, txn: TxnId) -> i64 {
+        self.txn(txn);
+        if self.off(Mutation::VersionBase) {
+            0
+        } else {
+            self.view(txn).version_base
+        }
+    }
+
     /// SOONEST_TOMBSTONE_AHEAD.
-    pub fn soonest_tombstone_ahead(&mut self, txn: TxnId, service: &str, t: &Terms) -> Option<(i16, Ms)> {
+    pub fn soonest_tombstone_ahead(&mut self, txn: TxnId, service: &str, t: &Terms) -> Option<(i32, Ms)> {
         self.txn(txn);
         let view = self.view(txn);
         let limit = self.clock + t.tolerance;
@@ -510,8 +586,9 @@ impl Registry {
         txn: TxnId,
         node: &Node,
         t: &Terms,
-        machine_id: i16,
+        machine_id: i32,
         guard_bucket: i32,
+        version_base: i64,
     ) -> Option<ClaimedRow> {
         let view = self.view(txn);
         let key = (node.service.clone(), machine_id);
@@ -539,10 +616,7 @@ impl Registry {
             host: node.host.clone(),
             port: node.port,
             backend_slot: node.backend_slot,
-            // The version base (F3's fix), 0 with it switched off: versions start again at 1.
-            version: tomb
-                .map_or(if self.off(Mutation::VersionBase) { 0 } else { view.version_base }, |tomb| tomb.version)
-                + 1,
+            version: tomb.map_or(version_base, |tomb| tomb.version) + 1,
             last_seen: now,
             released_at: None,
             issued_until,
@@ -563,7 +637,7 @@ impl Registry {
     }
 
     /// TAKE_RELEASED (`cooldown: Some`) and TAKE_IDLE (`min_idle: Some`): the victim row, taken over
-    /// for the claimant. Returns the row and the previous holder's version.
+    /// for the claimant. Returns the row and the victim as it was.
     pub fn take_over(
         &mut self,
         txn: TxnId,
@@ -571,7 +645,7 @@ impl Registry {
         t: &Terms,
         min_idle: Option<Ms>,
         cooldown: Ms,
-    ) -> Option<(ClaimedRow, i64)> {
+    ) -> Option<(ClaimedRow, Row)> {
         let view = self.view(txn);
         let now = self.now(txn);
         let clock = self.clock;
@@ -607,12 +681,52 @@ impl Registry {
             row.host = node.host.clone();
             row.port = node.port;
             row.backend_slot = node.backend_slot;
-            let previous_version = victim.version;
+            let previous = victim.clone();
             let mut claimed = self.granted(txn, row, bound.max(clock + t.window), t);
             claimed.bound = Some(bound);
-            return Some((claimed, previous_version));
+            return Some((claimed, previous));
         }
         None
+    }
+
+    /// CURRENT_ROW.
+    pub fn current_row(&mut self, txn: TxnId, service: &str, machine_id: i32) -> Option<Row> {
+        self.txn(txn);
+        self.view(txn).rows.get(&(service.to_owned(), machine_id)).cloned()
+    }
+
+    /// ROW_BOUND: the row's bound (when finite) and the clock.
+    pub fn row_bound(&mut self, txn: TxnId, service: &str, machine_id: i32, t: &Terms) -> Option<(Ms, Ms)> {
+        let row = self.current_row(txn, service, machine_id)?;
+        let bound = self.holder_bound(&row, t.lease, t.takeback_age);
+        (bound != NEG_INF).then_some((bound, self.clock))
+    }
+
+    /// The rows of `service` in the terms' range.
+    fn rows_in_range(&mut self, txn: TxnId, service: &str, t: &Terms) -> Vec<Row> {
+        self.txn(txn);
+        let view = self.view(txn);
+        view.rows.into_values().filter(|r| r.service == service && Self::in_range(r.machine_id, t)).collect()
+    }
+
+    /// COUNT_HELD and LEAST_RECENTLY_SEEN.
+    pub fn least_recently_seen(&mut self, txn: TxnId, service: &str, t: &Terms) -> (i64, Option<Row>) {
+        let rows = self.rows_in_range(txn, service, t);
+        let least = rows.iter().min_by_key(|r| (r.last_seen, r.machine_id)).cloned();
+        (rows.len() as i64, least)
+    }
+
+    /// HIGHEST_REGISTERED.
+    pub fn highest_registered(&mut self, txn: TxnId, service: &str, t: &Terms) -> Option<i32> {
+        self.rows_in_range(txn, service, t).iter().map(|r| r.machine_id).max()
+    }
+
+    /// COUNT_IN_USE: held, cooling down, or released with a watermark still ahead.
+    pub fn count_in_use(&mut self, txn: TxnId, service: &str, cooldown: Ms, t: &Terms) -> i64 {
+        let (now, clock) = (self.now(txn), self.clock);
+        let rows = self.rows_in_range(txn, service, t);
+        rows.iter().filter(|r| r.released_at.is_none_or(|at| at > now - cooldown) || r.issued_until > clock).count()
+            as i64
     }
 
     /// The held row a version-checked statement names, if it matches (the version check can be
@@ -755,12 +869,21 @@ impl Registry {
     }
 
     /// TOMBSTONE_ROW (the DELETE trigger), or nothing when tombstones are switched off.
-    pub fn tombstone_row(&mut self, txn: TxnId, key: &Key, lease: Ms, takeback_age: Ms) {
+    /// The lowering of the service's hint waits for a claim that holds its layout row (an
+    /// `UPDATE`): `Blocked` then, and nothing is written.
+    pub fn tombstone_row(&mut self, txn: TxnId, key: &Key, lease: Ms, takeback_age: Ms) -> Result<(), Blocked> {
         self.txn(txn);
         let view = self.view(txn);
-        let Some(row) = view.rows.get(key) else { return };
+        let Some(row) = view.rows.get(key) else { return Ok(()) };
+        // LOWER_UNREGISTERED_FROM: the hint goes back to the removed row's machine id.
+        if view.unregistered_from.get(&key.0).is_some_and(|hint| *hint > key.1) {
+            if !self.try_lock(txn, Lock::Layout(key.0.clone())) {
+                return Err(Blocked);
+            }
+            self.txn(txn).unregistered_from.insert(key.0.clone(), Some(key.1));
+        }
         if self.off(Mutation::Floor) {
-            return;
+            return Ok(());
         }
         let bound = self.holder_bound(row, lease, takeback_age);
         let tomb = match view.tombstones.get(key) {
@@ -768,13 +891,20 @@ impl Registry {
             None => Tombstone { version: row.version, bound },
         };
         self.put_tombstone(txn, key.clone(), Some(tomb));
+        Ok(())
     }
 
-    /// TOMBSTONE_ALL (the TRUNCATE trigger).
+    /// TOMBSTONE_ALL (the TRUNCATE trigger). A TRUNCATE waits for every other transaction that
+    /// used the registry (its caller's `hand_txn_or_wait`), so nothing blocks it here.
     pub fn tombstone_all(&mut self, txn: TxnId, lease: Ms, takeback_age: Ms) {
         let keys: Vec<Key> = self.view(txn).rows.keys().cloned().collect();
         for key in keys {
-            self.tombstone_row(txn, &key, lease, takeback_age);
+            let _ = self.tombstone_row(txn, &key, lease, takeback_age);
+        }
+        // RESET_UNREGISTERED_FROM: every hint back to its pool's first.
+        let hints: Vec<String> = self.view(txn).unregistered_from.into_keys().collect();
+        for service in hints {
+            self.txn(txn).unregistered_from.insert(service, None);
         }
     }
 
@@ -785,7 +915,7 @@ impl Registry {
     }
 
     /// MERGE_TOMBSTONE (the INSERT trigger): the row takes its tombstone's bound and a newer version.
-    pub fn merge_tombstone(&mut self, txn: TxnId, service: &str, machine_id: i16) {
+    pub fn merge_tombstone(&mut self, txn: TxnId, service: &str, machine_id: i32) {
         let key = (service.to_owned(), machine_id);
         let view = self.view(txn);
         let Some(tomb) = view.tombstones.get(&key).copied() else { return };
@@ -902,9 +1032,10 @@ mod tests {
     }
 
     /// A committed claim of a never-registered id by `host`.
-    fn claimed(reg: &mut Registry, host: &str, machine_id: i16) -> ClaimedRow {
+    fn claimed(reg: &mut Registry, host: &str, machine_id: i32) -> ClaimedRow {
         let txn = reg.begin();
-        let row = reg.insert_unregistered(txn, &node(host), &terms(), machine_id, i32::from(machine_id)).unwrap();
+        let base = reg.read_version_base(txn);
+        let row = reg.insert_unregistered(txn, &node(host), &terms(), machine_id, machine_id, base).unwrap();
         reg.commit(txn);
         row
     }
@@ -945,10 +1076,10 @@ mod tests {
     fn a_transaction_sees_what_is_committed_and_its_own_writes_only() {
         let mut reg = registry();
         let a = reg.begin();
-        reg.insert_unregistered(a, &node("10.0.0.1"), &terms(), 0, 0).unwrap();
+        reg.insert_unregistered(a, &node("10.0.0.1"), &terms(), 0, 0, 0).unwrap();
         let b = reg.begin();
         assert!(reg.view(b).rows.is_empty(), "an uncommitted insert is not seen");
-        assert!(reg.insert_unregistered(b, &node("10.0.0.2"), &terms(), 0, 0).is_none(), "its guard is held");
+        assert!(reg.insert_unregistered(b, &node("10.0.0.2"), &terms(), 0, 0, 0).is_none(), "its guard is held");
         reg.commit(a);
         assert_eq!(reg.view(b).rows.len(), 1, "read committed: seen after its commit");
         let c = reg.begin();
@@ -989,9 +1120,12 @@ mod tests {
         assert_eq!(tables.tombstones[&("svc".to_owned(), 0)], Tombstone { version: 1, bound: T + TAKEBACK });
         // Too far ahead for the claimant: skipped; once it passes, the new row continues from it.
         let txn = reg.begin();
-        assert_eq!(reg.unregistered_machine_ids(txn, "svc", &terms()), vec![1, 2, 3]);
+        assert_eq!(
+            reg.unregistered_machine_ids(txn, "svc", 0, 3, 10_000),
+            vec![(0, true), (1, false), (2, false), (3, false)]
+        );
         reg.clock = T + TAKEBACK;
-        let row = reg.insert_unregistered(txn, &node("10.0.0.2"), &terms(), 0, 0).unwrap();
+        let row = reg.insert_unregistered(txn, &node("10.0.0.2"), &terms(), 0, 0, 0).unwrap();
         assert_eq!((row.version, row.bound, row.issued_until), (2, Some(T + TAKEBACK), T + TAKEBACK));
         assert!(reg.view(txn).tombstones.is_empty(), "the tombstone is consumed");
     }

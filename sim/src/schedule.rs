@@ -87,19 +87,19 @@ pub enum Op {
     /// `TRUNCATE system_nodes`.
     Truncate,
     /// `DELETE FROM system_nodes WHERE machine_id = ...`.
-    Delete { machine_id: i16 },
+    Delete { machine_id: i32 },
     /// A copy of the registry is taken (pg_dump).
     TakeCopy,
     /// The rows of the copy are restored in place of today's (TRUNCATE, then the rows inserted;
     /// `triggers: false` as `pg_restore --disable-triggers` does).
     Restore { triggers: bool },
     /// A superuser's transaction locks the row of a machine id and keeps it.
-    HandLock { machine_id: i16 },
+    HandLock { machine_id: i32 },
     /// That transaction commits.
     HandUnlock,
     /// A DBA frees a machine id by hand, as docs/operations.md says: `idgen_release` of its row as it
     /// stands, with no watermark, while its holder may go on minting until it learns of it.
-    HandRelease { machine_id: i16 },
+    HandRelease { machine_id: i32 },
 }
 
 /// Which faults a schedule draws from.
@@ -220,7 +220,7 @@ impl Faults {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Setup {
     /// Machine ids of the service: `0..machine_ids`.
-    pub machine_ids: i16,
+    pub machine_ids: i32,
     /// Backend slots of the server.
     pub slots: usize,
     /// Service node identities (hosts).
@@ -258,7 +258,7 @@ impl Schedule {
         let faults = faults.drawn(&mut rng);
         let synchronous = !(faults.uncovered && rng.chance(1, 2));
         let setup = Setup {
-            machine_ids: rng.range(2, 5) as i16,
+            machine_ids: rng.range(2, 5) as i32,
             slots: rng.range(1, 3) as usize,
             hosts: rng.range(1, 3) as usize,
             synchronous,
@@ -288,7 +288,7 @@ impl Schedule {
         let slot = rng.below(s.slots as u64) as usize;
         let host = rng.below(s.hosts as u64) as usize;
         let process = rng.below(2) as usize;
-        let machine_id = rng.below(s.machine_ids as u64) as i16;
+        let machine_id = rng.below(s.machine_ids as u64) as i32;
         loop {
             let op = match rng.below(100) {
                 0..=21 => Op::Advance {

@@ -27,7 +27,7 @@ impl Scripted {
 }
 
 /// A setup with a synchronous standby and a first registry of epoch 7.
-fn setup(machine_ids: i16, slots: usize, hosts: usize, faults: Faults) -> Setup {
+fn setup(machine_ids: i32, slots: usize, hosts: usize, faults: Faults) -> Setup {
     Setup {
         machine_ids,
         slots,

@@ -151,7 +151,7 @@ enum Status {
 struct NodeProc {
     name: String,
     status: Status,
-    machine_id: i16,
+    machine_id: i32,
     version: i64,
     generator: Generator,
     /// Sent time of the last good heartbeat (or claim) plus the lease it granted, in true time
@@ -211,7 +211,7 @@ pub struct World {
     reg: Registry,
     policy: ClaimPolicy,
     topology: Topology,
-    machine_ids: i16,
+    machine_ids: i32,
     max_backward_ms: Ms,
     backends: Vec<Option<Backend>>,
     backend_incarnations: Vec<u32>,
@@ -934,7 +934,8 @@ impl World {
             lease.held().map(|h| h.terms)
         };
         let renewal = held.map(|terms| {
-            let holding = Holding { node: node.clone(), machine_id: terms.machine_id as i16, version: terms.version };
+            let holding =
+                Holding { node: node.clone(), machine_id: i32::from(terms.machine_id), version: terms.version };
             let window = watermark::backend_window_ms(&policy, self.server_clock() - terms.claimed_at_unix_ms);
             (holding, terms.registry_epoch, window)
         });
@@ -1037,8 +1038,11 @@ impl World {
         let Some(terms) = held.filter(|_| self.reg.installed()) else {
             return Err(refusal("25006", "no lease to read in a read-only transaction"));
         };
-        let holding =
-            Holding { node: Self::backend_identity(slot), machine_id: terms.machine_id as i16, version: terms.version };
+        let holding = Holding {
+            node: Self::backend_identity(slot),
+            machine_id: i32::from(terms.machine_id),
+            version: terms.version,
+        };
         let txn = b.txn.unwrap_or_else(|| self.reg.begin());
         let read = self.reg.read_backend_lease(txn, &holding, policy.lease_secs() * 1000, terms.registry_epoch);
         if b.txn.is_none() {
@@ -1204,7 +1208,7 @@ impl World {
             let Some((lease, _, _)) = self.parked[slot].take() else { continue };
             let held = Holding {
                 node: Self::backend_identity(slot),
-                machine_id: i16::try_from(lease.terms.machine_id).expect("small ids"),
+                machine_id: i32::from(lease.terms.machine_id),
                 version: lease.terms.version,
             };
             if let Ok(true) =
@@ -1228,7 +1232,7 @@ impl World {
                     port: holding.node.port,
                     backend_slot: holding.node.backend_slot,
                 },
-                machine_id: holding.machine_id as i16,
+                machine_id: holding.machine_id,
                 version: holding.version,
             };
             if let Ok(true) = self.reg.close_backend_lease(txn, &held, epoch, closing) {
@@ -1783,7 +1787,7 @@ impl World {
         say!(self, "TRUNCATE system_nodes: every row leaves its tombstone, a new epoch begins");
     }
 
-    fn delete(&mut self, machine_id: i16) {
+    fn delete(&mut self, machine_id: i32) {
         if !self.reg.installed() {
             return;
         }
@@ -1794,8 +1798,9 @@ impl World {
             return;
         }
         let policy = self.policy();
-        self.reg.tombstone_row(txn, &key, policy.lease_secs() * 1000, policy.takeover_idle_1h_secs * 1000);
-        if self.reg.delete_row(txn, &key).is_err() {
+        let tombstoned =
+            self.reg.tombstone_row(txn, &key, policy.lease_secs() * 1000, policy.takeover_idle_1h_secs * 1000);
+        if tombstoned.is_err() || self.reg.delete_row(txn, &key).is_err() {
             self.reg.abort(txn);
             say!(self, "DELETE of machine id {machine_id} waits for a row lock; the DBA gives up");
             return;
@@ -1822,7 +1827,7 @@ impl World {
 
     /// docs/operations.md's freeing of an id by hand: `idgen_release` of the row as it stands (its
     /// holder, version), with no watermark, while the holder may still be minting.
-    fn hand_release(&mut self, machine_id: i16) {
+    fn hand_release(&mut self, machine_id: i32) {
         let Some(txn) = self.hand_txn_or_wait("idgen_release by hand") else { return };
         let key = (SERVICE.to_owned(), machine_id);
         let Some(row) = self.reg.view(txn).rows.get(&key).cloned().filter(|r| r.released_at.is_none()) else {
@@ -1850,7 +1855,7 @@ impl World {
         }
     }
 
-    fn hand_lock(&mut self, machine_id: i16) {
+    fn hand_lock(&mut self, machine_id: i32) {
         if self.hand_txn.is_some() || !self.reg.installed() {
             return;
         }

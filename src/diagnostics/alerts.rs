@@ -10,14 +10,7 @@ use idgen_core::{IdgenError, SqlState};
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::{PgLogLevel, PgSqlErrorCode};
 
-/// Something a claim tells people besides its result.
-#[derive(Clone, Debug)]
-pub enum Notice {
-    /// A WARNING for the client.
-    Warning(IdgenError),
-    /// An alert: announced where the claim's transaction runs, and a WARNING for the client.
-    Alert(Alert),
-}
+pub use idgen_core::claim::Notice;
 
 /// The LOG line, and the NOTIFY when the transaction is going to commit (a NOTIFY from a
 /// transaction that fails is never delivered, so an alert that comes with an error lives in the log).

@@ -25,17 +25,15 @@
 //! return one row: SPI stops a statement with RETURNING at its limit, before
 //! its AFTER STATEMENT triggers fire (the grants' table relies on one).
 
-use crate::settings::ClaimSettings;
 use crate::spi::{at, first_row, ok as spi, run, time};
 use crate::statements as sql;
 use crate::statements::value::Interval;
+use idgen_core::claim::{self as core, CapacityTurn, ClaimTerms, TakeOverFrom};
 use idgen_core::facts::RowFacts;
 use idgen_core::fleet::CapacityLevel;
 use idgen_core::guard;
 use idgen_core::history::EventKind;
 use idgen_core::input::{GeneratorCounts, Holding, NodeIdentity};
-use idgen_core::layout::Pool;
-use idgen_core::watermark::{self, HolderKind};
 use pgrx::datum::TimestampWithTimeZone;
 use pgrx::spi::SpiClient;
 
@@ -88,73 +86,12 @@ macro_rules! of_holding {
     }};
 }
 
-/// The row a claim got, as it wrote it.
-pub struct ClaimedRow {
-    pub machine_id: i32,
-    pub version: i64,
-    pub lease_until: TimestampWithTimeZone,
-    /// The row's new `last_seen`: the moment of the claim.
-    pub claimed_at: TimestampWithTimeZone,
-    /// The latest time an earlier holder may have stamped; none for a new id.
-    pub bound: Option<TimestampWithTimeZone>,
-    /// The watermark the row holds now.
-    pub issued_until: TimestampWithTimeZone,
-}
-
+/// The row a claim got, as it wrote it (`idgen_core::claim::ClaimedRow`).
+pub type ClaimedRow = core::ClaimedRow<TimestampWithTimeZone>;
 /// What the caller's own row looks like to a claim.
-pub enum OwnRow {
-    /// Won back; `was_released` when the caller had released it.
-    Claimed {
-        row: ClaimedRow,
-        was_released: bool,
-    },
-    /// The row exists but another transaction has it locked.
-    Busy(i32),
-    Absent,
-}
-
-/// What a claim grants (its lease and take-back age), how far ahead of the clock it lets a
-/// watermark be, and where it may look (this server's machine-id range).
-#[derive(Clone, Copy)]
-pub struct ClaimTerms {
-    /// The lease granted, in seconds.
-    pub lease_secs: i64,
-    /// How far ahead of the clock a watermark may be for the claimant to keep the id.
-    pub tolerance_ms: i64,
-    /// The window the claimant may issue in before its next write (0 for services).
-    pub window_ms: i64,
-    /// The shortest take-back age, in seconds: no take-back of the grant before it.
-    pub takeover_idle_secs: i64,
-    /// The machine ids the claim may hand out: the service's pool within this server's
-    /// `idgen.machine_id_range` (or the one id a claim by number asks for).
-    pub first_machine_id: i32,
-    pub last_machine_id: i32,
-}
-
-impl ClaimTerms {
-    /// The times a claim or a renewal by a holder of `kind` works with, under `settings`; `window_ms`
-    /// is the window it may issue in before its next write, `ids` the machine ids it may hand out.
-    pub fn of(kind: HolderKind, settings: &ClaimSettings, window_ms: i64, ids: Pool) -> ClaimTerms {
-        let policy = &settings.policy;
-        ClaimTerms {
-            lease_secs: policy.lease_secs(),
-            tolerance_ms: watermark::tolerance_ms(kind, policy, settings.max_clock_backward_ms),
-            window_ms,
-            takeover_idle_secs: policy.takeover_idle_1h_secs,
-            first_machine_id: i32::from(ids.first),
-            last_machine_id: i32::from(ids.last),
-        }
-    }
-}
-
-/// Which rows a take-over may take from their holders.
-#[derive(Clone, Copy)]
-pub enum TakeOverFrom {
-    /// Released rows whose cooldown has passed, longest released first.
-    Released { cooldown_secs: i64 },
-    /// Rows idle longer than `min_idle_secs` (and not cooling down), least recently seen first.
-    Idle { min_idle_secs: i64, cooldown_secs: i64 },
-}
+pub type OwnRow = core::OwnRow<TimestampWithTimeZone>;
+/// The claimant's own row, set aside by [`release_own_row_ahead`].
+pub type OwnRowAhead = core::OwnRowAhead<TimestampWithTimeZone>;
 
 /// The registry's epoch.
 pub fn read_epoch(client: &mut SpiClient) -> i64 {
@@ -197,18 +134,6 @@ pub fn create_guards(client: &mut SpiClient, service: &str) {
 pub fn take_identity_guard(client: &mut SpiClient, node: &NodeIdentity) -> bool {
     let args = sql::TAKE_GUARD { service: node.service.clone(), bucket: guard::identity_guard(node) };
     first_row(run(client, args, Some(1))).and_then(|row| row.taken).unwrap_or(false)
-}
-
-/// The turn to announce a change of a service's capacity level.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CapacityTurn {
-    /// Taken, until the transaction ends.
-    Taken,
-    /// Another transaction holds it: it announces; this claim leaves it.
-    Busy,
-    /// The service has no such guard row (its guard rows were created by the 0.10.0 library against
-    /// older objects while they were being updated): announce without one.
-    Missing,
 }
 
 /// Takes the service's capacity turn until the transaction ends, or says why it cannot.
@@ -254,16 +179,6 @@ pub fn release_own_row_ahead(client: &mut SpiClient, node: &NodeIdentity, times:
         reported: time(row.reported),
         last_seen: time(row.last_seen),
     })
-}
-
-/// The claimant's own row, set aside by [`release_own_row_ahead`].
-pub struct OwnRowAhead {
-    pub machine_id: i32,
-    /// How long its holders may stamp (the holder bound).
-    pub bound: TimestampWithTimeZone,
-    /// Its issued_until: what its holder reported.
-    pub reported: TimestampWithTimeZone,
-    pub last_seen: TimestampWithTimeZone,
 }
 
 /// Step 1, part 0: the caller's own held row outside this server's machine-id range is released

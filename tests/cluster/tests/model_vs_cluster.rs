@@ -14,12 +14,12 @@ use postgres::Client;
 const SERVICE: &str = "sim";
 const PORT: i32 = 8080;
 /// Machine ids left free by the fill; every other id of the layout is held by a filler row.
-const FREE: [i16; 5] = [0, 1, 2, 3, 4];
+const FREE: [i32; 5] = [0, 1, 2, 3, 4];
 
 /// What a step answered, as both sides can say it.
 #[derive(Debug, PartialEq, Eq)]
 enum Answer {
-    Claimed { machine_id: i16, version: i64, outcome: String },
+    Claimed { machine_id: i32, version: i64, outcome: String },
     Refused(String),
     Renewed,
     Released(bool),
@@ -40,13 +40,13 @@ enum Step {
     },
     Heartbeat {
         host: &'static str,
-        machine_id: i16,
+        machine_id: i32,
         version: i64,
         report: Report,
     },
     Release {
         host: &'static str,
-        machine_id: i16,
+        machine_id: i32,
         version: i64,
         report: Report,
     },
@@ -54,10 +54,10 @@ enum Step {
     Backend,
     /// `set_idle(..., '2 hours', machine_id = m)`.
     Idle {
-        machine_id: i16,
+        machine_id: i32,
     },
     Delete {
-        machine_id: i16,
+        machine_id: i32,
     },
 }
 
@@ -82,7 +82,7 @@ fn cluster_rows(c: &mut Client) -> Vec<Row> {
         )
     };
     let sql = format!(
-        "SELECT machine_id::int2, host(host), port, backend_slot, version, {}, {}, {}, {}, {} \
+        "SELECT machine_id, host(host), port, backend_slot, version, {}, {}, {}, {}, {} \
            FROM system_nodes WHERE service = $1 ORDER BY machine_id",
         ms("last_seen"),
         ms("released_at"),
@@ -152,7 +152,7 @@ impl Both {
         let (told, cluster, model, not_before) = match *step {
             Step::Claim { host } => {
                 let row = self.client.query_one(
-                    "SELECT machine_id::int2, version, outcome, floor(extract(epoch FROM not_before) * 1000)::int8 \
+                    "SELECT machine_id, version, outcome, floor(extract(epoch FROM not_before) * 1000)::int8 \
                        FROM idgen_claim($1, $2::text::inet, $3)",
                     &[&SERVICE, &host, &PORT],
                 );
@@ -179,11 +179,10 @@ impl Both {
             Step::Heartbeat { host, machine_id, version, report } => {
                 let sql =
                     format!("SELECT idgen_heartbeat($1, $2, $3::text::inet, $4, $5, {})", report_sql(report, now));
-                let cluster =
-                    match self.client.query_one(&sql, &[&SERVICE, &i32::from(machine_id), &host, &PORT, &version]) {
-                        Ok(_) => Answer::Renewed,
-                        Err(e) => code(&e),
-                    };
+                let cluster = match self.client.query_one(&sql, &[&SERVICE, &machine_id, &host, &PORT, &version]) {
+                    Ok(_) => Answer::Renewed,
+                    Err(e) => code(&e),
+                };
                 let held = Holding { node: node(host), machine_id, version };
                 let model = match self.mirror.heartbeat(&held, reported(report, now)) {
                     Ok(_) => Answer::Renewed,
@@ -193,11 +192,10 @@ impl Both {
             }
             Step::Release { host, machine_id, version, report } => {
                 let sql = format!("SELECT idgen_release($1, $2, $3::text::inet, $4, $5, {})", report_sql(report, now));
-                let cluster =
-                    match self.client.query_one(&sql, &[&SERVICE, &i32::from(machine_id), &host, &PORT, &version]) {
-                        Ok(r) => Answer::Released(r.get(0)),
-                        Err(e) => code(&e),
-                    };
+                let cluster = match self.client.query_one(&sql, &[&SERVICE, &machine_id, &host, &PORT, &version]) {
+                    Ok(r) => Answer::Released(r.get(0)),
+                    Err(e) => code(&e),
+                };
                 let held = Holding { node: node(host), machine_id, version };
                 let model = match self.mirror.release(&held, reported(report, now)) {
                     Ok(done) => Answer::Released(done),
@@ -214,11 +212,11 @@ impl Both {
                         let id: i64 = r.get(0);
                         let lease = backend
                             .query_one(
-                                "SELECT machine_id::int2, version, backend_slot FROM idgen_backend_leases() WHERE service = $1",
+                                "SELECT machine_id, version, backend_slot FROM idgen_backend_leases() WHERE service = $1",
                                 &[&SERVICE],
                             )
                             .unwrap();
-                        let (machine_id, version, slot): (i16, i64, Option<i32>) =
+                        let (machine_id, version, slot): (i32, i64, Option<i32>) =
                             (lease.get(0), lease.get(1), lease.get(2));
                         let host: String = backend.query_one("SHOW idgen.node_host", &[]).unwrap().get(0);
                         let port: i32 = backend.query_one("SELECT current_setting('port')::int4", &[]).unwrap().get(0);
@@ -257,7 +255,7 @@ impl Both {
                 self.admin
                     .execute(
                         "DELETE FROM system_nodes WHERE service = $1 AND machine_id = $2",
-                        &[&SERVICE, &i32::from(machine_id)],
+                        &[&SERVICE, &machine_id],
                     )
                     .unwrap();
                 self.mirror.delete(SERVICE, machine_id);
