@@ -13,6 +13,7 @@ pub mod rng;
 pub mod run;
 pub mod schedule;
 pub mod scripted;
+pub mod tables;
 pub mod world;
 
 pub use mutation::{Mutation, Mutations};
