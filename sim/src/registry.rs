@@ -545,13 +545,17 @@ impl Registry {
     }
 
     /// ADVANCE_UNREGISTERED_FROM: the hint moves up to `from` when every id from it to `from` has a
-    /// row and no other transaction holds the service's layout row.
+    /// row and no other transaction holds the service's layout row. The statement's `EXISTS (...
+    /// FOR UPDATE SKIP LOCKED)` is uncorrelated: a one-time filter that locks the layout row first,
+    /// whether the hint then moves or not.
     pub fn advance_unregistered_from(&mut self, txn: TxnId, service: &str, pool_first: i32, from: i32) {
+        if !self.try_lock(txn, Lock::Layout(service.to_owned())) {
+            return;
+        }
         let view = self.view(txn);
         let hint = view.unregistered_from.get(service).copied().unwrap_or(pool_first);
         let rows = view.rows.keys().filter(|(s, m)| s == service && (hint..from).contains(m)).count();
-        if hint < from && rows as i64 == i64::from(from - hint) && self.try_lock(txn, Lock::Layout(service.to_owned()))
-        {
+        if hint < from && rows as i64 == i64::from(from - hint) {
             self.txn(txn).unregistered_from.insert(service.to_owned(), Some(from));
         }
     }
