@@ -4,18 +4,19 @@
 -- TAKE_RELEASED
 -- Claim step 3: takes over one released row of the service past its cooldown, longest released
 -- first, locked without waiting, for the claimant with a new grant. Returns the row won (columns 1-6)
--- and its previous holder's facts (7-14).
+-- and its previous holder's facts (7-14). It and its twin [`TAKE_IDLE`] differ only in the rows
+-- their tier takes and their order: the rest is `take_over_victims!` and `take_over_victim!`.
 --   $1 service text
 --   $2 host inet
 --   $3 port integer
 --   $4 backend_slot integer (may be NULL)
 --   $5 lease interval
---   $6 cooldown interval
---   $7 tolerance interval
---   $8 takeback_age interval
---   $9 window interval
---   $10 first_machine_id integer
---   $11 last_machine_id integer
+--   $6 takeback_age interval
+--   $7 window interval
+--   $8 tolerance interval
+--   $9 first_machine_id integer
+--   $10 last_machine_id integer
+--   $11 cooldown interval
 --   returns machine_id integer
 --   returns version bigint
 --   returns lease_until timestamptz
@@ -31,13 +32,13 @@
 --   returns previous_released_at text (may be NULL)
 --   returns previous_backend_slot integer (may be NULL)
 WITH victim AS (
-    SELECT v.*, idgen_private.holder_bound(v, $5, $8) AS bound
+    SELECT v.*, idgen_private.holder_bound(v, $5, $6) AS bound
     FROM idgen_private.nodes v
     WHERE v.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
-      AND v.machine_id OPERATOR(pg_catalog.>=) $10
-      AND v.machine_id OPERATOR(pg_catalog.<=) $11
-      AND v.released_at OPERATOR(pg_catalog.<=) (pg_catalog.now() OPERATOR(pg_catalog.-) $6)
-      AND idgen_private.holder_bound(v, $5, $8) OPERATOR(pg_catalog.<=) (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $7)
+      AND v.machine_id OPERATOR(pg_catalog.>=) $9
+      AND v.machine_id OPERATOR(pg_catalog.<=) $10
+      AND idgen_private.holder_bound(v, $5, $6) OPERATOR(pg_catalog.<=) (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $8)
+      AND v.released_at OPERATOR(pg_catalog.<=) (pg_catalog.now() OPERATOR(pg_catalog.-) $11)
     ORDER BY v.released_at, v.machine_id
     LIMIT 1 FOR UPDATE SKIP LOCKED)
 UPDATE idgen_private.nodes n
@@ -47,9 +48,9 @@ SET host = $2,
     version = n.version OPERATOR(pg_catalog.+) 1,
     last_seen = t.now,
     lease_until = t.now OPERATOR(pg_catalog.+) $5,
-    takeover_at = t.now OPERATOR(pg_catalog.+) $8,
+    takeover_at = t.now OPERATOR(pg_catalog.+) $6,
     released_at = NULL,
-    issued_until = GREATEST(v.bound, t.now OPERATOR(pg_catalog.+) $9)
+    issued_until = GREATEST(v.bound, t.now OPERATOR(pg_catalog.+) $7)
 FROM victim v, (SELECT pg_catalog.clock_timestamp() AS now) t
 WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) v.service::pg_catalog.text
   AND n.machine_id OPERATOR(pg_catalog.=) v.machine_id
@@ -76,13 +77,13 @@ RETURNING n.machine_id::pg_catalog.int4,
 --   $3 port integer
 --   $4 backend_slot integer (may be NULL)
 --   $5 lease interval
---   $6 min_idle interval
---   $7 cooldown interval
+--   $6 takeback_age interval
+--   $7 window interval
 --   $8 tolerance interval
---   $9 takeback_age interval
---   $10 window interval
---   $11 first_machine_id integer
---   $12 last_machine_id integer
+--   $9 first_machine_id integer
+--   $10 last_machine_id integer
+--   $11 cooldown interval
+--   $12 min_idle interval
 --   returns machine_id integer
 --   returns version bigint
 --   returns lease_until timestamptz
@@ -98,15 +99,15 @@ RETURNING n.machine_id::pg_catalog.int4,
 --   returns previous_released_at text (may be NULL)
 --   returns previous_backend_slot integer (may be NULL)
 WITH victim AS (
-    SELECT v.*, idgen_private.holder_bound(v, $5, $9) AS bound
+    SELECT v.*, idgen_private.holder_bound(v, $5, $6) AS bound
     FROM idgen_private.nodes v
     WHERE v.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
-      AND v.machine_id OPERATOR(pg_catalog.>=) $11
-      AND v.machine_id OPERATOR(pg_catalog.<=) $12
-      AND v.last_seen OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) $6)
+      AND v.machine_id OPERATOR(pg_catalog.>=) $9
+      AND v.machine_id OPERATOR(pg_catalog.<=) $10
+      AND idgen_private.holder_bound(v, $5, $6) OPERATOR(pg_catalog.<=) (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $8)
+      AND v.last_seen OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) $12)
       AND (v.takeover_at IS NULL OR v.takeover_at OPERATOR(pg_catalog.<) pg_catalog.now())
-      AND (v.released_at IS NULL OR v.released_at OPERATOR(pg_catalog.<=) (pg_catalog.now() OPERATOR(pg_catalog.-) $7))
-      AND idgen_private.holder_bound(v, $5, $9) OPERATOR(pg_catalog.<=) (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $8)
+      AND (v.released_at IS NULL OR v.released_at OPERATOR(pg_catalog.<=) (pg_catalog.now() OPERATOR(pg_catalog.-) $11))
     ORDER BY v.last_seen, v.machine_id
     LIMIT 1 FOR UPDATE SKIP LOCKED)
 UPDATE idgen_private.nodes n
@@ -116,9 +117,9 @@ SET host = $2,
     version = n.version OPERATOR(pg_catalog.+) 1,
     last_seen = t.now,
     lease_until = t.now OPERATOR(pg_catalog.+) $5,
-    takeover_at = t.now OPERATOR(pg_catalog.+) $9,
+    takeover_at = t.now OPERATOR(pg_catalog.+) $6,
     released_at = NULL,
-    issued_until = GREATEST(v.bound, t.now OPERATOR(pg_catalog.+) $10)
+    issued_until = GREATEST(v.bound, t.now OPERATOR(pg_catalog.+) $7)
 FROM victim v, (SELECT pg_catalog.clock_timestamp() AS now) t
 WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) v.service::pg_catalog.text
   AND n.machine_id OPERATOR(pg_catalog.=) v.machine_id

@@ -263,7 +263,7 @@ macro_rules! row_type {
 /// the statement: a braced struct lives in the type namespace, the constant in the value one), its
 /// row as a struct of [`rows`] where it declares one, and [`ALL`] in the order written.
 macro_rules! statements {
-    ($($(#[doc = $doc:literal])+ $name:ident($($param:ident: $kind:ident $(<$inner:ident>)?),* $(,)?) $(-> $row:tt)? = $text:literal;)+) => {
+    ($($(#[doc = $doc:literal])+ $name:ident($($param:ident: $kind:ident $(<$inner:ident>)?),* $(,)?) $(-> $row:tt)? = $text:expr;)+) => {
         $(
             $(#[doc = $doc])+
             pub const $name: Statement = Statement {
@@ -305,106 +305,96 @@ macro_rules! statements {
     };
 }
 
+/// The start of a take-over ([`TAKE_RELEASED`], [`TAKE_IDLE`]): the service's rows in the range whose
+/// bound the claimant may wait out. Each statement goes on with the rows its tier takes and their
+/// order; its parameters `$1` to `$10` are the same in both.
+macro_rules! take_over_victims {
+    () => {
+        r#"
+        WITH victim AS (
+            SELECT v.*, idgen_private.holder_bound(v, $5, $6) AS bound
+            FROM idgen_private.nodes v
+            WHERE v.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
+              AND v.machine_id OPERATOR(pg_catalog.>=) $9
+              AND v.machine_id OPERATOR(pg_catalog.<=) $10
+              AND idgen_private.holder_bound(v, $5, $6) OPERATOR(pg_catalog.<=) (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $8)"#
+    };
+}
+
+/// The end of a take-over: the first victim, locked without waiting, given to the claimant with a
+/// new grant; returns it and its previous holder.
+macro_rules! take_over_victim {
+    () => {
+        r#"
+            LIMIT 1 FOR UPDATE SKIP LOCKED)
+        UPDATE idgen_private.nodes n
+        SET host = $2,
+            port = $3,
+            backend_slot = $4,
+            version = n.version OPERATOR(pg_catalog.+) 1,
+            last_seen = t.now,
+            lease_until = t.now OPERATOR(pg_catalog.+) $5,
+            takeover_at = t.now OPERATOR(pg_catalog.+) $6,
+            released_at = NULL,
+            issued_until = GREATEST(v.bound, t.now OPERATOR(pg_catalog.+) $7)
+        FROM victim v, (SELECT pg_catalog.clock_timestamp() AS now) t
+        WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) v.service::pg_catalog.text
+          AND n.machine_id OPERATOR(pg_catalog.=) v.machine_id
+        RETURNING n.machine_id::pg_catalog.int4,
+            n.version,
+            n.lease_until,
+            n.last_seen,
+            v.bound,
+            n.issued_until,
+            v.machine_id::pg_catalog.int4,
+            pg_catalog.host(v.host),
+            v.port,
+            v.version,
+            pg_catalog.to_char(v.last_seen AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+            GREATEST(0, pg_catalog.floor(EXTRACT(epoch FROM (pg_catalog.now() OPERATOR(pg_catalog.-) v.last_seen))))::bigint,
+            pg_catalog.to_char(v.released_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+            v.backend_slot
+    "#
+    };
+}
+
 statements! {
     /// Claim step 3: takes over one released row of the service past its cooldown, longest released
     /// first, locked without waiting, for the claimant with a new grant. Returns the row won (columns 1-6)
-    /// and its previous holder's facts (7-14).
+    /// and its previous holder's facts (7-14). It and its twin [`TAKE_IDLE`] differ only in the rows
+    /// their tier takes and their order: the rest is `take_over_victims!` and `take_over_victim!`.
     TAKE_RELEASED(
         service: text, host: inet, port: integer, backend_slot: Option<integer>, lease: interval,
-        cooldown: interval, tolerance: interval, takeback_age: interval, window: interval,
-        first_machine_id: integer, last_machine_id: integer,
+        takeback_age: interval, window: interval, tolerance: interval, first_machine_id: integer,
+        last_machine_id: integer, cooldown: interval,
     ) -> (
         machine_id: integer, version: bigint, lease_until: timestamptz, claimed_at: timestamptz,
         bound: Option<timestamptz>, issued_until: timestamptz, previous_machine_id: integer, previous_host: text,
         previous_port: integer, previous_version: bigint, previous_last_seen: text, previous_idle_secs: bigint,
         previous_released_at: Option<text>, previous_backend_slot: Option<integer>,
-    ) = r#"
-        WITH victim AS (
-            SELECT v.*, idgen_private.holder_bound(v, $5, $8) AS bound
-            FROM idgen_private.nodes v
-            WHERE v.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
-              AND v.machine_id OPERATOR(pg_catalog.>=) $10
-              AND v.machine_id OPERATOR(pg_catalog.<=) $11
-              AND v.released_at OPERATOR(pg_catalog.<=) (pg_catalog.now() OPERATOR(pg_catalog.-) $6)
-              AND idgen_private.holder_bound(v, $5, $8) OPERATOR(pg_catalog.<=) (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $7)
-            ORDER BY v.released_at, v.machine_id
-            LIMIT 1 FOR UPDATE SKIP LOCKED)
-        UPDATE idgen_private.nodes n
-        SET host = $2,
-            port = $3,
-            backend_slot = $4,
-            version = n.version OPERATOR(pg_catalog.+) 1,
-            last_seen = t.now,
-            lease_until = t.now OPERATOR(pg_catalog.+) $5,
-            takeover_at = t.now OPERATOR(pg_catalog.+) $8,
-            released_at = NULL,
-            issued_until = GREATEST(v.bound, t.now OPERATOR(pg_catalog.+) $9)
-        FROM victim v, (SELECT pg_catalog.clock_timestamp() AS now) t
-        WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) v.service::pg_catalog.text
-          AND n.machine_id OPERATOR(pg_catalog.=) v.machine_id
-        RETURNING n.machine_id::pg_catalog.int4,
-            n.version,
-            n.lease_until,
-            n.last_seen,
-            v.bound,
-            n.issued_until,
-            v.machine_id::pg_catalog.int4,
-            pg_catalog.host(v.host),
-            v.port,
-            v.version,
-            pg_catalog.to_char(v.last_seen AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-            GREATEST(0, pg_catalog.floor(EXTRACT(epoch FROM (pg_catalog.now() OPERATOR(pg_catalog.-) v.last_seen))))::bigint,
-            pg_catalog.to_char(v.released_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-            v.backend_slot
-    "#;
+    ) = concat!(
+        take_over_victims!(),
+        r#"
+              AND v.released_at OPERATOR(pg_catalog.<=) (pg_catalog.now() OPERATOR(pg_catalog.-) $11)
+            ORDER BY v.released_at, v.machine_id"#,
+        take_over_victim!()
+    );
 
     /// Claim steps 4 to 6: takes over one row idle longer than `min_idle`, past the take-back time
     /// its holder was granted and not cooling down, least recently seen first. Returns as [`TAKE_RELEASED`].
     TAKE_IDLE(
         service: text, host: inet, port: integer, backend_slot: Option<integer>, lease: interval,
-        min_idle: interval, cooldown: interval, tolerance: interval, takeback_age: interval,
-        window: interval, first_machine_id: integer, last_machine_id: integer,
-    ) -> TAKE_RELEASED = r#"
-        WITH victim AS (
-            SELECT v.*, idgen_private.holder_bound(v, $5, $9) AS bound
-            FROM idgen_private.nodes v
-            WHERE v.service::pg_catalog.text OPERATOR(pg_catalog.=) $1
-              AND v.machine_id OPERATOR(pg_catalog.>=) $11
-              AND v.machine_id OPERATOR(pg_catalog.<=) $12
-              AND v.last_seen OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) $6)
+        takeback_age: interval, window: interval, tolerance: interval, first_machine_id: integer,
+        last_machine_id: integer, cooldown: interval, min_idle: interval,
+    ) -> TAKE_RELEASED = concat!(
+        take_over_victims!(),
+        r#"
+              AND v.last_seen OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) $12)
               AND (v.takeover_at IS NULL OR v.takeover_at OPERATOR(pg_catalog.<) pg_catalog.now())
-              AND (v.released_at IS NULL OR v.released_at OPERATOR(pg_catalog.<=) (pg_catalog.now() OPERATOR(pg_catalog.-) $7))
-              AND idgen_private.holder_bound(v, $5, $9) OPERATOR(pg_catalog.<=) (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $8)
-            ORDER BY v.last_seen, v.machine_id
-            LIMIT 1 FOR UPDATE SKIP LOCKED)
-        UPDATE idgen_private.nodes n
-        SET host = $2,
-            port = $3,
-            backend_slot = $4,
-            version = n.version OPERATOR(pg_catalog.+) 1,
-            last_seen = t.now,
-            lease_until = t.now OPERATOR(pg_catalog.+) $5,
-            takeover_at = t.now OPERATOR(pg_catalog.+) $9,
-            released_at = NULL,
-            issued_until = GREATEST(v.bound, t.now OPERATOR(pg_catalog.+) $10)
-        FROM victim v, (SELECT pg_catalog.clock_timestamp() AS now) t
-        WHERE n.service::pg_catalog.text OPERATOR(pg_catalog.=) v.service::pg_catalog.text
-          AND n.machine_id OPERATOR(pg_catalog.=) v.machine_id
-        RETURNING n.machine_id::pg_catalog.int4,
-            n.version,
-            n.lease_until,
-            n.last_seen,
-            v.bound,
-            n.issued_until,
-            v.machine_id::pg_catalog.int4,
-            pg_catalog.host(v.host),
-            v.port,
-            v.version,
-            pg_catalog.to_char(v.last_seen AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-            GREATEST(0, pg_catalog.floor(EXTRACT(epoch FROM (pg_catalog.now() OPERATOR(pg_catalog.-) v.last_seen))))::bigint,
-            pg_catalog.to_char(v.released_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-            v.backend_slot
-    "#;
+              AND (v.released_at IS NULL OR v.released_at OPERATOR(pg_catalog.<=) (pg_catalog.now() OPERATOR(pg_catalog.-) $11))
+            ORDER BY v.last_seen, v.machine_id"#,
+        take_over_victim!()
+    );
 
     /// The registry's epoch.
     READ_REGISTRY() -> (epoch: bigint) = r#"

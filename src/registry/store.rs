@@ -318,38 +318,35 @@ pub fn take_over(
     from: TakeOverFrom,
     times: &ClaimTerms,
 ) -> Option<(ClaimedRow, RowFacts)> {
+    // The twins share their parameters but for the tier's own (see `sql::TAKE_RELEASED`).
+    macro_rules! take_over {
+        ($statement:ident $(, $field:ident: $value:expr)*) => {
+            first_row(run(
+                client,
+                of_node!(
+                    $statement,
+                    node,
+                    lease: Interval::seconds(times.lease_secs),
+                    takeback_age: Interval::seconds(times.takeover_idle_secs),
+                    window: Interval::milliseconds(times.window_ms),
+                    tolerance: Interval::milliseconds(times.tolerance_ms),
+                    first_machine_id: times.first_machine_id,
+                    last_machine_id: times.last_machine_id,
+                    $($field: $value),*
+                ),
+                None,
+            ))
+        };
+    }
     let won = match from {
-        TakeOverFrom::Released { cooldown_secs } => first_row(run(
-            client,
-            of_node!(
-                TAKE_RELEASED,
-                node,
-                lease: Interval::seconds(times.lease_secs),
-                cooldown: Interval::seconds(cooldown_secs),
-                tolerance: Interval::milliseconds(times.tolerance_ms),
-                takeback_age: Interval::seconds(times.takeover_idle_secs),
-                window: Interval::milliseconds(times.window_ms),
-                first_machine_id: times.first_machine_id,
-                last_machine_id: times.last_machine_id,
-            ),
-            None,
-        )),
-        TakeOverFrom::Idle { min_idle_secs, cooldown_secs } => first_row(run(
-            client,
-            of_node!(
-                TAKE_IDLE,
-                node,
-                lease: Interval::seconds(times.lease_secs),
-                min_idle: Interval::seconds(min_idle_secs),
-                cooldown: Interval::seconds(cooldown_secs),
-                tolerance: Interval::milliseconds(times.tolerance_ms),
-                takeback_age: Interval::seconds(times.takeover_idle_secs),
-                window: Interval::milliseconds(times.window_ms),
-                first_machine_id: times.first_machine_id,
-                last_machine_id: times.last_machine_id,
-            ),
-            None,
-        )),
+        TakeOverFrom::Released { cooldown_secs } => {
+            take_over!(TAKE_RELEASED, cooldown: Interval::seconds(cooldown_secs))
+        }
+        TakeOverFrom::Idle { min_idle_secs, cooldown_secs } => take_over!(
+            TAKE_IDLE,
+            cooldown: Interval::seconds(cooldown_secs),
+            min_idle: Interval::seconds(min_idle_secs)
+        ),
     };
     won.map(|row| {
         let claimed = claimed_row!(row);
