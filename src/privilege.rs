@@ -27,8 +27,8 @@ pub const LIBRARY_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Against the objects before 0.6.0 it serves their `idgen_heartbeat` and `idgen_policy` under
 /// their own symbols and shapes, stores no heartbeat reports and records no restarts.
 /// Any other version is refused.
-pub const SQL_VERSIONS: [&str; 9] =
-    [LIBRARY_VERSION, "0.10.0", "0.9.0", "0.8.0", "0.7.0", "0.6.0", "0.5.1", "0.5.0", "0.4.0"];
+pub const SQL_VERSIONS: [&str; 10] =
+    [LIBRARY_VERSION, "0.10.1", "0.10.0", "0.9.0", "0.8.0", "0.7.0", "0.6.0", "0.5.1", "0.5.0", "0.4.0"];
 
 /// The SQL versions before per-service layouts (0.7.0): no `idgen_layouts`, every service the default.
 const WITHOUT_LAYOUTS: [&str; 4] = ["0.6.0", "0.5.1", "0.5.0", "0.4.0"];

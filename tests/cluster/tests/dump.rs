@@ -99,7 +99,7 @@ fn a_service_restored_from_a_dump_of_0_6_0_keeps_the_layout_its_ids_were_cut_by(
     let mut restored = target.connect();
     let version: String =
         restored.query_one("SELECT extversion FROM pg_extension WHERE extname = 'idgen'", &[]).unwrap().get(0);
-    assert_eq!(version, "0.10.1", "restored into the current version");
+    assert_eq!(version, "0.10.2", "restored into the current version");
     let err = restored.query_one("SELECT * FROM idgen_define_layout('orders', 'sonyflake')", &[]).unwrap_err();
     assert_eq!(sqlstate(&err), "55000", "{err:?}");
     assert!(db_error(&err).detail().unwrap().contains("an earlier version of idgen"), "{err:?}");

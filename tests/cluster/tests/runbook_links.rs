@@ -185,6 +185,58 @@ fn runbook_findings() -> BTreeSet<(String, String)> {
         .collect()
 }
 
+/// The rows of `idgen_private.health_findings` as `sql/diagnostics.sql` inserts them: (severity,
+/// finding), and the function that reports each.
+fn health_findings_table() -> BTreeSet<((String, String), String)> {
+    let sql = std::fs::read_to_string(root().join("sql/diagnostics.sql")).unwrap();
+    let insert = "INSERT INTO idgen_private.health_findings (finding, severity, reported_by) VALUES";
+    let values = &sql[sql.find(insert).expect("the findings' rows") + insert.len()..];
+    let values = &values[..values.find(';').unwrap()];
+    values
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("('"))
+        .map(|row| {
+            let cells: Vec<&str> = row.split('\'').step_by(2).take(3).collect();
+            ((cells[1].to_owned(), cells[0].to_owned()), cells[2].to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn every_health_finding_is_a_row_of_the_findings_table_with_the_function_that_reports_it() {
+    let sql = std::fs::read_to_string(root().join("sql/diagnostics.sql")).unwrap();
+    let table = health_findings_table();
+    let listed: BTreeSet<(String, String)> = table.iter().map(|(finding, _)| finding.clone()).collect();
+    assert_eq!(listed, health_findings(), "idgen_private.health_findings and the findings the SQL and the core report");
+    for ((_, finding), function) in &table {
+        let body = match function.as_str() {
+            "writer_findings" | "layout_findings" => {
+                std::fs::read_to_string(root().join("core/src/messages.rs")).unwrap()
+            }
+            _ => {
+                let start = sql
+                    .find(&format!("CREATE FUNCTION idgen_private.{function}()"))
+                    .unwrap_or_else(|| panic!("no function {function}"));
+                sql[start..start + sql[start..].find("\nEND;").unwrap()].to_owned()
+            }
+        };
+        let named = body.contains(&format!("'{finding}'")) || body.contains(&format!("\"{finding}\""));
+        assert!(named, "{function} does not report {finding}");
+    }
+    // idgen_health() calls each function of the table once, and nothing else.
+    let start = sql.find("CREATE FUNCTION idgen_health()").unwrap();
+    let health = &sql[start..start + sql[start..].find("\nEND;").unwrap()];
+    let mut calls: Vec<&str> = health
+        .match_indices("SELECT * FROM idgen_private.")
+        .map(|(at, m)| health[at + m.len()..].split('(').next().unwrap())
+        .collect();
+    calls.sort_unstable();
+    let mut reporters: Vec<&str> = table.iter().map(|(_, function)| function.as_str()).collect();
+    reporters.sort_unstable();
+    reporters.dedup();
+    assert_eq!(calls, reporters, "idgen_health() calls each reporting function of idgen_private.health_findings once");
+}
+
 #[test]
 fn every_health_finding_has_its_runbook_row_with_its_severity() {
     let findings = health_findings();

@@ -8,7 +8,7 @@ use idgen_cluster_tests::*;
 use postgres::Client;
 
 /// The version `ALTER EXTENSION idgen UPDATE` reaches: the library's (Cargo.toml).
-const LATEST: &str = "0.10.1";
+const LATEST: &str = "0.10.2";
 
 #[test]
 fn the_latest_version_here_is_the_librarys() {
@@ -48,6 +48,8 @@ SELECT string_agg(line, E'\\n' ORDER BY line) FROM (
   UNION ALL SELECT 'view ' || relname || ' ' || pg_get_viewdef(oid) FROM pg_class
     WHERE oid IN (SELECT objid FROM member WHERE classid = 'pg_class'::regclass) AND relkind = 'v'
   UNION ALL SELECT 'dumped ' || (SELECT string_agg(c::regclass::text, ',' ORDER BY c::regclass::text) FROM unnest(extconfig) c) FROM ext
+  -- idgen_health()'s findings are rows (0.10.2).
+  UNION ALL SELECT format('health finding %s %s %s', finding, severity, reported_by) FROM idgen_private.health_findings
 ) lines";
 
 fn fingerprint(client: &mut Client) -> String {
@@ -266,12 +268,14 @@ fn calls_of_every_function(client: &mut Client) -> Vec<String> {
 #[test]
 fn every_function_of_an_older_installation_answers_clearly_and_none_crashes() {
     // Between installing a new build and ALTER EXTENSION UPDATE, the new library serves the old
-    // version's functions, whatever their signatures were. 0.4.0's to 0.10.0's keep working (this
+    // version's functions, whatever their signatures were. 0.4.0's to 0.10.1's keep working (this
     // library runs against their objects); older ones refuse with 55000 and the hint. Never a
     // crash, an internal error (XX000) or a missing relation (42P01).
-    for version in ["0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.5.1", "0.6.0", "0.7.0", "0.8.0", "0.9.0", "0.10.0"]
+    for version in
+        ["0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.5.1", "0.6.0", "0.7.0", "0.8.0", "0.9.0", "0.10.0", "0.10.1"]
     {
-        let runs_against = ["0.4.0", "0.5.0", "0.5.1", "0.6.0", "0.7.0", "0.8.0", "0.9.0", "0.10.0"].contains(&version);
+        let runs_against =
+            ["0.4.0", "0.5.0", "0.5.1", "0.6.0", "0.7.0", "0.8.0", "0.9.0", "0.10.0", "0.10.1"].contains(&version);
         let db = TestDb::empty_on(&base_dsn(), &format!("upgrade_calls_{}", version.replace('.', "_")));
         let mut client = db.connect();
         client.batch_execute(&format!("CREATE EXTENSION idgen VERSION '{version}'")).unwrap();

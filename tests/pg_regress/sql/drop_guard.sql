@@ -11,6 +11,7 @@ DROP EXTENSION idgen;
 \set VERBOSITY default
 SELECT count(*) AS rows_kept FROM system_nodes;
 -- The registry's tables are closed to PUBLIC: no role below the extension's owner writes them by hand.
+-- (idgen_health()'s list of findings is read by every role, written by none.)
 SELECT c.relname, has_table_privilege('public', c.oid, 'SELECT') AS public_reads,
        has_table_privilege('public', c.oid, 'INSERT,UPDATE,DELETE,TRUNCATE') AS public_writes
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
