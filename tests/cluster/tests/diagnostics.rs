@@ -866,3 +866,57 @@ fn ids_released_by_hand_are_one_finding_and_in_use_as_the_claim_counts_them() {
     assert!(detail.starts_with("2 released machine ids keep a watermark ahead of the clock"), "{detail}");
     assert!(detail.contains("(machine ids 0, 1)"), "{detail}");
 }
+
+#[test]
+fn findings_of_one_kind_sort_by_subject_in_c_order_whatever_the_database_collation() {
+    // In 0.10.1 idgen_health() was one query whose subject column took "C" from the subjects that
+    // are role names; since 0.10.2 each finding is its own function and idgen_health() says "C"
+    // itself. A database that sorts otherwise (ICU's English: `accounts` before `Billing`) must not
+    // reorder a finding's rows. The test command's PostgreSQL 18 has no ICU and this machine's libc
+    // locales sort as "C": there nothing could sort otherwise.
+    let mut admin = connect_to(&base_dsn(), "postgres");
+    let (icu, version): (bool, i32) = admin
+        .query_one(
+            "SELECT EXISTS (SELECT FROM pg_collation WHERE collprovider = 'i'), current_setting('server_version_num')::int",
+            &[],
+        )
+        .map(|row| (row.get(0), row.get(1)))
+        .unwrap();
+    if !icu {
+        assert!(version >= 180000, "PostgreSQL {version} of Debian is built with ICU: it must have ICU collations");
+        return;
+    }
+    let db = TestDb::empty_on(&base_dsn(), "health_subject_order");
+    admin.batch_execute(&format!("DROP DATABASE {} WITH (FORCE)", db.name)).unwrap();
+    admin
+        .batch_execute(&format!(
+            "CREATE DATABASE {} TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en' LC_COLLATE 'C.UTF-8' LC_CTYPE 'C.UTF-8'",
+            db.name
+        ))
+        .unwrap();
+    let mut client = db.connect();
+    let order: Vec<String> = client
+        .query("SELECT s FROM (VALUES ('Billing'), ('accounts')) v(s) ORDER BY s", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(order, ["accounts", "Billing"], "this database sorts otherwise than \"C\"");
+    // Two rows removed by hand while their holders may still stamp: a tombstone_ahead finding each.
+    client
+        .batch_execute(
+            "CREATE EXTENSION idgen;
+             INSERT INTO system_nodes (service, machine_id, host, port, version, last_seen, issued_until)
+             VALUES ('Billing', 0, '10.0.0.1', 8080, 1, now(), now() + interval '1 day'),
+                    ('accounts', 0, '10.0.0.2', 8080, 1, now(), now() + interval '1 day');
+             DELETE FROM system_nodes;",
+        )
+        .unwrap();
+    let subjects: Vec<String> = client
+        .query("SELECT subject FROM idgen_health() WHERE finding = 'tombstone_ahead'", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(subjects, ["Billing", "accounts"], "idgen_health() sorts a finding's rows by subject in \"C\" order");
+}
