@@ -4,8 +4,9 @@
 //!
 //! What the model replaces is Postgres (the registry's rows and statements, in `registry`), the
 //! network, the processes and the clocks. What is glue here restates the edge's code around the
-//! core, step for step: `claim` is `src/registry/claim.rs`, `backend_renew` is `src/backend.rs`'s
-//! `renew` with `src/registry/autonomous.rs`'s `lease_step`, the node is `client/src/node.rs`.
+//! core, step for step: `claim` runs the core's own claim (`protocol::claim`), `backend_renew` is
+//! `src/backend.rs`'s `renew` with `src/registry/writer/serve.rs`'s `lease_step`, the node is
+//! `client/src/node.rs`.
 
 use crate::mutation::{Mutation, Mutations};
 pub use crate::protocol::Topology;
@@ -738,7 +739,7 @@ impl World {
         }
     }
 
-    /// `src/registry/claim.rs` (in `protocol::claim`), telling what it set aside.
+    /// The core's claim over the model (`protocol::claim`), telling what it set aside.
     fn claim(&mut self, txn: TxnId, node: &Node) -> Result<Granted, Refusal> {
         let settings = self.settings();
         let (result, set_aside) = protocol::claim(&mut self.reg, txn, node, &settings);
@@ -748,7 +749,7 @@ impl World {
         result
     }
 
-    // ---- database backends (src/backend.rs, src/registry/autonomous.rs) ----
+    // ---- database backends (src/backend.rs, src/registry/writer/) ----
 
     fn backend_identity(slot: usize) -> Node {
         Node { service: SERVICE.into(), host: SERVER_HOST.into(), port: SERVER_PORT, backend_slot: Some(slot as i32) }

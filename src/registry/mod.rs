@@ -4,7 +4,7 @@
 //!   and how sessions learn that grants changed.
 //! - `incarnation`: the registry's generation, which a DROP moves, so that backends check their
 //!   leases before issuing under a registry that is gone.
-//! - `claim`: runs the core's claim policy (the tier order lives in `idgen_core::policy`).
+//! - `claim`: the store the core's claim (`idgen_core::claim`) runs its statements with, over SPI.
 //! - `layouts`: each service's layout and pool, idgen_define_layout.
 //! - `own`: the database's own service, recorded when idgen was created in it.
 //! - `store`: runs the registry's statements (`crate::statements`) with their parameters.
