@@ -15,7 +15,7 @@ use idgen_core::format::iso_utc;
 use idgen_core::history::{Event, EventKind};
 use idgen_core::input::NodeIdentity;
 use idgen_core::layout::{Layout, Pool, ServiceLayout};
-use idgen_core::watermark::{self, HolderKind};
+use idgen_core::watermark::HolderKind;
 use idgen_core::{guard, ClaimPolicy};
 
 /// Where each service's IDs come from: its layout and the machine ids this server hands out. The
@@ -50,17 +50,11 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// `ClaimTerms::of` (src/registry/store.rs), in ms.
+    /// The core's `ClaimTerms::of` over the server's whole range, in ms.
     pub fn terms(&self, kind: HolderKind, window: Ms) -> Terms {
-        let p = &self.policy;
-        Terms {
-            lease: p.lease_secs() * 1000,
-            tolerance: watermark::tolerance_ms(kind, p, self.max_backward_ms),
-            window,
-            takeback_age: p.takeover_idle_1h_secs * 1000,
-            first_machine_id: self.topology.first_machine_id,
-            last_machine_id: self.topology.last_machine_id,
-        }
+        let settings = self.of_claim();
+        let range = Pool { first: settings.machine_id_first, last: settings.machine_id_last };
+        model_terms(&ClaimTerms::of(kind, &settings, window, range))
     }
 }
 
@@ -162,6 +156,18 @@ pub fn claim_in(
     (result, set_aside)
 }
 
+/// Claim terms as the model's statements take them: times in ms.
+fn model_terms(t: &ClaimTerms) -> Terms {
+    Terms {
+        lease: t.lease_secs * 1000,
+        tolerance: t.tolerance_ms,
+        window: t.window_ms,
+        takeback_age: t.takeover_idle_secs * 1000,
+        first_machine_id: t.first_machine_id,
+        last_machine_id: t.last_machine_id,
+    }
+}
+
 /// The model as the core's claim sees it: each method runs the model's statement of the same name
 /// in the claimant's transaction.
 struct ModelStore<'a> {
@@ -184,14 +190,7 @@ impl ModelStore<'_> {
     }
 
     fn terms(t: &ClaimTerms) -> Terms {
-        Terms {
-            lease: t.lease_secs * 1000,
-            tolerance: t.tolerance_ms,
-            window: t.window_ms,
-            takeback_age: t.takeover_idle_secs * 1000,
-            first_machine_id: t.first_machine_id,
-            last_machine_id: t.last_machine_id,
-        }
+        model_terms(t)
     }
 
     fn row(row: ClaimedRow) -> core::ClaimedRow<Ms> {
